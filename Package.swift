@@ -1,0 +1,65 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let nio = Target.Dependency.product(name: "NIOCore", package: "swift-nio")
+let nioPosix = Target.Dependency.product(name: "NIOPosix", package: "swift-nio")
+let logging = Target.Dependency.product(name: "Logging", package: "swift-log")
+let lifecycle = Target.Dependency.product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
+let argumentParser = Target.Dependency.product(name: "ArgumentParser", package: "swift-argument-parser")
+
+let package = Package(
+    name: "tokend",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "tokend", targets: ["tokend"]),
+        .executable(name: "tokenctl", targets: ["tokenctl"]),
+        .library(name: "TokendClient", targets: ["TokendClient"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+    ],
+    targets: [
+        // Wire types, JSON, interface declarations: no NIO.
+        .target(name: "Varlink"),
+        // A string type that never prints: tokens and client secrets.
+        .target(name: "Secrets"),
+        // NUL framing, Unix-socket server and client.
+        .target(name: "VarlinkNIO", dependencies: ["Varlink", nio, nioPosix, logging]),
+        // The io.tokend.Broker interface: its one declaration and its typed wire values.
+        .target(
+            name: "TokendInterface",
+            dependencies: ["Varlink"],
+            resources: [.embedInCode("io.tokend.Broker.varlink")]
+        ),
+        // Token requests and responses (pure) and the AsyncHTTPClient-backed endpoint client.
+        .target(name: "OAuth", dependencies: [
+            "Secrets", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
+        ]),
+        .target(name: "StateStore", dependencies: ["Secrets", logging]),
+        .target(name: "Broker", dependencies: ["OAuth", "Secrets", "StateStore", logging]),
+        .target(name: "Config", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
+        .target(name: "TokendServer", dependencies: [
+            "Broker", "Config", "OAuth", "Secrets", "StateStore", "TokendInterface", "Varlink", "VarlinkNIO",
+            logging, lifecycle, nio, nioPosix,
+        ]),
+        .executableTarget(name: "tokend", dependencies: ["TokendServer", argumentParser, logging, lifecycle]),
+        .target(name: "TokendClient", dependencies: ["Varlink", "VarlinkNIO", "TokendInterface", nio, nioPosix]),
+        .executableTarget(name: "tokenctl", dependencies: ["TokendClient", "Varlink", argumentParser]),
+        // Test-only: a server implementing org.varlink.certification for the reference suite.
+        .executableTarget(
+            name: "varlink-certification",
+            dependencies: ["Varlink", "VarlinkNIO", logging, nio, nioPosix],
+            resources: [.embedInCode("org.varlink.certification.varlink")]
+        ),
+        .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio]),
+        .testTarget(name: "OAuthTests", dependencies: ["OAuth", "Secrets"]),
+        .testTarget(name: "StateStoreTests", dependencies: ["StateStore"]),
+        .testTarget(name: "BrokerTests", dependencies: ["Broker", "OAuth", "Secrets", "StateStore"]),
+        .testTarget(name: "ConfigTests", dependencies: ["Config"]),
+    ]
+)

@@ -1,0 +1,34 @@
+import Synchronization
+
+/// All configured sessions, by name.
+public final class Broker: Sendable {
+    public static let defaultSession = "default"
+
+    private let sessions: Mutex<[String: SessionActor]>
+
+    public init(sessions: [SessionActor]) {
+        self.sessions = Mutex(Dictionary(uniqueKeysWithValues: sessions.map { ($0.name, $0) }))
+    }
+
+    /// The named session, or "default" when no name is given.
+    public func session(_ name: String?) throws(BrokerError) -> SessionActor {
+        let name = name ?? Self.defaultSession
+        guard let session = sessions.withLock({ $0[name] }) else { throw .noSuchSession(name) }
+        return session
+    }
+
+    public var all: [SessionActor] {
+        sessions.withLock { $0.values.sorted { $0.name < $1.name } }
+    }
+
+    public func startAll() async {
+        for session in all { await session.start() }
+    }
+
+    /// Graceful stop: in-flight refreshes finish and are persisted.
+    public func stopAll() async {
+        await withDiscardingTaskGroup { group in
+            for session in all { group.addTask { await session.stop() } }
+        }
+    }
+}

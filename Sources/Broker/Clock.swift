@@ -1,0 +1,19 @@
+import Foundation
+
+/// Wall-clock time in Unix seconds, and sleeping; injected so tests control time.
+public protocol BrokerClock: Sendable {
+    func now() -> Double
+    /// Sleeps until `deadline` (Unix seconds); throws CancellationError when cancelled.
+    func sleep(until deadline: Double) async throws
+}
+
+public struct SystemClock: BrokerClock {
+    public init() {}
+
+    public func now() -> Double { Date().timeIntervalSince1970 }
+
+    public func sleep(until deadline: Double) async throws {
+        let seconds = max(0, deadline - now())
+        try await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))
+    }
+}

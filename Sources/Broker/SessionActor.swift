@@ -1,0 +1,140 @@
+import Logging
+import OAuth
+import Secrets
+import StateStore
+
+/// The one owner of a session's refresh token, access token and generation.
+///
+/// Every refresh goes through `joinOrStartRefresh`: the in-flight refresh is a
+/// stored Task that every later caller awaits, so any number of concurrent
+/// askers cause one upstream call. State is re-checked after every `await`.
+public actor SessionActor {
+    public nonisolated let name: String
+    let policy: RefreshPolicy
+    let endpoint: any TokenEndpoint
+    let file: SessionFile
+    let clock: any BrokerClock
+    let logger: Logger
+    let random: @Sendable () -> Double
+
+    var record: SessionRecord
+    var inFlight: Task<Token, Error>?
+    var backoff = Backoff()
+    var scheduler: Task<Void, Never>?
+    var nextRefreshAt: Double?
+    var refreshes = 0
+    var coalesced = 0
+    var failures = 0
+    var lastError: String?
+    var subscribers: [Int: AsyncStream<SessionEvent>.Continuation] = [:]
+    var nextSubscriberID = 0
+    /// Set when the last successful refresh could not be written to disk.
+    var unsavedRecord = false
+
+    public init(
+        name: String, policy: RefreshPolicy, endpoint: any TokenEndpoint, file: SessionFile,
+        clock: any BrokerClock = SystemClock(), logger: Logger,
+        random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }
+    ) {
+        self.name = name
+        self.policy = policy
+        self.endpoint = endpoint
+        self.file = file
+        self.clock = clock
+        var logger = logger
+        logger[metadataKey: "session"] = "\(name)"
+        self.logger = logger
+        self.random = random
+        self.record = SessionRecord(phase: .loginRequired, reason: "not logged in yet: log in with `tokenctl login`")
+    }
+
+    /// Loads the stored state and starts proactive refreshing. A corrupt file
+    /// leaves the session needing a login, with the reason in its status.
+    public func start() {
+        do {
+            if let stored = try file.load() { record = stored }
+        } catch {
+            logger.error("state file unreadable", metadata: ["problem": "\(error)"])
+            lastError = error.description
+            record = SessionRecord(phase: .loginRequired, reason: "state file unreadable: \(error.description)")
+        }
+        if record.phase == .active, record.refreshStartedAt != nil {
+            logger.warning("previous process stopped during a refresh; retrying once with the stored refresh token")
+            inFlight = Task { try await self.performRefresh(afterCrash: true) }
+        }
+        reschedule()
+    }
+
+    /// Stops proactive refreshing and lets an in-flight refresh finish (and persist).
+    public func stop() async {
+        scheduler?.cancel()
+        scheduler = nil
+        if let inFlight { _ = try? await inFlight.value }
+        for continuation in subscribers.values { continuation.finish() }
+        subscribers.removeAll()
+    }
+
+    // MARK: Asking for tokens
+
+    public func getToken(minValidSeconds: Int?) async throws -> Token {
+        try requireActive()
+        let now = clock.now()
+        if let token = currentToken,
+            Double(token.expiresAt) - now
+                >= Double(policy.requiredRemaining(
+                    requested: minValidSeconds, issuedAt: record.lastRefreshAt, expiresAt: token.expiresAt))
+        {
+            return token
+        }
+        return try await refreshUnlessBackingOff(now: now)
+    }
+
+    /// Compare-and-refresh: a caller holding an older generation than the
+    /// current one gets the current token; otherwise the token is refreshed
+    /// (joining a refresh already in flight).
+    public func refresh(staleGeneration: Int?) async throws -> Token {
+        try requireActive()
+        let now = clock.now()
+        if let staleGeneration, staleGeneration < record.generation, let token = currentToken,
+            Double(token.expiresAt) > now
+        {
+            coalesced += 1
+            return token
+        }
+        return try await refreshUnlessBackingOff(now: now)
+    }
+
+    func refreshUnlessBackingOff(now: Double) async throws -> Token {
+        if backoff.isWaiting(now: now), inFlight == nil {
+            if let token = currentToken, Double(token.expiresAt) > now { return token }
+            throw BrokerError.upstreamUnavailable(
+                name, lastError ?? "token endpoint unavailable", retryAfter: backoff.retryAfter(now: now))
+        }
+        return try await joinOrStartRefresh(countAsCoalesced: true)
+    }
+
+    func joinOrStartRefresh(countAsCoalesced: Bool) async throws -> Token {
+        if let inFlight {
+            if countAsCoalesced { coalesced += 1 }
+            return try await inFlight.value
+        }
+        let task = Task { try await self.performRefresh(afterCrash: false) }
+        inFlight = task
+        return try await task.value
+    }
+
+    var currentToken: Token? {
+        guard record.phase == .active, let access = record.accessToken, let expiresAt = record.expiresAt else {
+            return nil
+        }
+        return Token(
+            accessToken: access, tokenType: record.tokenType ?? "Bearer", expiresAt: expiresAt,
+            generation: record.generation, scope: record.scope)
+    }
+
+    func requireActive() throws {
+        guard record.phase == .active else {
+            throw BrokerError.loginRequired(name, record.reason ?? "not logged in")
+        }
+    }
+}

@@ -1,0 +1,64 @@
+import Secrets
+
+/// An access token as handed to callers. Never carries the refresh token.
+public struct Token: Sendable, Equatable {
+    public var accessToken: Secret
+    public var tokenType: String
+    public var expiresAt: Int
+    public var generation: Int
+    public var scope: String?
+}
+
+/// What a session reports about itself.
+public struct SessionStatus: Sendable, Equatable {
+    public var session: String
+    /// active, refreshing, backingOff, loginRequired or loggedOut.
+    public var state: String
+    public var generation: Int
+    public var expiresAt: Int?
+    /// expires_in, jwt or default.
+    public var expirySource: String?
+    public var lastRefreshAt: Int?
+    public var nextRefreshAt: Int?
+    public var refreshes: Int
+    public var coalesced: Int
+    public var failures: Int
+    public var lastError: String?
+}
+
+/// A change subscribers are told about.
+public struct SessionEvent: Sendable, Equatable {
+    public enum Kind: String, Sendable {
+        case loggedIn, refreshed, loginRequired, loggedOut
+    }
+    public var kind: Kind
+    public var session: String
+    public var generation: Int
+    public var expiresAt: Int?
+    public var reason: String?
+}
+
+/// Why the broker could not answer.
+public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Code: Sendable, Equatable {
+        case noSuchSession
+        case loginRequired
+        case upstreamUnavailable
+    }
+    public let code: Code
+    public let session: String
+    public let reason: String
+    public let retryAfter: Int?
+
+    public static func noSuchSession(_ session: String) -> BrokerError {
+        BrokerError(code: .noSuchSession, session: session, reason: "no session named \"\(session)\" is configured", retryAfter: nil)
+    }
+    public static func loginRequired(_ session: String, _ reason: String) -> BrokerError {
+        BrokerError(code: .loginRequired, session: session, reason: reason, retryAfter: nil)
+    }
+    public static func upstreamUnavailable(_ session: String, _ reason: String, retryAfter: Int?) -> BrokerError {
+        BrokerError(code: .upstreamUnavailable, session: session, reason: reason, retryAfter: retryAfter)
+    }
+
+    public var description: String { "\(session): \(reason)" }
+}

@@ -1,0 +1,197 @@
+import Foundation
+import TOMLKit
+
+extension Configuration {
+    /// Reads and validates the file. `environment` supplies STATE_DIRECTORY and
+    /// CREDENTIALS_DIRECTORY as systemd sets them.
+    public static func load(path: String, environment: [String: String]) throws(ConfigError) -> Configuration {
+        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8)
+        else {
+            throw ConfigError(file: path, key: nil, problem: "cannot be read (does it exist? is it UTF-8?)")
+        }
+        return try parse(text, file: path, environment: environment)
+    }
+
+    public static func parse(_ text: String, file: String, environment: [String: String]) throws(ConfigError)
+        -> Configuration
+    {
+        let root: TOMLTable
+        do {
+            root = try TOMLTable(string: text)
+        } catch let error as TOMLParseError {
+            throw ConfigError(
+                file: file, key: nil,
+                problem: "line \(error.source.begin.line): \(error.description)")
+        } catch {
+            throw ConfigError(file: file, key: nil, problem: "not valid TOML")
+        }
+        var reader = TableReader(file: file, table: root, path: "")
+        try reader.allowOnly(["daemon", "sessions"])
+        var daemon = DaemonSettings()
+        if let table = try reader.table("daemon") {
+            var r = TableReader(file: file, table: table, path: "daemon")
+            try r.allowOnly(["socket", "state-directory", "socket-mode", "log-level"])
+            daemon.socket = try r.path("socket") ?? daemon.socket
+            daemon.stateDirectory = try r.path("state-directory") ?? daemon.stateDirectory
+            daemon.socketMode = try r.fileMode("socket-mode") ?? daemon.socketMode
+            daemon.logLevel = try r.oneOf("log-level", ["trace", "debug", "info", "notice", "warning", "error", "critical"])
+                ?? daemon.logLevel
+        }
+        if let stateDirectory = environment["STATE_DIRECTORY"]?.split(separator: ":").first {
+            daemon.stateDirectory = String(stateDirectory)
+        }
+        if daemon.socket.utf8.count > 107 {
+            throw ConfigError(file: file, key: "daemon.socket", problem: "longer than 107 bytes, the limit for Unix socket paths")
+        }
+        var sessions: [SessionSettings] = []
+        if let table = try reader.table("sessions") {
+            for name in table.keys.sorted() {
+                let key = "sessions.\(name)"
+                guard isValidSessionName(name) else {
+                    throw ConfigError(file: file, key: key, problem: "session names use letters, digits, '-', '_' and '.', start with a letter or digit, at most 64 characters")
+                }
+                guard let sessionTable = table[name]?.table else {
+                    throw ConfigError(file: file, key: key, problem: "must be a table ([\(key)])")
+                }
+                var r = TableReader(file: file, table: sessionTable, path: key)
+                sessions.append(try r.session(name: name, environment: environment))
+            }
+        }
+        guard !sessions.isEmpty else {
+            throw ConfigError(file: file, key: "sessions", problem: "no session is configured: add a [sessions.default] table")
+        }
+        return Configuration(daemon: daemon, sessions: sessions)
+    }
+
+    public static func isValidSessionName(_ name: String) -> Bool {
+        guard let first = name.unicodeScalars.first, name.unicodeScalars.count <= 64,
+            CharacterSet.alphanumerics.contains(first), first.isASCII
+        else { return false }
+        return name.unicodeScalars.allSatisfy {
+            $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-_.".unicodeScalars.contains($0))
+        }
+    }
+}
+
+extension TableReader {
+    mutating func session(name: String, environment: [String: String]) throws(ConfigError) -> SessionSettings {
+        try allowOnly([
+            "token-endpoint", "revocation-endpoint", "client-id", "client-secret-file", "client-auth", "scope",
+            "refresh-margin", "min-valid", "upstream-timeout", "default-lifetime",
+        ])
+        guard let endpoint = try url("token-endpoint") else { throw missing("token-endpoint") }
+        guard let clientID = try string("client-id"), !clientID.isEmpty else { throw missing("client-id") }
+        var session = SessionSettings(name: name, tokenEndpoint: endpoint, clientID: clientID)
+        session.revocationEndpoint = try url("revocation-endpoint")
+        if let auth = try oneOf("client-auth", ClientAuth.allCases.map(\.rawValue)) {
+            session.clientAuth = ClientAuth(rawValue: auth)!
+        }
+        session.scope = try string("scope")
+        session.refreshMargin = try integer("refresh-margin", in: 0...86400) ?? session.refreshMargin
+        session.minValid = try integer("min-valid", in: 0...86400) ?? session.minValid
+        session.upstreamTimeout = try integer("upstream-timeout", in: 1...300) ?? session.upstreamTimeout
+        session.defaultLifetime = try integer("default-lifetime", in: 1...86400) ?? session.defaultLifetime
+        if let secretFile = try path("client-secret-file") {
+            guard FileManager.default.isReadableFile(atPath: secretFile) else {
+                throw problem("client-secret-file", "\(secretFile) cannot be read")
+            }
+            session.clientSecretFile = secretFile
+        } else if let credentials = environment["CREDENTIALS_DIRECTORY"] {
+            let candidate = "\(credentials)/\(name).client-secret"
+            if FileManager.default.isReadableFile(atPath: candidate) { session.clientSecretFile = candidate }
+        }
+        if session.clientAuth != .none, session.clientSecretFile == nil {
+            throw problem(
+                "client-auth",
+                "\"\(session.clientAuth.rawValue)\" needs a client secret: set client-secret-file, provide the systemd credential \(name).client-secret, or use client-auth = \"none\" for a public client")
+        }
+        return session
+    }
+}
+
+/// Reads typed values from one table, naming the full key in every error.
+struct TableReader {
+    let file: String
+    let table: TOMLTable
+    let path: String
+
+    func key(_ name: String) -> String { path.isEmpty ? name : "\(path).\(name)" }
+
+    func missing(_ name: String) -> ConfigError {
+        ConfigError(file: file, key: key(name), problem: "is required")
+    }
+
+    func problem(_ name: String, _ problem: String) -> ConfigError {
+        ConfigError(file: file, key: key(name), problem: problem)
+    }
+
+    func allowOnly(_ names: Set<String>) throws(ConfigError) {
+        for name in table.keys.sorted() where !names.contains(name) {
+            throw ConfigError(
+                file: file, key: key(name),
+                problem: "unknown key (known here: \(names.sorted().joined(separator: ", ")))")
+        }
+    }
+
+    func typed(_ name: String, _ type: TOMLType, _ described: String) throws(ConfigError) -> TOMLValueConvertible? {
+        guard let value = table[name] else { return nil }
+        guard value.type == type else { throw problem(name, "must be \(described), not \(value.type)") }
+        return value
+    }
+
+    func table(_ name: String) throws(ConfigError) -> TOMLTable? {
+        try typed(name, .table, "a table")?.table
+    }
+
+    func string(_ name: String) throws(ConfigError) -> String? {
+        try typed(name, .string, "a string")?.string
+    }
+
+    func path(_ name: String) throws(ConfigError) -> String? {
+        guard let value = try string(name) else { return nil }
+        guard value.hasPrefix("/") else { throw problem(name, "must be an absolute path") }
+        return value
+    }
+
+    func integer(_ name: String, in range: ClosedRange<Int>) throws(ConfigError) -> Int? {
+        guard let value = try typed(name, .int, "an integer")?.int else { return nil }
+        guard range.contains(value) else {
+            throw problem(name, "must be between \(range.lowerBound) and \(range.upperBound)")
+        }
+        return value
+    }
+
+    func oneOf(_ name: String, _ allowed: [String]) throws(ConfigError) -> String? {
+        guard let value = try string(name) else { return nil }
+        guard allowed.contains(value) else {
+            throw problem(name, "must be one of \(allowed.map { "\"\($0)\"" }.joined(separator: ", "))")
+        }
+        return value
+    }
+
+    func fileMode(_ name: String) throws(ConfigError) -> UInt32? {
+        guard let value = try string(name) else { return nil }
+        guard let mode = UInt32(value, radix: 8), mode <= 0o777 else {
+            throw problem(name, "must be an octal mode such as \"0660\"")
+        }
+        return mode
+    }
+
+    /// An http(s) URL with a host; plain http only to loopback, where no
+    /// network can read the tokens.
+    func url(_ name: String) throws(ConfigError) -> URL? {
+        guard let text = try string(name) else { return nil }
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty
+        else { throw problem(name, "is not a valid URL") }
+        switch scheme {
+        case "https": return url
+        case "http":
+            guard ["localhost", "127.0.0.1", "::1", "[::1]"].contains(host) || host.hasPrefix("127.") else {
+                throw problem(name, "must use https (plain http is accepted only for loopback addresses)")
+            }
+            return url
+        default:
+            throw problem(name, "must be an https URL")
+        }
+    }
+}

@@ -1,0 +1,67 @@
+import Foundation
+
+/// tokend's configuration, validated.
+public struct Configuration: Sendable, Equatable {
+    public var daemon: DaemonSettings
+    /// Sorted by name.
+    public var sessions: [SessionSettings]
+
+    public init(daemon: DaemonSettings, sessions: [SessionSettings]) {
+        self.daemon = daemon
+        self.sessions = sessions
+    }
+}
+
+public struct DaemonSettings: Sendable, Equatable {
+    public var socket = "/run/tokend/io.tokend.Broker"
+    public var stateDirectory = "/var/lib/tokend"
+    public var socketMode: UInt32 = 0o660
+    /// trace, debug, info, notice, warning, error, critical.
+    public var logLevel = "info"
+
+    public init() {}
+}
+
+public enum ClientAuth: String, Sendable, Equatable, CaseIterable {
+    case basic, post, none
+}
+
+public struct SessionSettings: Sendable, Equatable {
+    public var name: String
+    public var tokenEndpoint: URL
+    public var revocationEndpoint: URL?
+    public var clientID: String
+    /// Where the client secret is read from, already resolved (config key or
+    /// `$CREDENTIALS_DIRECTORY/NAME.client-secret`); nil for none.
+    public var clientSecretFile: String?
+    public var clientAuth: ClientAuth = .basic
+    public var scope: String?
+    public var refreshMargin = 60
+    public var minValid = 30
+    public var upstreamTimeout = 10
+    public var defaultLifetime = 300
+
+    public init(name: String, tokenEndpoint: URL, clientID: String) {
+        self.name = name
+        self.tokenEndpoint = tokenEndpoint
+        self.clientID = clientID
+    }
+}
+
+/// A configuration problem: one line naming file, key and problem.
+public struct ConfigError: Error, Equatable, CustomStringConvertible {
+    public let file: String
+    public let key: String?
+    public let problem: String
+
+    public init(file: String, key: String?, problem: String) {
+        self.file = file
+        self.key = key
+        self.problem = problem
+    }
+
+    public var description: String {
+        if let key { return "\(file): \(key): \(problem)" }
+        return "\(file): \(problem)"
+    }
+}

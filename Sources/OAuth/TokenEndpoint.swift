@@ -1,0 +1,73 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import Secrets
+
+/// The authorization server's token and revocation endpoints, as the broker sees them.
+public protocol TokenEndpoint: Sendable {
+    /// Exchanges a refresh token. Throws only TokenEndpointError.
+    func refresh(refreshToken: Secret) async throws(TokenEndpointError) -> TokenResponse
+    /// Revokes a token (RFC 7009). Throws TokenEndpointError.transient when unreachable.
+    func revoke(token: Secret) async throws(TokenEndpointError)
+}
+
+/// The real endpoints over HTTP(S), through AsyncHTTPClient (system trust store).
+public struct HTTPTokenEndpoint: TokenEndpoint {
+    public var tokenURL: URL
+    public var revocationURL: URL?
+    public var credentials: ClientCredentials
+    public var scope: String?
+    public var timeout: Duration
+    /// Largest token-endpoint body accepted.
+    public var maximumBodySize = 256 * 1024
+    let client: HTTPClient
+
+    public init(
+        tokenURL: URL, revocationURL: URL?, credentials: ClientCredentials, scope: String?,
+        timeout: Duration, client: HTTPClient = .shared
+    ) {
+        self.tokenURL = tokenURL
+        self.revocationURL = revocationURL
+        self.credentials = credentials
+        self.scope = scope
+        self.timeout = timeout
+        self.client = client
+    }
+
+    public func refresh(refreshToken: Secret) async throws(TokenEndpointError) -> TokenResponse {
+        let form = FormRequest.refresh(refreshToken: refreshToken, scope: scope, credentials: credentials)
+        let (status, retryAfter, body) = try await post(form, to: tokenURL)
+        return try TokenResponse.classify(status: status, retryAfterHeader: retryAfter, body: body).get()
+    }
+
+    public func revoke(token: Secret) async throws(TokenEndpointError) {
+        guard let revocationURL else { return }
+        let form = FormRequest.revoke(token: token, hint: "refresh_token", credentials: credentials)
+        let (status, _, _) = try await post(form, to: revocationURL)
+        // RFC 7009 §2.2: 200 whether or not the token was valid.
+        guard (200..<300).contains(status) else {
+            throw .transient("revocation endpoint answered HTTP \(status)")
+        }
+    }
+
+    func post(_ form: FormRequest, to url: URL) async throws(TokenEndpointError) -> (Int, String?, [UInt8]) {
+        var request = HTTPClientRequest(url: url.absoluteString)
+        request.method = .POST
+        for (name, value) in form.headers { request.headers.add(name: name, value: value) }
+        request.body = .bytes(ByteBuffer(string: form.body.reveal()))
+        let deadline = NIODeadline.now() + TimeAmount.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000
+            + Int64(timeout.components.attoseconds / 1_000_000_000))
+        do {
+            let response = try await client.execute(request, deadline: deadline)
+            let body = try await response.body.collect(upTo: maximumBodySize)
+            return (Int(response.status.code), response.headers.first(name: "Retry-After"), Array(buffer: body))
+        } catch let error as NIOTooManyBytesError {
+            _ = error
+            throw .transient("token endpoint answer is larger than \(maximumBodySize) bytes")
+        } catch let error as HTTPClientError where error == .deadlineExceeded {
+            throw .transient("token endpoint did not answer within \(timeout.components.seconds) s")
+        } catch {
+            throw .transient("token endpoint unreachable: \(String(describing: error).prefix(200))")
+        }
+    }
+}

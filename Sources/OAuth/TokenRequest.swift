@@ -1,0 +1,71 @@
+import Foundation
+import Secrets
+
+/// How the client authenticates to the token endpoint (RFC 6749 §2.3).
+public enum ClientAuthentication: String, Sendable, CaseIterable {
+    /// HTTP Basic with the form-encoded client id and secret.
+    case basic
+    /// client_id and client_secret in the request body.
+    case post
+    /// A public client: client_id in the body, no secret.
+    case none
+}
+
+public struct ClientCredentials: Sendable {
+    public var clientID: String
+    public var secret: Secret?
+    public var authentication: ClientAuthentication
+
+    public init(clientID: String, secret: Secret?, authentication: ClientAuthentication) {
+        self.clientID = clientID
+        self.secret = secret
+        self.authentication = authentication
+    }
+}
+
+/// A form POST to the token or revocation endpoint.
+public struct FormRequest: Sendable {
+    public var headers: [(String, String)]
+    /// The encoded body; contains secrets, never log it.
+    public var body: Secret
+
+    /// `grant_type=refresh_token` (RFC 6749 §6).
+    public static func refresh(refreshToken: Secret, scope: String?, credentials: ClientCredentials) -> FormRequest {
+        var fields = [("grant_type", "refresh_token"), ("refresh_token", refreshToken.reveal())]
+        if let scope { fields.append(("scope", scope)) }
+        return build(fields, credentials)
+    }
+
+    /// Token revocation (RFC 7009 §2.1).
+    public static func revoke(token: Secret, hint: String, credentials: ClientCredentials) -> FormRequest {
+        build([("token", token.reveal()), ("token_type_hint", hint)], credentials)
+    }
+
+    static func build(_ fields: [(String, String)], _ credentials: ClientCredentials) -> FormRequest {
+        var fields = fields
+        var headers = [
+            ("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json"),
+        ]
+        switch credentials.authentication {
+        case .basic:
+            let user = formEncode(credentials.clientID)
+            let password = formEncode(credentials.secret?.reveal() ?? "")
+            let token = Data("\(user):\(password)".utf8).base64EncodedString()
+            headers.append(("Authorization", "Basic \(token)"))
+        case .post:
+            fields.append(("client_id", credentials.clientID))
+            if let secret = credentials.secret { fields.append(("client_secret", secret.reveal())) }
+        case .none:
+            fields.append(("client_id", credentials.clientID))
+        }
+        let body = fields.map { "\(formEncode($0.0))=\(formEncode($0.1))" }.joined(separator: "&")
+        return FormRequest(headers: headers, body: Secret(body))
+    }
+
+    /// application/x-www-form-urlencoded: everything but unreserved characters escaped.
+    static func formEncode(_ value: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? ""
+    }
+}

@@ -1,0 +1,121 @@
+import Foundation
+import Secrets
+
+/// A successful token-endpoint answer (RFC 6749 §5.1).
+public struct TokenResponse: Sendable {
+    public var accessToken: Secret
+    public var tokenType: String
+    /// `expires_in`, accepted as a number or a numeric string.
+    public var expiresIn: Int?
+    /// Present when the server rotated the refresh token.
+    public var refreshToken: Secret?
+    public var scope: String?
+
+    public init(accessToken: Secret, tokenType: String, expiresIn: Int?, refreshToken: Secret?, scope: String?) {
+        self.accessToken = accessToken
+        self.tokenType = tokenType
+        self.expiresIn = expiresIn
+        self.refreshToken = refreshToken
+        self.scope = scope
+    }
+}
+
+/// Why a token request did not yield a token.
+public struct TokenEndpointError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Kind: Sendable, Equatable {
+        /// The grant or the client is no longer accepted (RFC 6749 §5.2
+        /// `invalid_grant`, `invalid_client`): only a new login helps.
+        case rejected
+        /// Worth retrying later: network, timeout, 5xx, 429, malformed answers,
+        /// and errors that configuration can fix without losing the grant.
+        case transient
+    }
+
+    public let kind: Kind
+    /// RFC 6749 error code when the server sent one.
+    public let code: String?
+    /// A human-readable reason; never contains a token.
+    public let reason: String
+    /// Seconds the server asked us to wait (Retry-After).
+    public let retryAfter: Int?
+
+    public static func rejected(code: String, reason: String) -> TokenEndpointError {
+        TokenEndpointError(kind: .rejected, code: code, reason: reason, retryAfter: nil)
+    }
+
+    public static func transient(_ reason: String, code: String? = nil, retryAfter: Int? = nil) -> TokenEndpointError {
+        TokenEndpointError(kind: .transient, code: code, reason: reason, retryAfter: retryAfter)
+    }
+
+    public var description: String { reason }
+}
+
+extension TokenResponse {
+    /// Turns an HTTP answer from the token endpoint into a token or a classified error.
+    public static func classify(
+        status: Int, retryAfterHeader: String?, body: [UInt8], now: Date = Date()
+    ) -> Result<TokenResponse, TokenEndpointError> {
+        let retryAfter = retryAfterHeader.flatMap { parseRetryAfter($0, now: now) }
+        let json = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any]
+        if let code = json?["error"] as? String {
+            return .failure(classifyError(code: code, description: json?["error_description"] as? String,
+                status: status, retryAfter: retryAfter))
+        }
+        switch status {
+        case 200..<300:
+            guard let json else { return .failure(.transient("token endpoint answered \(status) with a body that is not a JSON object")) }
+            return parseSuccess(json)
+        case 429:
+            return .failure(.transient("token endpoint is rate limiting (429)", retryAfter: retryAfter))
+        default:
+            return .failure(.transient("token endpoint answered HTTP \(status)", retryAfter: retryAfter))
+        }
+    }
+
+    static func classifyError(code: String, description: String?, status: Int, retryAfter: Int?) -> TokenEndpointError {
+        let detail = description.map { ": \(sanitize($0))" } ?? ""
+        switch code {
+        case "invalid_grant", "invalid_client":
+            return .rejected(code: code, reason: "token endpoint refused the refresh (\(code)\(detail))")
+        default:
+            return .transient(
+                "token endpoint answered \(status) with error \(sanitize(code))\(detail)", code: code,
+                retryAfter: retryAfter)
+        }
+    }
+
+    static func parseSuccess(_ json: [String: Any]) -> Result<TokenResponse, TokenEndpointError> {
+        guard let access = json["access_token"] as? String, !access.isEmpty else {
+            return .failure(.transient("token endpoint answer has no access_token"))
+        }
+        let expiresIn: Int?
+        switch json["expires_in"] {
+        case let number as NSNumber where !(number is Bool): expiresIn = number.intValue
+        case let text as String: expiresIn = Int(text.trimmingCharacters(in: .whitespaces))
+        default: expiresIn = nil
+        }
+        let refresh = (json["refresh_token"] as? String).flatMap { $0.isEmpty ? nil : Secret($0) }
+        return .success(
+            TokenResponse(
+                accessToken: Secret(access), tokenType: (json["token_type"] as? String) ?? "Bearer",
+                expiresIn: expiresIn, refreshToken: refresh, scope: json["scope"] as? String))
+    }
+
+    /// Retry-After as delay-seconds or an HTTP-date (RFC 9110 §10.2.3).
+    public static func parseRetryAfter(_ value: String, now: Date) -> Int? {
+        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        if let seconds = Int(trimmed) { return max(0, seconds) }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        guard let date = formatter.date(from: trimmed) else { return nil }
+        return max(0, Int(date.timeIntervalSince(now).rounded(.up)))
+    }
+
+    /// Server-provided text, shortened and stripped of control characters so it
+    /// is safe to log and return.
+    static func sanitize(_ text: String) -> String {
+        String(text.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }.prefix(200).map(Character.init))
+    }
+}

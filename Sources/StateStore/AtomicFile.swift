@@ -1,0 +1,63 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Replaces a file's contents so that, whatever happens, the path holds
+/// either the old contents or the new ones, and the new ones are on disk when
+/// `write` returns: temp file, fsync, rename, fsync of the directory.
+public enum AtomicFile {
+    /// The steps of a write, in order; tests stop a write after any of them.
+    public enum Step: String, Sendable, CaseIterable {
+        case createdTemporary, wroteTemporary, syncedTemporary, renamed, syncedDirectory
+    }
+
+    public struct WriteError: Error, CustomStringConvertible {
+        public let step: String
+        public let path: String
+        public let errno: Int32
+        public var description: String { "\(step) \(path): \(String(cString: strerror(errno)))" }
+    }
+
+    /// Writes `data` to `path` with mode 0600. `afterStep` lets tests
+    /// simulate a crash by throwing.
+    public static func write(
+        _ data: [UInt8], to path: String, afterStep: (Step) throws -> Void = { _ in }
+    ) throws {
+        let temporary = path + ".tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { throw WriteError(step: "open", path: temporary, errno: errno) }
+        var closed = false
+        defer { if !closed { close(fd) } }
+        try afterStep(.createdTemporary)
+        var written = 0
+        while written < data.count {
+            let result = data.withUnsafeBytes { buffer in
+                Glibc.write(fd, buffer.baseAddress! + written, data.count - written)
+            }
+            if result < 0 {
+                if errno == EINTR { continue }
+                throw WriteError(step: "write", path: temporary, errno: errno)
+            }
+            written += result
+        }
+        try afterStep(.wroteTemporary)
+        guard fsync(fd) == 0 else { throw WriteError(step: "fsync", path: temporary, errno: errno) }
+        try afterStep(.syncedTemporary)
+        closed = true
+        guard close(fd) == 0 else { throw WriteError(step: "close", path: temporary, errno: errno) }
+        guard rename(temporary, path) == 0 else { throw WriteError(step: "rename", path: path, errno: errno) }
+        try afterStep(.renamed)
+        try syncDirectory(of: path)
+        try afterStep(.syncedDirectory)
+    }
+
+    static func syncDirectory(of path: String) throws {
+        let directory = (path as NSString).deletingLastPathComponent
+        let fd = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw WriteError(step: "open", path: directory, errno: errno) }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw WriteError(step: "fsync", path: directory, errno: errno) }
+    }
+}

@@ -1,0 +1,100 @@
+import Secrets
+
+/// Everything tokend keeps about one session across restarts.
+public struct SessionRecord: Sendable, Equatable {
+    public enum Phase: String, Sendable, Codable {
+        /// Holds a refresh token.
+        case active
+        /// The server refused the grant (or there never was one): a new login is needed.
+        case loginRequired
+        /// Logged out on purpose.
+        case loggedOut
+    }
+
+    public var phase: Phase
+    /// Why the session is not active, for status and errors.
+    public var reason: String?
+    public var refreshToken: Secret?
+    public var accessToken: Secret?
+    public var tokenType: String?
+    public var scope: String?
+    /// Unix seconds.
+    public var expiresAt: Int?
+    /// Where expiresAt came from: "expires_in", "jwt" or "default".
+    public var expirySource: String?
+    /// +1 on every successful refresh; never goes back, also across logins.
+    public var generation: Int
+    public var lastRefreshAt: Int?
+    /// Set, durably, before a refresh request is sent; cleared with its result.
+    /// Found set at start: the previous process died mid-refresh.
+    public var refreshStartedAt: Int?
+
+    public init(
+        phase: Phase, reason: String? = nil, refreshToken: Secret? = nil, accessToken: Secret? = nil,
+        tokenType: String? = nil, scope: String? = nil, expiresAt: Int? = nil, expirySource: String? = nil,
+        generation: Int = 0, lastRefreshAt: Int? = nil, refreshStartedAt: Int? = nil
+    ) {
+        self.phase = phase
+        self.reason = reason
+        self.refreshToken = refreshToken
+        self.accessToken = accessToken
+        self.tokenType = tokenType
+        self.scope = scope
+        self.expiresAt = expiresAt
+        self.expirySource = expirySource
+        self.generation = generation
+        self.lastRefreshAt = lastRefreshAt
+        self.refreshStartedAt = refreshStartedAt
+    }
+}
+
+/// The on-disk form of a record; the only place secrets become plain strings.
+struct StoredRecord: Codable {
+    var phase: SessionRecord.Phase
+    var reason: String?
+    var refreshToken: String?
+    var accessToken: String?
+    var tokenType: String?
+    var scope: String?
+    var expiresAt: Int?
+    var expirySource: String?
+    var generation: Int
+    var lastRefreshAt: Int?
+    var refreshStartedAt: Int?
+
+    init(_ record: SessionRecord) {
+        phase = record.phase
+        reason = record.reason
+        refreshToken = record.refreshToken?.reveal()
+        accessToken = record.accessToken?.reveal()
+        tokenType = record.tokenType
+        scope = record.scope
+        expiresAt = record.expiresAt
+        expirySource = record.expirySource
+        generation = record.generation
+        lastRefreshAt = record.lastRefreshAt
+        refreshStartedAt = record.refreshStartedAt
+    }
+
+    var record: SessionRecord {
+        SessionRecord(
+            phase: phase, reason: reason, refreshToken: refreshToken.map(Secret.init),
+            accessToken: accessToken.map(Secret.init), tokenType: tokenType, scope: scope, expiresAt: expiresAt,
+            expirySource: expirySource, generation: generation, lastRefreshAt: lastRefreshAt,
+            refreshStartedAt: refreshStartedAt)
+    }
+}
+
+/// The versioned envelope. `encryption` names how `record` is protected;
+/// version 1 knows only "none". A sealed form will carry the ciphertext in
+/// its own member, with the session name as authenticated data.
+struct Envelope: Codable {
+    static let format = "tokend-session"
+    static let currentVersion = 1
+
+    var format: String
+    var version: Int
+    var session: String
+    var encryption: String
+    var record: StoredRecord?
+}

@@ -1,0 +1,103 @@
+import Foundation
+import TokendInterface
+import Varlink
+import VarlinkNIO
+
+/// A connection to tokend. Safe to share between tasks; calls are pipelined.
+public final class TokendClient: Sendable {
+    public static let defaultSocket = "/run/tokend/io.tokend.Broker"
+
+    /// `explicit`, else $TOKEND_SOCKET, else the system socket.
+    public static func socketPath(_ explicit: String? = nil) -> String {
+        explicit ?? ProcessInfo.processInfo.environment["TOKEND_SOCKET"] ?? defaultSocket
+    }
+
+    public let socket: String
+    let connection: VarlinkClient
+
+    init(socket: String, connection: VarlinkClient) {
+        self.socket = socket
+        self.connection = connection
+    }
+
+    public static func connect(socket: String? = nil) async throws(TokendClientError) -> TokendClient {
+        let path = socketPath(socket)
+        do {
+            return TokendClient(socket: path, connection: try await VarlinkClient.connect(path: path))
+        } catch {
+            throw .unreachable(socket: path, reason: describeConnectError(error))
+        }
+    }
+
+    public func close() async { await connection.close() }
+
+    public func token(session: String? = nil, minValidSeconds: Int? = nil) async throws(TokendClientError) -> AccessToken {
+        let reply = try await call("GetToken", ["session": .optional(session), "minValidSeconds": .optional(minValidSeconds)])
+        return try AccessToken(reply["token"])
+    }
+
+    public func refresh(session: String? = nil, staleGeneration: Int? = nil) async throws(TokendClientError) -> AccessToken {
+        let reply = try await call("Refresh", ["session": .optional(session), "staleGeneration": .optional(staleGeneration)])
+        return try AccessToken(reply["token"])
+    }
+
+    public func status(session: String? = nil) async throws(TokendClientError) -> SessionStatus {
+        try SessionStatus(try await call("GetStatus", ["session": .optional(session)])["status"])
+    }
+
+    public func sessions() async throws(TokendClientError) -> [SessionStatus] {
+        let reply = try await call("ListSessions", [:])
+        guard let list = reply["sessions"]?.arrayValue else { throw .malformedReply("session list") }
+        var statuses: [SessionStatus] = []
+        for element in list { statuses.append(try SessionStatus(element)) }
+        return statuses
+    }
+
+    public func login(session: String? = nil, refreshToken: String) async throws(TokendClientError) -> SessionStatus {
+        let reply = try await call("Login", ["session": .optional(session), "refreshToken": .string(refreshToken)])
+        return try SessionStatus(reply["status"])
+    }
+
+    public func logout(session: String? = nil, revoke: Bool = true) async throws(TokendClientError) {
+        _ = try await call("Logout", ["session": .optional(session), "revoke": .bool(revoke)])
+    }
+
+    /// The session's events, beginning with a "status" event.
+    public func events(session: String? = nil) -> AsyncThrowingStream<SessionEvent, Error> {
+        let replies = connection.stream(BrokerInterface.method("Subscribe"), ["session": .optional(session)])
+        let socket = self.socket
+        return AsyncThrowingStream { continuation in
+            let task = Task {
+                do {
+                    for try await reply in replies { continuation.yield(SessionEvent(reply)) }
+                    continuation.finish()
+                } catch let error as VarlinkError {
+                    continuation.finish(throwing: TokendClientError(error))
+                } catch {
+                    continuation.finish(throwing: TokendClientError.unreachable(socket: socket, reason: "\(error)"))
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    func call(_ method: String, _ parameters: JSONObject) async throws(TokendClientError) -> JSONObject {
+        do {
+            return try await connection.call(BrokerInterface.method(method), parameters.filter { !$0.value.isNull })
+        } catch let error as VarlinkError {
+            throw TokendClientError(error)
+        } catch {
+            throw .unreachable(socket: socket, reason: "the connection failed (\(error))")
+        }
+    }
+}
+
+func describeConnectError(_ error: Error) -> String {
+    let text = "\(error)"
+    if text.contains("No such file") || text.contains("ENOENT") { return "no socket there (is tokend running?)" }
+    if text.contains("Connection refused") || text.contains("ECONNREFUSED") { return "connection refused (tokend is not running)" }
+    if text.contains("Permission denied") || text.contains("EACCES") {
+        return "permission denied (is this user in the socket's group?)"
+    }
+    return text
+}

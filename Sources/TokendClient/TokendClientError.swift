@@ -1,0 +1,51 @@
+import TokendInterface
+import Varlink
+
+/// Why a call to tokend failed, in terms a caller can act on.
+public enum TokendClientError: Error, CustomStringConvertible {
+    /// No tokend answers at the socket path.
+    case unreachable(socket: String, reason: String)
+    case loginRequired(session: String, reason: String)
+    case upstreamUnavailable(session: String, reason: String, retryAfter: Int?)
+    case noSuchSession(session: String)
+    case permissionDenied
+    case invalidParameter(String)
+    /// Any other error reply.
+    case failed(VarlinkError)
+    case malformedReply(String)
+
+    init(_ error: VarlinkError) {
+        let p = error.parameters
+        switch error.name {
+        case BrokerInterface.Error.loginRequired:
+            self = .loginRequired(session: p["session"]?.stringValue ?? "", reason: p["reason"]?.stringValue ?? "")
+        case BrokerInterface.Error.upstreamUnavailable:
+            self = .upstreamUnavailable(
+                session: p["session"]?.stringValue ?? "", reason: p["reason"]?.stringValue ?? "",
+                retryAfter: p["retryAfter"]?.intValue)
+        case BrokerInterface.Error.noSuchSession:
+            self = .noSuchSession(session: p["session"]?.stringValue ?? "")
+        case VarlinkError.permissionDenied.name:
+            self = .permissionDenied
+        case "org.varlink.service.InvalidParameter":
+            self = .invalidParameter(p["parameter"]?.stringValue ?? "")
+        default:
+            self = .failed(error)
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .unreachable(let socket, let reason): "tokend is not reachable at \(socket): \(reason)"
+        case .loginRequired(let session, let reason): "session \(session) needs a login: \(reason)"
+        case .upstreamUnavailable(let session, let reason, let retryAfter):
+            "session \(session): the token endpoint is unavailable (\(reason))"
+                + (retryAfter.map { "; tokend retries in \($0) s" } ?? "")
+        case .noSuchSession(let session): "no session named \(session) is configured in tokend"
+        case .permissionDenied: "tokend refused the call: this user is not allowed to make it"
+        case .invalidParameter(let name): "tokend rejected the parameter \(name)"
+        case .failed(let error): "tokend answered \(error)"
+        case .malformedReply(let what): "tokend sent a malformed \(what)"
+        }
+    }
+}

@@ -1,0 +1,76 @@
+import Varlink
+
+/// An access token as tokend hands it out.
+public struct AccessToken: Sendable, Equatable {
+    public var accessToken: String
+    public var tokenType: String
+    public var expiresAt: Int
+    public var generation: Int
+    public var scope: String?
+
+    /// "Bearer <token>" (the token type as the server named it).
+    public var authorizationHeaderValue: String { "\(tokenType.isEmpty ? "Bearer" : tokenType) \(accessToken)" }
+
+    init(_ json: JSONValue?) throws(TokendClientError) {
+        guard let object = json?.objectValue, let access = object["accessToken"]?.stringValue,
+            let expiresAt = object["expiresAt"]?.intValue, let generation = object["generation"]?.intValue
+        else { throw TokendClientError.malformedReply("token") }
+        self.accessToken = access
+        self.tokenType = object["tokenType"]?.stringValue ?? "Bearer"
+        self.expiresAt = expiresAt
+        self.generation = generation
+        self.scope = object["scope"]?.stringValue
+    }
+}
+
+/// A session's status; `json` keeps the reply as sent, for `--json` output.
+public struct SessionStatus: Sendable {
+    public var session: String
+    public var state: String
+    public var generation: Int
+    public var expiresAt: Int?
+    public var lastRefreshAt: Int?
+    public var nextRefreshAt: Int?
+    public var refreshes: Int
+    public var coalesced: Int
+    public var failures: Int
+    public var lastError: String?
+    public var json: JSONValue
+
+    init(_ json: JSONValue?) throws(TokendClientError) {
+        guard let json, let object = json.objectValue, let session = object["session"]?.stringValue,
+            let state = object["state"]?.stringValue
+        else { throw TokendClientError.malformedReply("status") }
+        self.session = session
+        self.state = state
+        self.generation = object["generation"]?.intValue ?? 0
+        self.expiresAt = object["expiresAt"]?.intValue
+        self.lastRefreshAt = object["lastRefreshAt"]?.intValue
+        self.nextRefreshAt = object["nextRefreshAt"]?.intValue
+        self.refreshes = object["refreshes"]?.intValue ?? 0
+        self.coalesced = object["coalesced"]?.intValue ?? 0
+        self.failures = object["failures"]?.intValue ?? 0
+        self.lastError = object["lastError"]?.stringValue
+        self.json = json
+    }
+}
+
+/// One Subscribe reply: "status" first, then loggedIn, refreshed,
+/// loginRequired, loggedOut, and "stopped" when tokend shuts down.
+public struct SessionEvent: Sendable {
+    public var event: String
+    public var session: String
+    public var generation: Int
+    public var expiresAt: Int?
+    public var reason: String?
+    public var json: JSONValue
+
+    init(_ object: JSONObject) {
+        event = object["event"]?.stringValue ?? ""
+        session = object["session"]?.stringValue ?? ""
+        generation = object["generation"]?.intValue ?? 0
+        expiresAt = object["expiresAt"]?.intValue
+        reason = object["reason"]?.stringValue
+        json = .object(object)
+    }
+}

@@ -1,0 +1,22 @@
+import Varlink
+
+/// The io.tokend.Broker interface: its declaration (the .varlink file,
+/// embedded at build time) and its error names.
+public enum BrokerInterface {
+    public static let name = "io.tokend.Broker"
+
+    public static let declaration: VarlinkInterface = {
+        let text = String(decoding: PackageResources.io_tokend_Broker_varlink, as: UTF8.self)
+        return try! VarlinkInterface(description: text)
+    }()
+
+    public enum Error {
+        public static let noSuchSession = "io.tokend.Broker.NoSuchSession"
+        public static let loginRequired = "io.tokend.Broker.LoginRequired"
+        public static let upstreamUnavailable = "io.tokend.Broker.UpstreamUnavailable"
+        public static let requestTooLarge = "io.tokend.Broker.RequestTooLarge"
+        public static let internalError = "io.tokend.Broker.InternalError"
+    }
+
+    public static func method(_ name: String) -> String { "\(Self.name).\(name)" }
+}

@@ -1,0 +1,48 @@
+import Broker
+import TokendInterface
+import Varlink
+
+extension Token {
+    var json: JSONValue {
+        [
+            "accessToken": .string(accessToken.reveal()), "tokenType": .string(tokenType),
+            "expiresAt": .int(expiresAt), "generation": .int(generation), "scope": .optional(scope),
+        ]
+    }
+}
+
+extension SessionStatus {
+    var json: JSONValue {
+        [
+            "session": .string(session), "state": .string(state), "generation": .int(generation),
+            "expiresAt": .optional(expiresAt), "expirySource": .optional(expirySource),
+            "lastRefreshAt": .optional(lastRefreshAt), "nextRefreshAt": .optional(nextRefreshAt),
+            "refreshes": .int(refreshes), "coalesced": .int(coalesced), "failures": .int(failures),
+            "lastError": .optional(lastError),
+        ]
+    }
+}
+
+extension SessionEvent {
+    var parameters: JSONObject {
+        [
+            "event": .string(kind.rawValue), "session": .string(session), "generation": .int(generation),
+            "expiresAt": .optional(expiresAt), "reason": .optional(reason),
+        ]
+    }
+}
+
+extension BrokerError: VarlinkErrorConvertible {
+    public var varlinkError: VarlinkError {
+        switch code {
+        case .noSuchSession:
+            VarlinkError(BrokerInterface.Error.noSuchSession, ["session": .string(session)])
+        case .loginRequired:
+            VarlinkError(BrokerInterface.Error.loginRequired, ["session": .string(session), "reason": .string(reason)])
+        case .upstreamUnavailable:
+            VarlinkError(
+                BrokerInterface.Error.upstreamUnavailable,
+                ["session": .string(session), "reason": .string(reason), "retryAfter": .optional(retryAfter)])
+        }
+    }
+}

@@ -1,0 +1,177 @@
+/// What `org.varlink.service.GetInfo` reports.
+public struct ServiceInfo: Sendable {
+    public var vendor: String
+    public var product: String
+    public var version: String
+    public var url: String
+
+    public init(vendor: String, product: String, version: String, url: String) {
+        self.vendor = vendor
+        self.product = product
+        self.version = version
+        self.url = url
+    }
+}
+
+/// The process on the other end of a Unix socket, from SO_PEERCRED.
+public struct PeerCredentials: Sendable, Equatable {
+    public var pid: Int32
+    public var uid: UInt32
+    public var gid: UInt32
+
+    public init(pid: Int32, uid: UInt32, gid: UInt32) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+    }
+}
+
+/// What a method implementation knows about its call.
+public struct CallContext: Sendable {
+    public var peer: PeerCredentials?
+    public var method: String
+    public var oneway: Bool
+    public var more: Bool
+
+    public init(peer: PeerCredentials?, method: String, oneway: Bool = false, more: Bool = false) {
+        self.peer = peer
+        self.method = method
+        self.oneway = oneway
+        self.more = more
+    }
+}
+
+/// Sends the replies of a streaming (`more`) call.
+public struct ReplyStream: Sendable {
+    let send: @Sendable (VarlinkReply) async throws -> Void
+
+    public init(send: @escaping @Sendable (VarlinkReply) async throws -> Void) {
+        self.send = send
+    }
+
+    /// Sends one reply; `continues: false` ends the call.
+    public func yield(_ parameters: JSONObject, continues: Bool) async throws {
+        try await send(VarlinkReply(parameters: parameters, continues: continues))
+    }
+}
+
+public enum MethodHandler: Sendable {
+    /// Answers with one reply.
+    case call(@Sendable (JSONObject, CallContext) async throws -> JSONObject)
+    /// Answers with any number of replies; the caller must set `more`.
+    case stream(@Sendable (JSONObject, CallContext, ReplyStream) async throws -> Void)
+}
+
+/// One interface and the implementations of its methods.
+public struct VarlinkImplementation: Sendable {
+    public let interface: VarlinkInterface
+    public let methods: [String: MethodHandler]
+
+    /// Every handler must name a method the declaration has.
+    public init(interface: VarlinkInterface, methods: [String: MethodHandler]) {
+        for name in methods.keys {
+            precondition(interface.methods.contains(name), "\(interface.name).\(name) is not declared")
+        }
+        self.interface = interface
+        self.methods = methods
+    }
+}
+
+/// Routes calls to implementations and answers `org.varlink.service` itself.
+public final class VarlinkService: Sendable {
+    public let info: ServiceInfo
+    let implementations: [String: VarlinkImplementation]
+    let interfaceNames: [String]
+    let internalError: VarlinkError
+    /// Told about every error that is not a VarlinkErrorConvertible.
+    let onUnexpectedError: @Sendable (String, any Error) -> Void
+
+    public init(
+        info: ServiceInfo,
+        implementations: [VarlinkImplementation],
+        internalError: VarlinkError = VarlinkError("org.varlink.service.InternalError"),
+        onUnexpectedError: @escaping @Sendable (String, any Error) -> Void = { _, _ in }
+    ) {
+        self.info = info
+        var table: [String: VarlinkImplementation] = [:]
+        for implementation in implementations { table[implementation.interface.name] = implementation }
+        self.implementations = table
+        self.interfaceNames = [VarlinkInterface.service.name] + implementations.map(\.interface.name)
+        self.internalError = internalError
+        self.onUnexpectedError = onUnexpectedError
+    }
+
+    /// Handles one call, sending its replies (none for `oneway`) through `send`.
+    /// Only a failure of `send` itself is thrown: the connection is gone.
+    public func handle(
+        _ call: VarlinkCall, peer: PeerCredentials?,
+        send: @escaping @Sendable (VarlinkReply) async throws -> Void
+    ) async throws {
+        let context = CallContext(peer: peer, method: call.method, oneway: call.oneway, more: call.more)
+        let reply: @Sendable (VarlinkReply) async throws -> Void
+        if call.oneway {
+            reply = { _ in }
+        } else {
+            reply = send
+        }
+        do {
+            switch try lookUp(call) {
+            case .call(let body):
+                let parameters = try await body(call.parameters, context)
+                try await reply(VarlinkReply(parameters: parameters))
+            case .stream(let body):
+                guard call.more else { throw VarlinkError.expectedMore }
+                try await body(call.parameters, context, ReplyStream(send: reply))
+            }
+        } catch let error as ReplyStreamClosed {
+            throw error
+        } catch let error as VarlinkErrorConvertible {
+            try await reply(VarlinkReply(error.varlinkError))
+        } catch {
+            onUnexpectedError(call.method, error)
+            try await reply(VarlinkReply(internalError))
+        }
+    }
+
+    func lookUp(_ call: VarlinkCall) throws(VarlinkError) -> MethodHandler {
+        guard let (interface, member) = call.interfaceAndMember else { throw .methodNotFound(call.method) }
+        if interface == VarlinkInterface.service.name {
+            return try serviceMethod(member, call.method)
+        }
+        guard let implementation = implementations[interface] else { throw .interfaceNotFound(interface) }
+        guard implementation.interface.methods.contains(member) else { throw .methodNotFound(call.method) }
+        guard let handler = implementation.methods[member] else { throw .methodNotImplemented(call.method) }
+        return handler
+    }
+
+    func serviceMethod(_ member: String, _ method: String) throws(VarlinkError) -> MethodHandler {
+        switch member {
+        case "GetInfo":
+            let info = self.info
+            let names = interfaceNames.map { JSONValue.string($0) }
+            return .call { _, _ in
+                [
+                    "vendor": .string(info.vendor), "product": .string(info.product),
+                    "version": .string(info.version), "url": .string(info.url),
+                    "interfaces": .array(names),
+                ]
+            }
+        case "GetInterfaceDescription":
+            return .call { [implementations] parameters, _ in
+                let name = try parameters.string("interface")
+                if name == VarlinkInterface.service.name {
+                    return ["description": .string(VarlinkInterface.service.description)]
+                }
+                guard let implementation = implementations[name] else { throw VarlinkError.interfaceNotFound(name) }
+                return ["description": .string(implementation.interface.description)]
+            }
+        default:
+            throw .methodNotFound(method)
+        }
+    }
+}
+
+/// Thrown by a reply sender when the peer has gone; ends the call quietly.
+public struct ReplyStreamClosed: Error {
+    public init() {}
+}

@@ -1,0 +1,22 @@
+import Foundation
+import TokendClient
+import Varlink
+
+func formatTime(_ unix: Int) -> String {
+    let formatter = ISO8601DateFormatter()
+    let seconds = unix - Int(Date().timeIntervalSince1970)
+    return "\(formatter.string(from: Date(timeIntervalSince1970: TimeInterval(unix)))) (in \(seconds) s)"
+}
+
+func jsonText(_ value: JSONValue) -> String { JSONWriter.string(value) }
+
+func printStatus(_ status: SessionStatus) {
+    print("session:      \(status.session)")
+    print("state:        \(status.state)")
+    print("generation:   \(status.generation)")
+    if let expiresAt = status.expiresAt { print("expires:      \(formatTime(expiresAt))") }
+    if let last = status.lastRefreshAt { print("last refresh: \(formatTime(last))") }
+    if let next = status.nextRefreshAt { print("next refresh: \(formatTime(next))") }
+    print("refreshes:    \(status.refreshes) (coalesced callers: \(status.coalesced), failures: \(status.failures))")
+    if let error = status.lastError { print("last error:   \(error)") }
+}

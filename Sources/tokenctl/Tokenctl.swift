@@ -1,0 +1,202 @@
+import ArgumentParser
+import Foundation
+import TokendClient
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// tokenctl's exit codes (documented in README and `tokenctl --help`).
+enum Exit {
+    static let failure: Int32 = 1
+    static let loginRequired: Int32 = 2
+    static let unreachable: Int32 = 3
+    static let upstreamUnavailable: Int32 = 4
+    static let noSuchSession: Int32 = 5
+    static let permissionDenied: Int32 = 6
+}
+
+struct Common: ParsableArguments {
+    @Option(help: "tokend's socket (default: $TOKEND_SOCKET, else \(TokendClient.defaultSocket)).")
+    var socket: String?
+
+    @Option(help: "Session name (default: \"default\").")
+    var session: String?
+
+    func connect() async throws -> TokendClient {
+        try await run { try await TokendClient.connect(socket: socket) }
+    }
+
+    /// Runs a client call, turning its error into a message with the fix and an exit code.
+    func run<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as TokendClientError {
+            let (code, advice) = Self.advice(for: error, session: session)
+            FileHandle.standardError.write(Data("tokenctl: \(error)\(advice.isEmpty ? "" : "\n  \(advice)")\n".utf8))
+            throw ExitCode(code)
+        }
+    }
+
+    static func advice(for error: TokendClientError, session: String?) -> (Int32, String) {
+        let sessionFlag = session.map { " --session \($0)" } ?? ""
+        switch error {
+        case .unreachable:
+            return (Exit.unreachable,
+                "Start it with `systemctl start tokend.socket` (or `systemctl --user start tokend.socket`), or point --socket / TOKEND_SOCKET at the running tokend.")
+        case .loginRequired:
+            return (Exit.loginRequired, "Log in with: tokenctl login\(sessionFlag) --refresh-token-file FILE")
+        case .upstreamUnavailable:
+            return (Exit.upstreamUnavailable, "tokend keeps retrying; `tokenctl status\(sessionFlag)` shows the last error.")
+        case .noSuchSession:
+            return (Exit.noSuchSession, "`tokenctl sessions` lists the configured sessions.")
+        case .permissionDenied:
+            return (Exit.permissionDenied, "Ask the administrator to add this user to tokend's group or policy.")
+        default:
+            return (Exit.failure, "")
+        }
+    }
+}
+
+struct TokenCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "token", abstract: "Print a valid access token.")
+    @OptionGroup var common: Common
+    @Flag(help: "Print `Authorization: <type> <token>` instead of the bare token.")
+    var header = false
+    @Option(help: "Seconds of validity the token must have left.")
+    var minValid: Int?
+
+    func run() async throws {
+        let client = try await common.connect()
+        let token = try await common.run { try await client.token(session: common.session, minValidSeconds: minValid) }
+        print(header ? "Authorization: \(token.authorizationHeaderValue)" : token.accessToken)
+    }
+}
+
+struct RefreshCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "refresh", abstract: "Refresh the token (only if still at generation N with --stale-generation).")
+    @OptionGroup var common: Common
+    @Option(help: "The generation of the token the caller found stale.")
+    var staleGeneration: Int?
+
+    func run() async throws {
+        let client = try await common.connect()
+        let token = try await common.run {
+            try await client.refresh(session: common.session, staleGeneration: staleGeneration)
+        }
+        print("generation \(token.generation), expires \(formatTime(token.expiresAt))")
+    }
+}
+
+struct StatusCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show a session's state.")
+    @OptionGroup var common: Common
+    @Flag(help: "Print the status as JSON.")
+    var json = false
+
+    func run() async throws {
+        let client = try await common.connect()
+        let status = try await common.run { try await client.status(session: common.session) }
+        if json {
+            print(jsonText(status.json))
+        } else {
+            printStatus(status)
+        }
+    }
+}
+
+struct SessionsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "sessions", abstract: "List the configured sessions.")
+    @OptionGroup var common: Common
+    @Flag(help: "Print one JSON object per line.")
+    var json = false
+
+    func run() async throws {
+        let client = try await common.connect()
+        let sessions = try await common.run { try await client.sessions() }
+        for status in sessions {
+            if json {
+                print(jsonText(status.json))
+            } else {
+                let expiry = status.expiresAt.map { "expires \(formatTime($0))" } ?? ""
+                print("\(status.session)\t\(status.state)\tgeneration \(status.generation)\t\(expiry)")
+            }
+        }
+    }
+}
+
+struct LoginCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "login",
+        abstract: "Hand tokend a refresh token (read from a file or standard input, never from the command line).")
+    @OptionGroup var common: Common
+    @Option(help: "File holding the refresh token (default: standard input).")
+    var refreshTokenFile: String?
+
+    func run() async throws {
+        let text: String
+        if let refreshTokenFile {
+            guard let data = FileManager.default.contents(atPath: refreshTokenFile) else {
+                FileHandle.standardError.write(Data("tokenctl: cannot read \(refreshTokenFile)\n".utf8))
+                throw ExitCode(Exit.failure)
+            }
+            text = String(decoding: data, as: UTF8.self)
+        } else {
+            if isatty(0) != 0 { FileHandle.standardError.write(Data("Refresh token (then Enter): ".utf8)) }
+            text = readLine(strippingNewline: true) ?? ""
+        }
+        let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !token.isEmpty else {
+            FileHandle.standardError.write(Data("tokenctl: no refresh token given (pipe it in or use --refresh-token-file)\n".utf8))
+            throw ExitCode(Exit.failure)
+        }
+        let client = try await common.connect()
+        let status = try await common.run { try await client.login(session: common.session, refreshToken: token) }
+        printStatus(status)
+    }
+}
+
+struct LogoutCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "logout", abstract: "Forget the session's tokens here and revoke them at the server.")
+    @OptionGroup var common: Common
+    @Flag(help: "Do not call the revocation endpoint.")
+    var noRevoke = false
+
+    func run() async throws {
+        let client = try await common.connect()
+        try await common.run { try await client.logout(session: common.session, revoke: !noRevoke) }
+        print("logged out")
+    }
+}
+
+struct WatchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "watch", abstract: "Print the session's events, one JSON object per line.")
+    @OptionGroup var common: Common
+
+    func run() async throws {
+        let client = try await common.connect()
+        try await common.run {
+            for try await event in client.events(session: common.session) {
+                FileHandle.standardOutput.write(Data((jsonText(event.json) + "\n").utf8))
+            }
+        }
+    }
+}
+
+@main
+struct Tokenctl: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tokenctl",
+        abstract: "Ask tokend for tokens and manage its sessions.",
+        discussion: """
+            Exit codes: 0 success, 1 failure, 2 login required, 3 tokend unreachable, \
+            4 token endpoint unavailable (tokend retries), 5 no such session, 6 permission denied, 64 usage error.
+            """,
+        subcommands: [
+            TokenCommand.self, RefreshCommand.self, StatusCommand.self, SessionsCommand.self, LoginCommand.self,
+            LogoutCommand.self, WatchCommand.self,
+        ])
+}

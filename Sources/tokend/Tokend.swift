@@ -1,0 +1,62 @@
+import ArgumentParser
+import Config
+import Foundation
+import Logging
+import ServiceLifecycle
+import TokendServer
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// sysexits.h EX_CONFIG: the configuration is wrong.
+let exitConfigError: Int32 = 78
+
+@main
+struct Tokend: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tokend",
+        abstract: "Owns OAuth sessions' refresh tokens and answers token requests over Varlink.",
+        version: Daemon.version)
+
+    @Option(name: .long, help: "Configuration file (also TOKEND_CONFIG).")
+    var config: String = ProcessInfo.processInfo.environment["TOKEND_CONFIG"] ?? "/etc/tokend/tokend.toml"
+
+    @Flag(name: .long, help: "Validate the configuration and exit (0 valid, 78 invalid).")
+    var checkConfig = false
+
+    func run() async throws {
+        umask(0o077)
+        let environment = ProcessInfo.processInfo.environment
+        let configuration: Configuration
+        do {
+            configuration = try Configuration.load(path: config, environment: environment)
+        } catch {
+            FileHandle.standardError.write(Data("tokend: \(error)\n".utf8))
+            throw ExitCode(exitConfigError)
+        }
+        if checkConfig {
+            print("tokend: \(config): valid (\(configuration.sessions.map(\.name).joined(separator: ", ")))")
+            return
+        }
+        let level = Logger.Level(rawValue: configuration.daemon.logLevel) ?? .info
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "tokend")
+        let daemon: Daemon
+        do {
+            daemon = try Daemon(configuration: configuration, logger: logger)
+        } catch {
+            FileHandle.standardError.write(Data("tokend: \(error)\n".utf8))
+            throw ExitCode(exitConfigError)
+        }
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [.init(service: daemon)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
+    }
+}
+

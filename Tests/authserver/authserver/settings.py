@@ -1,0 +1,45 @@
+"""A django-oauth-toolkit authorization server for tokend's tests and demo.
+
+Everything that varies comes from the environment (see serve.py):
+rotation and reuse protection are always on, as at the identity providers
+tokend is built for.
+"""
+import os
+
+BASE_DIR = os.environ["AUTHSERVER_DIR"]
+SECRET_KEY = "tokend-test-server-not-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+USE_TZ = True
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "oauth2_provider",
+]
+MIDDLEWARE = [
+    "authserver.middleware.GrantLog",
+]
+ROOT_URLCONF = "authserver.urls"
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.path.join(BASE_DIR, "db.sqlite3"),
+        "OPTIONS": {"timeout": 30},
+    }
+}
+# Fast password hashing: tests create users, not protect them.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+
+OAUTH2_PROVIDER = {
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "REFRESH_TOKEN_GRACE_PERIOD_SECONDS": int(os.environ.get("AUTHSERVER_GRACE", "0")),
+    "ACCESS_TOKEN_EXPIRE_SECONDS": int(os.environ.get("AUTHSERVER_ACCESS_TTL", "3600")),
+    "SCOPES": {"read": "read", "write": "write", "offline_access": "offline access"},
+    "DEFAULT_SCOPES": ["read"],
+}
+
+GRANT_LOG = os.path.join(BASE_DIR, "grants.jsonl")
+LOGGING = {"version": 1, "disable_existing_loggers": False}

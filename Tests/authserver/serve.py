@@ -1,0 +1,84 @@
+"""Starts the test authorization server on 127.0.0.1 and prepares it.
+
+    python serve.py DIR PORT [--grace S] [--access-ttl S] [--workers N]
+
+Creates DIR/db.sqlite3, a user "alice" (password "alice-password") and a
+confidential client "tokend-test" (secret "tokend-test-secret", stored
+unhashed so tests are not slowed by PBKDF2), then runs gunicorn in the
+foreground. Writes DIR/ready when it answers.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLIENT_ID = "tokend-test"
+CLIENT_SECRET = "tokend-test-secret"
+USER, PASSWORD = "alice", "alice-password"
+
+
+def prepare(directory):
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0, interactive=False)
+    from django.contrib.auth.models import User
+    from oauth2_provider.models import Application
+
+    if not User.objects.filter(username=USER).exists():
+        User.objects.create_user(USER, password=PASSWORD)
+    Application.objects.update_or_create(
+        client_id=CLIENT_ID,
+        defaults=dict(
+            name="tokend test client",
+            client_type=Application.CLIENT_CONFIDENTIAL,
+            authorization_grant_type=Application.GRANT_PASSWORD,
+            client_secret=CLIENT_SECRET,
+            hash_client_secret=False,
+            redirect_uris="",
+        ),
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("directory")
+    parser.add_argument("port", type=int)
+    parser.add_argument("--grace", type=int, default=0)
+    parser.add_argument("--access-ttl", type=int, default=3600)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    directory = os.path.abspath(args.directory)
+    os.makedirs(directory, exist_ok=True)
+    env = dict(os.environ, AUTHSERVER_DIR=directory, AUTHSERVER_GRACE=str(args.grace),
+               AUTHSERVER_ACCESS_TTL=str(args.access_ttl), DJANGO_SETTINGS_MODULE="authserver.settings",
+               PYTHONPATH=HERE)
+    os.environ.update(env)
+    sys.path.insert(0, HERE)
+    prepare(directory)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "--no-control-socket", "--bind", f"127.0.0.1:{args.port}",
+         "--workers", str(args.workers), "--log-level", "warning", "authserver.wsgi:application"],
+        env=env, cwd=HERE)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{args.port}/o/token/", timeout=1)
+        except urllib.error.HTTPError:
+            break  # 405 for GET: it answers
+        except OSError:
+            time.sleep(0.1)
+    open(os.path.join(directory, "ready"), "w").close()
+    try:
+        sys.exit(server.wait())
+    except KeyboardInterrupt:
+        server.terminate()
+        sys.exit(server.wait())
+
+
+if __name__ == "__main__":
+    main()
