@@ -12,13 +12,15 @@ import Varlink
 import VarlinkNIO
 
 /// tokend as one service: sessions, the Varlink socket, graceful shutdown.
-public struct Daemon: Service {
+public struct Daemon: Service, CustomStringConvertible {
     let configuration: Configuration
     let broker: Broker
     let server: VarlinkServer
     let logger: Logger
 
     public static let version = "0.1.0"
+
+    public var description: String { "tokend" }
 
     /// Builds every session from the configuration. Throws a description of
     /// what is wrong (unreadable secret, state directory not writable).

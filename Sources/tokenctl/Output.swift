@@ -5,7 +5,8 @@ import Varlink
 func formatTime(_ unix: Int) -> String {
     let formatter = ISO8601DateFormatter()
     let seconds = unix - Int(Date().timeIntervalSince1970)
-    return "\(formatter.string(from: Date(timeIntervalSince1970: TimeInterval(unix)))) (in \(seconds) s)"
+    let relative = seconds >= 0 ? "in \(seconds) s" : "\(-seconds) s ago"
+    return "\(formatter.string(from: Date(timeIntervalSince1970: TimeInterval(unix)))) (\(relative))"
 }
 
 func jsonText(_ value: JSONValue) -> String { JSONWriter.string(value) }

@@ -1,0 +1,59 @@
+# tokend — see README.md. `make demo` and `make test` install what they need.
+SHELL := /bin/bash
+PREFIX ?= /usr/local
+SYSCONFDIR ?= /etc
+SWIFT ?= swift
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := .build/debug
+
+.PHONY: all build release deps venv test unit-test integration-test demo install clean
+
+all: build
+
+# System packages (Debian) the build and tests need; skipped when present.
+deps:
+	@missing=""; \
+	for p in python3-venv libsystemd-dev curl; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(VENV)/.done: Tests/authserver/requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r Tests/authserver/requirements.txt
+	touch $@
+
+venv: deps $(VENV)/.done
+
+build:
+	$(SWIFT) build
+
+release:
+	$(SWIFT) build -c release
+
+unit-test:
+	$(SWIFT) test
+
+integration-test: venv build
+	$(PY) -m pytest -q Tests/integration
+
+test: venv build unit-test integration-test
+
+demo: venv build
+	$(PY) demo/demo.py
+
+install: release
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 .build/release/tokend .build/release/tokenctl $(DESTDIR)$(PREFIX)/bin/
+	install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/tokend
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/tokend/tokend.toml ]; then \
+		echo "keeping existing $(DESTDIR)$(SYSCONFDIR)/tokend/tokend.toml"; \
+	else \
+		install -m 0640 etc/tokend/tokend.toml $(DESTDIR)$(SYSCONFDIR)/tokend/tokend.toml; \
+	fi
+
+clean:
+	rm -rf .build $(VENV)
