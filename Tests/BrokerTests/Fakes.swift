@@ -1,0 +1,153 @@
+import Foundation
+import Logging
+import OAuth
+import Secrets
+import StateStore
+import Synchronization
+@testable import Broker
+
+/// A clock tests move by hand; sleepers wake when time passes their deadline.
+final class TestClock: BrokerClock {
+    private struct State {
+        var now: Double
+        var sleepers: [Int: (deadline: Double, continuation: CheckedContinuation<Void, Error>)] = [:]
+        var nextID = 0
+    }
+    private let state: Mutex<State>
+
+    init(now: Double = 1_000_000) { state = Mutex(State(now: now)) }
+
+    func now() -> Double { state.withLock { $0.now } }
+
+    var sleeperCount: Int { state.withLock { $0.sleepers.count } }
+
+    func sleep(until deadline: Double) async throws {
+        let id = state.withLock { s in
+            s.nextID += 1
+            return s.nextID
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+                let resumeNow = state.withLock { s -> Bool in
+                    if Task.isCancelled || deadline <= s.now { return true }
+                    s.sleepers[id] = (deadline, continuation)
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        } onCancel: {
+            let sleeper = state.withLock { $0.sleepers.removeValue(forKey: id) }
+            sleeper?.continuation.resume(throwing: CancellationError())
+        }
+        try Task.checkCancellation()
+    }
+
+    func advance(to time: Double) {
+        let due = state.withLock { s -> [CheckedContinuation<Void, Error>] in
+            s.now = time
+            let ready = s.sleepers.filter { $0.value.deadline <= time }
+            for id in ready.keys { s.sleepers[id] = nil }
+            return ready.values.map(\.continuation)
+        }
+        for continuation in due { continuation.resume() }
+    }
+}
+
+/// A token endpoint that counts calls, answers from a script and can hold
+/// answers back until released.
+final class FakeEndpoint: TokenEndpoint {
+    enum Answer {
+        case token(expiresIn: Int?, rotate: Bool)
+        case error(TokenEndpointError)
+    }
+    private struct State {
+        var calls = 0
+        var revoked: [String] = []
+        var seenRefreshTokens: [String] = []
+        var script: [Answer] = []
+        var gate: [CheckedContinuation<Void, Never>] = []
+        var held = false
+    }
+    private let state = Mutex(State())
+
+    var calls: Int { state.withLock { $0.calls } }
+    var seenRefreshTokens: [String] { state.withLock { $0.seenRefreshTokens } }
+    var revoked: [String] { state.withLock { $0.revoked } }
+    var waiting: Int { state.withLock { $0.gate.count } }
+
+    func script(_ answers: Answer...) { state.withLock { $0.script += answers } }
+    func hold() { state.withLock { $0.held = true } }
+    func release() {
+        let gate = state.withLock { s in
+            s.held = false
+            defer { s.gate = [] }
+            return s.gate
+        }
+        for continuation in gate { continuation.resume() }
+    }
+
+    func refresh(refreshToken: Secret) async throws(TokenEndpointError) -> TokenResponse {
+        let (call, answer, held) = state.withLock { s in
+            s.calls += 1
+            s.seenRefreshTokens.append(refreshToken.reveal())
+            let answer = s.script.isEmpty ? Answer.token(expiresIn: 600, rotate: true) : s.script.removeFirst()
+            return (s.calls, answer, s.held)
+        }
+        if held {
+            await withCheckedContinuation { continuation in
+                let resumeNow = state.withLock { s -> Bool in
+                    guard s.held else { return true }
+                    s.gate.append(continuation)
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        }
+        switch answer {
+        case .token(let expiresIn, let rotate):
+            return TokenResponse(
+                accessToken: Secret("access-\(call)"), tokenType: "Bearer", expiresIn: expiresIn,
+                refreshToken: rotate ? Secret("refresh-\(call)") : nil, scope: "read")
+        case .error(let error):
+            throw error
+        }
+    }
+
+    func revoke(token: Secret) async throws(TokenEndpointError) {
+        state.withLock { $0.revoked.append(token.reveal()) }
+    }
+}
+
+/// A session actor over a temporary state directory.
+struct Harness {
+    let clock = TestClock()
+    let endpoint = FakeEndpoint()
+    let file: SessionFile
+    let session: SessionActor
+
+    init(policy: RefreshPolicy = RefreshPolicy(refreshMargin: 60, minValid: 30, defaultLifetime: 300)) throws {
+        let directory = NSTemporaryDirectory() + "tokend-broker-\(UUID().uuidString.prefix(8))"
+        file = try StateStore(directory: directory).file(for: "default")
+        session = SessionActor(
+            name: "default", policy: policy, endpoint: endpoint, file: file, clock: clock,
+            logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }), random: { 0.5 })
+    }
+
+    /// An active session whose access token has expired.
+    func expiredSession(generation: Int = 3) async throws {
+        try file.saveNow(
+            SessionRecord(
+                phase: .active, refreshToken: Secret("refresh-0"), accessToken: Secret("old"), tokenType: "Bearer",
+                expiresAt: Int(clock.now()) - 1, expirySource: "expires_in", generation: generation,
+                lastRefreshAt: Int(clock.now()) - 601))
+        await session.start()
+    }
+}
+
+/// Polls until the condition holds (the actor runs on other threads).
+func eventually(_ condition: () async -> Bool) async {
+    for _ in 0..<2000 {
+        if await condition() { return }
+        try? await Task.sleep(for: .milliseconds(1))
+    }
+}

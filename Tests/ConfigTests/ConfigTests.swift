@@ -1,0 +1,76 @@
+import Foundation
+import Testing
+@testable import Config
+
+@Suite struct ConfigTests {
+    let secret: String = {
+        let path = NSTemporaryDirectory() + "tokend-config-secret"
+        FileManager.default.createFile(atPath: path, contents: Data("s".utf8))
+        return path
+    }()
+
+    func parse(_ text: String, environment: [String: String] = [:]) throws(ConfigError) -> Configuration {
+        try Configuration.parse(text, file: "t.toml", environment: environment)
+    }
+
+    var minimal: String {
+        """
+        [sessions.default]
+        token-endpoint = "https://id.example/token"
+        client-id = "app"
+        client-secret-file = "\(secret)"
+        """
+    }
+
+    @Test func exampleConfigurationIsValid() throws {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../etc/tokend/tokend.toml").path
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        let config = try parse(text.replacingOccurrences(of: "/etc/tokend/default.client-secret", with: secret))
+        #expect(config.sessions.map(\.name) == ["default"])
+    }
+
+    @Test func appliesDefaultsAndStateDirectoryFromSystemd() throws {
+        let config = try parse(minimal, environment: ["STATE_DIRECTORY": "/var/lib/x:/var/lib/y"])
+        #expect(config.daemon.stateDirectory == "/var/lib/x")
+        #expect(config.daemon.socketMode == 0o660)
+        let session = try #require(config.sessions.first)
+        #expect(session.refreshMargin == 60 && session.minValid == 30 && session.upstreamTimeout == 10)
+        #expect(session.clientAuth == .basic)
+    }
+
+    @Test func findsTheSecretInTheCredentialsDirectory() throws {
+        let directory = (secret as NSString).deletingLastPathComponent
+        try Data("s".utf8).write(to: URL(fileURLWithPath: directory + "/work.client-secret"))
+        let config = try parse(
+            """
+            [sessions.work]
+            token-endpoint = "https://id.example/token"
+            client-id = "app"
+            """, environment: ["CREDENTIALS_DIRECTORY": directory])
+        #expect(config.sessions.first?.clientSecretFile == directory + "/work.client-secret")
+    }
+
+    @Test(arguments: [
+        ("[daemon]\nsocket-mod = \"0600\"", "daemon.socket-mod", "unknown key"),
+        ("[daemon]\nsocket = 5", "daemon.socket", "must be a string"),
+        ("[sessions.default]\nclient-id = \"a\"\nclient-auth = \"none\"", "sessions.default.token-endpoint", "is required"),
+        ("[sessions.default]\ntoken-endpoint = \"not a url\"\nclient-id = \"a\"", "sessions.default.token-endpoint", "not a valid URL"),
+        ("[sessions.default]\ntoken-endpoint = \"http://id.example/t\"\nclient-id = \"a\"", "sessions.default.token-endpoint", "https"),
+        ("[sessions.default]\ntoken-endpoint = \"https://id.example/t\"\nclient-id = \"a\"", "sessions.default.client-auth", "needs a client secret"),
+        ("[sessions.default]\ntoken-endpoint = \"https://id.example/t\"\nclient-id = \"a\"\nclient-auth = \"none\"\nmin-valid = -1", "sessions.default.min-valid", "between"),
+        ("[sessions.\"bad name\"]\ntoken-endpoint = \"https://id.example/t\"", "sessions.bad name", "session names"),
+        ("[daemon]\n", "sessions", "no session"),
+        ("[daemon\n", nil, "line 1"),
+    ] as [(String, String?, String)])
+    func refusesBadConfigurationNamingTheKey(_ text: String, _ key: String?, _ problem: String) {
+        do {
+            _ = try parse(text)
+            Issue.record("accepted: \(text)")
+        } catch {
+            #expect(error.key == key)
+            #expect(error.problem.contains(problem), "\(error)")
+            #expect(error.description.hasPrefix("t.toml: "))
+        }
+    }
+}

@@ -1,0 +1,78 @@
+import Synchronization
+import Testing
+@testable import Varlink
+
+@Suite struct ServiceTests {
+    let interface = try! VarlinkInterface(description: """
+        # test
+        interface org.example.test
+        type T (a: int)
+        method Echo(text: string) -> (text: string)
+        method Count(to: int) -> (n: int)
+        method Declared() -> ()
+        error Oops (why: string)
+        """)
+
+    var service: VarlinkService {
+        VarlinkService(
+            info: ServiceInfo(vendor: "v", product: "p", version: "1", url: "u"),
+            implementations: [
+                VarlinkImplementation(
+                    interface: interface,
+                    methods: [
+                        "Echo": .call { p, _ in ["text": .string(try p.string("text"))] },
+                        "Count": .stream { p, _, out in
+                            let n = try p.optionalInt("to") ?? 0
+                            for i in 1...n { try await out.yield(["n": .int(i)], continues: i < n) }
+                        },
+                    ])
+            ])
+    }
+
+    func replies(_ call: VarlinkCall) async throws -> [VarlinkReply] {
+        let collected = Mutex<[VarlinkReply]>([])
+        try await service.handle(call, peer: nil) { reply in collected.withLock { $0.append(reply) } }
+        return collected.withLock { $0 }
+    }
+
+    @Test func readsNamesFromTheDeclaration() {
+        #expect(interface.name == "org.example.test")
+        #expect(interface.methods == ["Echo", "Count", "Declared"])
+        #expect(interface.errors == ["Oops"])
+    }
+
+    @Test func answersGetInfoAndDescriptions() async throws {
+        let info = try await replies(VarlinkCall(method: "org.varlink.service.GetInfo"))
+        #expect(info.first?.parameters["interfaces"] == ["org.varlink.service", "org.example.test"])
+        let description = try await replies(
+            VarlinkCall(method: "org.varlink.service.GetInterfaceDescription", parameters: ["interface": "org.example.test"]))
+        #expect(description.first?.parameters["description"] == .string(interface.description))
+        let missing = try await replies(
+            VarlinkCall(method: "org.varlink.service.GetInterfaceDescription", parameters: ["interface": "no.such"]))
+        #expect(missing.first?.error == "org.varlink.service.InterfaceNotFound")
+    }
+
+    @Test func reportsUnknownAndUnimplementedMethods() async throws {
+        #expect(try await replies(VarlinkCall(method: "org.example.test.Nope")).first?.error == "org.varlink.service.MethodNotFound")
+        #expect(try await replies(VarlinkCall(method: "no.such.Method")).first?.error == "org.varlink.service.InterfaceNotFound")
+        #expect(try await replies(VarlinkCall(method: "noDot")).first?.error == "org.varlink.service.MethodNotFound")
+        #expect(try await replies(VarlinkCall(method: "org.example.test.Declared")).first?.error == "org.varlink.service.MethodNotImplemented")
+    }
+
+    @Test func invalidParametersAreNamed() async throws {
+        let reply = try await replies(VarlinkCall(method: "org.example.test.Echo", parameters: ["text": 5]))
+        #expect(reply == [VarlinkReply(.invalidParameter("text"))])
+    }
+
+    @Test func streamingNeedsMoreAndEndsWithoutContinues() async throws {
+        let refused = try await replies(VarlinkCall(method: "org.example.test.Count", parameters: ["to": 3]))
+        #expect(refused.first?.error == "org.varlink.service.ExpectedMore")
+        let streamed = try await replies(VarlinkCall(method: "org.example.test.Count", parameters: ["to": 3], more: true))
+        #expect(streamed.map(\.continues) == [true, true, false])
+        #expect(streamed.map { $0.parameters["n"] } == [1, 2, 3])
+    }
+
+    @Test func onewayCallsGetNoReply() async throws {
+        #expect(try await replies(VarlinkCall(method: "org.example.test.Echo", parameters: ["text": "x"], oneway: true)).isEmpty)
+    }
+}
