@@ -110,3 +110,25 @@ import Testing
         #expect(await h.session.status().expirySource == "default")
     }
 }
+
+@Suite struct TransientStampedeTests {
+    /// The token is still valid but inside min-valid; the one refresh fails
+    /// transiently. Every caller gets the still-valid token and nobody adds an
+    /// upstream call until the backoff deadline.
+    @Test func transientFailureUnderStampedeCausesNoExtraCalls() async throws {
+        let h = try Harness()
+        h.endpoint.script(.error(.transient("token endpoint answered HTTP 500")))
+        try h.file.saveNow(
+            SessionRecord(
+                phase: .active, refreshToken: Secret("refresh-0"), accessToken: Secret("old"), tokenType: "Bearer",
+                expiresAt: Int(h.clock.now()) + 3, expirySource: "expires_in", generation: 1,
+                lastRefreshAt: Int(h.clock.now()) - 9))
+        await h.session.start()
+        let tokens = try await withThrowingTaskGroup(of: Token.self) { group in
+            for _ in 0..<1000 { group.addTask { try await h.session.getToken(minValidSeconds: nil) } }
+            return try await group.reduce(into: [Token]()) { $0.append($1) }
+        }
+        #expect(h.endpoint.calls == 1)
+        #expect(Set(tokens.map(\.accessToken)) == [Secret("old")])
+    }
+}

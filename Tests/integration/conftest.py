@@ -1,0 +1,209 @@
+"""Fixtures: the real authorization server (django-oauth-toolkit under
+gunicorn on 127.0.0.1) and the built tokend binary on a real Unix socket."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("TOKEND_BIN", os.path.join(ROOT, ".build", "debug"))
+AUTHSERVER = os.path.join(ROOT, "Tests", "authserver", "serve.py")
+CLIENT_ID, CLIENT_SECRET = "tokend-test", "tokend-test-secret"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout=20.0, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class AuthServer:
+    def __init__(self, directory, grace=0, access_ttl=3600):
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [sys.executable, AUTHSERVER, directory, str(self.port), "--grace", str(grace),
+             "--access-ttl", str(access_ttl)],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(directory, "server.log"), "w"),
+            start_new_session=True)
+        wait_for(lambda: os.path.exists(os.path.join(directory, "ready")), 60, "authorization server")
+
+    @property
+    def token_url(self):
+        return self.base + "/o/token/"
+
+    def password_grant(self):
+        """A first refresh token, from the password grant."""
+        return self.post("/o/token/", grant_type="password", username="alice", password="alice-password")
+
+    def post(self, path, **fields):
+        request = urllib.request.Request(self.base + path, data=urllib.parse.urlencode(fields).encode())
+        auth = f"{CLIENT_ID}:{CLIENT_SECRET}".encode()
+        import base64
+        request.add_header("Authorization", "Basic " + base64.b64encode(auth).decode())
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            body = error.read()
+            return error.code, (json.loads(body) if body.startswith(b"{") else {})
+
+    def grants(self, grant=None):
+        path = os.path.join(self.directory, "grants.jsonl")
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        return [l for l in lines if grant is None or l["grant"] == grant]
+
+    def stop(self):
+        os.killpg(self.process.pid, signal.SIGTERM)
+        self.process.wait(10)
+
+
+class Tokend:
+    """The built tokend with its own config, state directory and socket."""
+
+    def __init__(self, directory, server, **session):
+        self.directory = directory
+        self.socket = os.path.join(directory, "sock")
+        self.state = os.path.join(directory, "state")
+        self.log_path = os.path.join(directory, "tokend.log")
+        secret = os.path.join(directory, "client-secret")
+        with open(secret, "w") as f:
+            f.write(CLIENT_SECRET + "\n")
+        options = {"refresh-margin": 5, "min-valid": 3}
+        options.update(session)
+        lines = [
+            "[daemon]", f'socket = "{self.socket}"', f'state-directory = "{self.state}"', 'log-level = "debug"',
+            "[sessions.default]", f'token-endpoint = "{server.token_url}"',
+            f'revocation-endpoint = "{server.base}/o/revoke_token/"', f'client-id = "{CLIENT_ID}"',
+            f'client-secret-file = "{secret}"',
+        ] + [f"{k} = {v}" for k, v in options.items()]
+        self.config = os.path.join(directory, "tokend.toml")
+        with open(self.config, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.process = None
+
+    def start(self):
+        self.log = open(self.log_path, "a")
+        self.process = subprocess.Popen([os.path.join(BIN, "tokend"), "--config", self.config],
+                                        stdout=self.log, stderr=self.log)
+        wait_for(lambda: self._connectable(), 20, "tokend socket")
+        return self
+
+    def _connectable(self):
+        if self.process.poll() is not None:
+            raise AssertionError(f"tokend exited with {self.process.returncode}: {self.logs()}")
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(self.socket)
+            return True
+        except OSError:
+            return False
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(20)
+        return self.process.returncode
+
+    def logs(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def ctl(self, *args, input=None):
+        command = [os.path.join(BIN, "tokenctl"), args[0], "--socket", self.socket, *args[1:]]
+        return subprocess.run(command, input=input, capture_output=True, text=True, timeout=60)
+
+    def call(self, method, **parameters):
+        return varlink_call(self.socket, method, parameters)
+
+
+def varlink_call(path, method, parameters=None, more=False):
+    """One raw Varlink call; returns the raw reply bytes and the parsed reply."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+        message = {"method": method, "parameters": parameters or {}}
+        if more:
+            message["more"] = True
+        s.sendall(json.dumps(message).encode() + b"\0")
+        raw = read_frame(s)
+        return raw, json.loads(raw)
+
+
+def read_frame(s):
+    data = b""
+    while not data.endswith(b"\0"):
+        chunk = s.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed after {data!r}")
+        data += chunk
+    return data[:-1]
+
+
+@pytest.fixture
+def workdir():
+    # Short paths: Unix socket paths are limited to 108 bytes.
+    directory = tempfile.mkdtemp(prefix="tk", dir="/tmp")
+    yield directory
+    if not os.environ.get("KEEP_TEST_DIRS"):
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def server(workdir):
+    instance = AuthServer(os.path.join(workdir, "as"), access_ttl=int(os.environ.get("TEST_ACCESS_TTL", "3600")))
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture
+def short_server(workdir):
+    """Access tokens live 12 s, so expiry and proactive refresh happen in-test."""
+    instance = AuthServer(os.path.join(workdir, "as"), access_ttl=12)
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture
+def make_tokend(workdir):
+    started = []
+
+    def make(server, **session):
+        daemon = Tokend(workdir, server, **session)
+        started.append(daemon)
+        return daemon
+
+    yield make
+    for daemon in started:
+        daemon.stop(signal.SIGKILL)
+
+
+def login(daemon, server):
+    status, grant = server.password_grant()
+    assert status == 200, grant
+    result = daemon.ctl("login", input=grant["refresh_token"] + "\n")
+    assert result.returncode == 0, result.stderr
+    return grant["refresh_token"]

@@ -1,0 +1,239 @@
+"""tokend against the real authorization server (rotation on, reuse
+protection on, grace 0), over the real socket."""
+import json
+import os
+import signal
+import socket
+import threading
+import time
+
+from conftest import login, read_frame, varlink_call, wait_for
+
+
+def get_token_burst(path, count):
+    """`count` connections, all connected first, then GetToken sent at once."""
+    sockets = []
+    for _ in range(count):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(path)
+        sockets.append(s)
+    barrier = threading.Barrier(count)
+    results = [None] * count
+
+    def ask(index):
+        s = sockets[index]
+        barrier.wait()
+        s.sendall(b'{"method":"io.tokend.Broker.GetToken","parameters":{}}\0')
+        raw = read_frame(s)
+        results[index] = (raw, json.loads(raw))
+        s.close()
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
+def test_500_concurrent_callers_at_expiry_cause_one_refresh(short_server, make_tokend):
+    # refresh-margin 0: no proactive refresh before expiry, so inside the
+    # min-valid window every one of the 500 callers needs a refresh.
+    daemon = make_tokend(short_server, **{"refresh-margin": 0, "min-valid": 4}).start()
+    login(daemon, short_server)
+    status = daemon.call("io.tokend.Broker.GetStatus")[1]["parameters"]["status"]
+    wait_for(lambda: time.time() >= status["expiresAt"] - 3, 20, "token inside its min-valid window")
+    before = len(short_server.grants("refresh_token"))
+    results = get_token_burst(daemon.socket, 500)
+    grants = short_server.grants("refresh_token")[before:]
+    assert all("error" not in r[1] for r in results), [r for r in results if "error" in r[1]][:1]
+    tokens = {r[1]["parameters"]["token"]["accessToken"] for r in results}
+    generations = {r[1]["parameters"]["token"]["generation"] for r in results}
+    assert len(grants) == 1, f"server saw {len(grants)} refresh grants for one expiry"
+    assert grants[0]["status"] == 200
+    assert len(tokens) == 1 and generations == {status["generation"] + 1}, "all callers got the same new token"
+    after = daemon.call("io.tokend.Broker.GetStatus")[1]["parameters"]["status"]
+    assert after["refreshes"] == status["refreshes"] + 1
+    assert after["coalesced"] > status["coalesced"], "callers joined the one refresh"
+    # The session survives: the next refresh works.
+    raw, reply = daemon.call("io.tokend.Broker.Refresh")
+    assert "error" not in reply, reply
+    print(f"500 callers at expiry: {len(grants)} upstream refresh, "
+          f"{after['coalesced'] - status['coalesced']} joined the refresh in flight")
+
+
+def test_proactive_refresh_happens_before_expiry(short_server, make_tokend):
+    daemon = make_tokend(short_server).start()
+    login(daemon, short_server)
+    first = daemon.call("io.tokend.Broker.GetStatus")[1]["parameters"]["status"]
+    wait_for(lambda: daemon.call("io.tokend.Broker.GetStatus")[1]["parameters"]["status"]["generation"]
+             > first["generation"], 15, "proactive refresh")
+    refreshed_at = short_server.grants("refresh_token")[-1]["t"]
+    assert refreshed_at < first["expiresAt"], "refreshed before the old token expired"
+
+
+def test_restart_continues_with_persisted_rotated_token(server, make_tokend):
+    daemon = make_tokend(server).start()
+    original = login(daemon, server)
+    raw, reply = daemon.call("io.tokend.Broker.Refresh")
+    generation = reply["parameters"]["token"]["generation"]
+    assert daemon.stop() == 0, "SIGTERM exits 0"
+    assert "stopping" in daemon.logs()
+    daemon.start()
+    status = daemon.call("io.tokend.Broker.GetStatus")[1]["parameters"]["status"]
+    assert status["state"] == "active" and status["generation"] == generation
+    raw, reply = daemon.call("io.tokend.Broker.Refresh")
+    assert "error" not in reply, reply
+    assert reply["parameters"]["token"]["generation"] == generation + 1
+    # The original (long rotated) token is dead at the server: reuse detection is real.
+    code, body = server.post("/o/token/", grant_type="refresh_token", refresh_token=original)
+    assert code == 400 and body.get("error") == "invalid_grant"
+
+
+def test_logout_revokes_at_the_server(server, make_tokend):
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    token = json.load(open(os.path.join(daemon.state, "default.session")))["record"]["refreshToken"]
+    result = daemon.ctl("logout")
+    assert result.returncode == 0, result.stderr
+    assert "refreshToken" not in json.load(open(os.path.join(daemon.state, "default.session")))["record"]
+    code, body = server.post("/o/token/", grant_type="refresh_token", refresh_token=token)
+    assert code == 400 and body["error"] == "invalid_grant", "the server rejects the revoked token"
+    assert any(g["path"] == "/o/revoke_token/" and g["status"] == 200 for g in server.grants())
+    result = daemon.ctl("token")
+    assert result.returncode == 2 and "tokenctl login" in result.stderr
+
+
+def test_invalid_grant_reaches_waiters_and_subscribers(server, make_tokend):
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    token = json.load(open(os.path.join(daemon.state, "default.session")))["record"]["refreshToken"]
+    # Someone else uses tokend's refresh token: the server rotates it away, so
+    # tokend's next refresh replays a used token and the family is revoked.
+    code, _ = server.post("/o/token/", grant_type="refresh_token", refresh_token=token)
+    assert code == 200
+    subscriber = socket.socket(socket.AF_UNIX)
+    subscriber.connect(daemon.socket)
+    subscriber.sendall(b'{"method":"io.tokend.Broker.Subscribe","parameters":{},"more":true}\0')
+    assert json.loads(read_frame(subscriber))["parameters"]["event"] == "status"
+    results = []
+
+    def ask():
+        results.append(varlink_call(daemon.socket, "io.tokend.Broker.Refresh", {})[1])
+
+    threads = [threading.Thread(target=ask) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(results) == 20
+    assert all(r.get("error") == "io.tokend.Broker.LoginRequired" for r in results), results[0]
+    assert "invalid_grant" in results[0]["parameters"]["reason"]
+    event = json.loads(read_frame(subscriber))
+    assert event["parameters"]["event"] == "loginRequired" and event["continues"] is True
+    assert "invalid_grant" in event["parameters"]["reason"]
+    record = json.load(open(os.path.join(daemon.state, "default.session")))["record"]
+    assert record["phase"] == "loginRequired" and "refreshToken" not in record
+    result = daemon.ctl("token")
+    assert result.returncode == 2
+
+
+def test_refresh_token_never_leaves_tokend(server, make_tokend, workdir):
+    daemon = make_tokend(server).start()
+    original = login(daemon, server)
+    seen = [original]
+    raws = []
+    for method in ["GetToken", "Refresh", "GetStatus", "ListSessions", "Refresh"]:
+        raw, _ = daemon.call("io.tokend.Broker." + method)
+        raws.append(raw)
+        seen.append(json.load(open(os.path.join(daemon.state, "default.session")))["record"]["refreshToken"])
+    subscriber = socket.socket(socket.AF_UNIX)
+    subscriber.connect(daemon.socket)
+    subscriber.sendall(b'{"method":"io.tokend.Broker.Subscribe","parameters":{},"more":true}\0')
+    raws.append(read_frame(subscriber))
+    daemon.call("io.tokend.Broker.Refresh")
+    raws.append(read_frame(subscriber))
+    seen.append(json.load(open(os.path.join(daemon.state, "default.session")))["record"]["refreshToken"])
+    for args in [("status", "--json"), ("sessions", "--json"), ("token",), ("refresh",)]:
+        result = daemon.ctl(*args)
+        raws.append((result.stdout + result.stderr).encode())
+    daemon.ctl("logout")
+    daemon.stop()
+    logs = daemon.logs()
+    assert len(set(seen)) >= 4, "rotation happened"
+    for token in set(seen):
+        assert all(token.encode() not in raw for raw in raws), "a reply carried a refresh token"
+        assert token not in logs, "a log line carried a refresh token"
+
+
+def test_bad_input_gets_clear_errors_and_server_stays_up(server, make_tokend):
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    raw, reply = daemon.call("io.tokend.Broker.GetToken", session="nope")
+    assert reply["error"] == "io.tokend.Broker.NoSuchSession" and reply["parameters"]["session"] == "nope"
+    raw, reply = daemon.call("io.tokend.Broker.GetToken", minValidSeconds="soon")
+    assert reply == {"error": "org.varlink.service.InvalidParameter", "parameters": {"parameter": "minValidSeconds"}}
+    raw, reply = daemon.call("io.tokend.Broker.Nope")
+    assert reply["error"] == "org.varlink.service.MethodNotFound"
+    # Malformed JSON: the connection is closed with a log line.
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(daemon.socket)
+        s.sendall(b"{this is not json\0")
+        assert s.recv(100) == b""
+    # Oversized frame: an error reply, then close.
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(daemon.socket)
+        try:
+            s.sendall(b"x" * (2 << 20))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        data = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except ConnectionResetError:
+            pass
+        assert b"io.tokend.Broker.RequestTooLarge" in data
+    # Pipelined calls on one connection are answered in order.
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(daemon.socket)
+        s.sendall(b'{"method":"io.tokend.Broker.GetStatus"}\0{"method":"io.tokend.Broker.Nope"}\0'
+                  b'{"method":"org.varlink.service.GetInfo"}\0')
+        replies = [json.loads(read_frame(s)) for _ in range(3)]
+        assert "status" in replies[0]["parameters"]
+        assert replies[1]["error"] == "org.varlink.service.MethodNotFound"
+        assert replies[2]["parameters"]["product"] == "tokend"
+    assert "malformed message" in daemon.logs()
+    raw, reply = daemon.call("io.tokend.Broker.GetToken")
+    assert "token" in reply["parameters"]
+
+
+def test_tokenctl_messages_and_exit_codes(server, make_tokend, workdir):
+    daemon = make_tokend(server)
+    result = daemon.ctl("token")
+    assert result.returncode == 3 and "is not reachable" in result.stderr and "systemctl start tokend.socket" in result.stderr
+    daemon.start()
+    result = daemon.ctl("token", "--session", "other")
+    assert result.returncode == 5
+    result = daemon.ctl("login", input="\n")
+    assert result.returncode == 1 and "no refresh token" in result.stderr
+    login(daemon, server)
+    result = daemon.ctl("token", "--header")
+    assert result.returncode == 0 and result.stdout.startswith("Authorization: Bearer ")
+    result = daemon.ctl("status", "--json")
+    assert json.loads(result.stdout)["state"] == "active"
+
+
+def test_config_errors_exit_78_with_one_line(workdir):
+    import subprocess
+    from conftest import BIN
+    path = os.path.join(workdir, "bad.toml")
+    with open(path, "w") as f:
+        f.write('[sessions.default]\ntoken-endpoint = "https://id.example/t"\nclient-id = "a"\nclient-auth = "none"\nbogus = 1\n')
+    result = subprocess.run([os.path.join(BIN, "tokend"), "--config", path, "--check-config"], capture_output=True, text=True)
+    assert result.returncode == 78
+    assert result.stderr.strip().count("\n") == 0
+    assert f"{path}: sessions.default.bogus: unknown key" in result.stderr

@@ -1,0 +1,40 @@
+"""Independent Varlink clients: python varlink 31.0.0 against tokend and
+the reference certification suite against our Varlink implementation."""
+import os
+import subprocess
+import sys
+
+import varlink
+
+from conftest import BIN, login, wait_for
+
+
+def test_python_varlink_client_talks_to_tokend(server, make_tokend):
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    with varlink.Client(address=f"unix:{daemon.socket}") as client:
+        info = client.get_info()
+        assert "io.tokend.Broker" in info["interfaces"]
+        description = client.get_interface("io.tokend.Broker")
+        assert "GetToken" in description.members
+        with open(os.path.join(os.path.dirname(__file__), "..", "..", "Sources", "TokendInterface",
+                               "io.tokend.Broker.varlink")) as f:
+            assert description.description == f.read()
+        with client.open("io.tokend.Broker", namespaced=True) as broker:
+            token = broker.GetToken()
+            assert token.token.tokenType == "Bearer" and token.token.generation >= 1
+
+
+def test_reference_certification_suite(workdir):
+    path = os.path.join(workdir, "cert")
+    server = subprocess.Popen([os.path.join(BIN, "varlink-certification"), path], stdout=subprocess.PIPE)
+    try:
+        wait_for(lambda: os.path.exists(path), 10, "certification server")
+        result = subprocess.run(
+            [sys.executable, "-m", "varlink.tests.test_certification", "--client", f"--varlink=unix:{path}"],
+            capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Certification passed" in result.stdout
+    finally:
+        server.terminate()
+        server.wait(10)
