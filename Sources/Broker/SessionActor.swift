@@ -118,7 +118,6 @@ public actor SessionActor {
             if countAsCoalesced { coalesced += 1 }
             return try await inFlight.value
         }
-        logger.debug("DBG starting refresh", metadata: ["actor": "\(ObjectIdentifier(self))", "now": "\(clock.now())", "exp": "\(record.expiresAt ?? -1)"])
         let task = Task { try await self.performRefresh(afterCrash: false) }
         inFlight = task
         return try await task.value
