@@ -179,7 +179,8 @@ min-valid = 5
                 except ProcessLookupError:
                     pass
                 process.wait(20)
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not os.environ.get("KEEP_DEMO_DIR"):
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
