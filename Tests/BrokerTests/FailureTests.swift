@@ -83,10 +83,7 @@ import Testing
 
     @Test func crashDuringRefreshIsRetriedOnceThenLoginRequiredNamesTheCrash() async throws {
         let h = try Harness()
-        try h.file.saveNow(
-            SessionRecord(
-                phase: .active, refreshToken: Secret("refresh-0"), accessToken: Secret("old"),
-                expiresAt: Int(h.clock.now()) + 500, generation: 7, refreshStartedAt: Int(h.clock.now()) - 2))
+        try h.storeRecordInterruptedMidRefresh()
         h.endpoint.script(.error(.rejected(code: "invalid_grant", reason: "refused")))
         await h.session.start()
         await eventually { await h.session.status().state == "loginRequired" }
@@ -97,10 +94,7 @@ import Testing
 
     @Test func crashDuringRefreshRecoversInsideGraceWindow() async throws {
         let h = try Harness()
-        try h.file.saveNow(
-            SessionRecord(
-                phase: .active, refreshToken: Secret("refresh-0"), accessToken: Secret("old"),
-                expiresAt: Int(h.clock.now()) + 500, generation: 7, refreshStartedAt: Int(h.clock.now()) - 2))
+        try h.storeRecordInterruptedMidRefresh()
         await h.session.start()
         await eventually { await h.session.status().generation == 8 }
         #expect(try h.file.load()?.refreshStartedAt == nil)

@@ -133,6 +133,14 @@ struct Harness {
             logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }), random: { 0.5 })
     }
 
+    /// State as a process leaves it when killed between sending a refresh and saving its answer.
+    func storeRecordInterruptedMidRefresh() throws {
+        try file.saveNow(
+            SessionRecord(
+                phase: .active, refreshToken: Secret("refresh-0"), accessToken: Secret("old"),
+                expiresAt: Int(clock.now()) + 500, generation: 7, refreshStartedAt: Int(clock.now()) - 2))
+    }
+
     /// An active session whose access token has expired.
     func expiredSession(generation: Int = 3) async throws {
         try file.saveNow(
