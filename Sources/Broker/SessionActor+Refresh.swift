@@ -131,7 +131,7 @@ extension SessionActor {
         scheduler?.cancel()
         scheduler = nil
         nextRefreshAt = nil
-        guard record.phase == .active, record.refreshToken != nil, inFlight == nil else { return }
+        guard record.phase == .active, record.refreshToken != nil, inFlight == nil, !stopping else { return }
         let at: Double
         if let retryAt = backoff.nextAttemptAt {
             at = retryAt

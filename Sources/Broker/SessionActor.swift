@@ -30,6 +30,8 @@ public actor SessionActor {
     var nextSubscriberID = 0
     /// Set when the last successful refresh could not be written to disk.
     var unsavedRecord = false
+    /// Set by stop(): no new refresh may start while tokend shuts down.
+    var stopping = false
 
     public init(
         name: String, policy: RefreshPolicy, endpoint: any TokenEndpoint, file: SessionFile,
@@ -67,6 +69,7 @@ public actor SessionActor {
 
     /// Stops proactive refreshing and lets an in-flight refresh finish (and persist).
     public func stop() async {
+        stopping = true
         scheduler?.cancel()
         scheduler = nil
         if let inFlight { _ = try? await inFlight.value }
@@ -117,6 +120,10 @@ public actor SessionActor {
         if let inFlight {
             if countAsCoalesced { coalesced += 1 }
             return try await inFlight.value
+        }
+        if stopping {
+            if let token = currentToken, Double(token.expiresAt) > clock.now() { return token }
+            throw BrokerError.upstreamUnavailable(name, "tokend is shutting down", retryAfter: 1)
         }
         let task = Task { try await self.performRefresh(afterCrash: false) }
         inFlight = task

@@ -164,3 +164,18 @@ import Testing
         await eventually { await h.session.status().generation == first.generation + 1 }
     }
 }
+
+@Suite struct ShutdownTests {
+    @Test func stopFinishesTheRefreshInFlightAndStartsNoNewOne() async throws {
+        let h = try Harness()
+        h.endpoint.hold()
+        try await h.expiredSession()
+        await eventually { h.endpoint.waiting == 1 }
+        async let stopped: Void = h.session.stop()
+        h.endpoint.release()
+        await stopped
+        #expect(try h.file.load()?.generation == 4, "the in-flight refresh was persisted")
+        _ = try await h.session.refresh(staleGeneration: nil)  // served the valid token, no new call
+        #expect(h.endpoint.calls == 1)
+    }
+}
