@@ -153,14 +153,22 @@ def varlink_call(path, method, parameters=None, more=False):
         return raw, json.loads(raw)
 
 
+_unread = {}
+
+
 def read_frame(s):
-    data = b""
-    while not data.endswith(b"\0"):
+    """The next NUL-terminated frame; bytes after it are kept for the next call
+    (pipelined replies can arrive in one read)."""
+    data = _unread.pop(id(s), b"")
+    while b"\0" not in data:
         chunk = s.recv(65536)
         if not chunk:
             raise ConnectionError(f"closed after {data!r}")
         data += chunk
-    return data[:-1]
+    frame, rest = data.split(b"\0", 1)
+    if rest:
+        _unread[id(s)] = rest
+    return frame
 
 
 @pytest.fixture
