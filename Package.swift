@@ -43,11 +43,14 @@ let package = Package(
         .target(name: "StateStore", dependencies: ["Secrets", logging]),
         .target(name: "Broker", dependencies: ["OAuth", "Secrets", "StateStore", logging]),
         .target(name: "Config", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
+        // libsystemd (Debian: libsystemd-dev) and the small Swift layer over it.
+        .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
+        .target(name: "Systemd", dependencies: ["CSystemd", logging]),
         .target(name: "TokendServer", dependencies: [
-            "Broker", "Config", "OAuth", "Secrets", "StateStore", "TokendInterface", "Varlink", "VarlinkNIO",
-            logging, lifecycle, nio, nioPosix,
+            "Broker", "Config", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "VarlinkNIO",
+            logging, lifecycle, nio, nioPosix, .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ]),
-        .executableTarget(name: "tokend", dependencies: ["TokendServer", argumentParser, logging, lifecycle]),
+        .executableTarget(name: "tokend", dependencies: ["TokendServer", "Systemd", "Config", argumentParser, logging, lifecycle]),
         .target(name: "TokendClient", dependencies: ["Varlink", "VarlinkNIO", "TokendInterface", nio, nioPosix]),
         .executableTarget(name: "tokenctl", dependencies: ["TokendClient", "Varlink", argumentParser]),
         // Test-only: a server implementing org.varlink.certification for the reference suite.
@@ -61,5 +64,6 @@ let package = Package(
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore"]),
         .testTarget(name: "BrokerTests", dependencies: ["Broker", "OAuth", "Secrets", "StateStore"]),
         .testTarget(name: "ConfigTests", dependencies: ["Config"]),
+        .testTarget(name: "SystemdTests", dependencies: ["Systemd", logging]),
     ]
 )

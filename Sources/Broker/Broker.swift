@@ -17,6 +17,16 @@ public final class Broker: Sendable {
         return session
     }
 
+    /// Registers a session under its name, returning the one it replaces.
+    @discardableResult
+    public func put(_ session: SessionActor) -> SessionActor? {
+        sessions.withLock { $0.updateValue(session, forKey: session.name) }
+    }
+
+    public func remove(_ name: String) -> SessionActor? {
+        sessions.withLock { $0.removeValue(forKey: name) }
+    }
+
     public var all: [SessionActor] {
         sessions.withLock { $0.values.sorted { $0.name < $1.name } }
     }

@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import OAuth
 import Secrets
@@ -48,6 +49,16 @@ extension SessionActor {
         while let inFlight {
             _ = try? await inFlight.value
         }
+    }
+
+    /// Answers when the actor is responsive (watchdog health check).
+    public func ping() {}
+
+    /// Test-only: blocks this actor's thread forever, so that the watchdog
+    /// health check fails. Reached only when TOKEND_TEST_HOOKS=1.
+    public func hangForTesting() {
+        logger.critical("hanging on purpose (TOKEND_TEST_HOOKS)")
+        while true { sleep(3600) }
     }
 
     // MARK: Status and events

@@ -30,12 +30,13 @@ extension Configuration {
         var daemon = DaemonSettings()
         if let table = try reader.table("daemon") {
             var r = TableReader(file: file, table: table, path: "daemon")
-            try r.allowOnly(["socket", "state-directory", "socket-mode", "log-level"])
+            try r.allowOnly(["socket", "state-directory", "socket-mode", "log-level", "log-target"])
             daemon.socket = try r.path("socket") ?? daemon.socket
             daemon.stateDirectory = try r.path("state-directory") ?? daemon.stateDirectory
             daemon.socketMode = try r.fileMode("socket-mode") ?? daemon.socketMode
             daemon.logLevel = try r.oneOf("log-level", ["trace", "debug", "info", "notice", "warning", "error", "critical"])
                 ?? daemon.logLevel
+            daemon.logTarget = try r.oneOf("log-target", ["auto", "journal", "console"]) ?? daemon.logTarget
         }
         if let stateDirectory = environment["STATE_DIRECTORY"]?.split(separator: ":").first {
             daemon.stateDirectory = String(stateDirectory)

@@ -18,6 +18,8 @@ public struct DaemonSettings: Sendable, Equatable {
     public var socketMode: UInt32 = 0o660
     /// trace, debug, info, notice, warning, error, critical.
     public var logLevel = "info"
+    /// auto (journal under systemd, else standard error), journal or console.
+    public var logTarget = "auto"
 
     public init() {}
 }

@@ -7,35 +7,96 @@ import OAuth
 import Secrets
 import ServiceLifecycle
 import StateStore
+import Synchronization
+import Systemd
 import TokendInterface
+import UnixSignals
 import Varlink
 import VarlinkNIO
 
-/// tokend as one service: sessions, the Varlink socket, graceful shutdown.
-public struct Daemon: Service, CustomStringConvertible {
-    let configuration: Configuration
-    let broker: Broker
-    let server: VarlinkServer
-    let logger: Logger
-
+/// tokend as one service: sessions, the Varlink socket, systemd notification,
+/// the watchdog, reload on SIGHUP and graceful shutdown.
+public final class Daemon: Service, CustomStringConvertible {
     public static let version = "0.1.0"
+
+    let configPath: String
+    let environment: [String: String]
+    let store: StateStore
+    let broker: Broker
+    let logger: Logger
+    let testHooks: Bool
+    /// The configuration in force (sessions may change on reload).
+    let configuration: Mutex<Configuration>
+    let reloadProblem = Mutex<String?>(nil)
 
     public var description: String { "tokend" }
 
     /// Builds every session from the configuration. Throws a description of
     /// what is wrong (unreadable secret, state directory not writable).
-    public init(configuration: Configuration, logger: Logger) throws {
-        self.configuration = configuration
+    public init(configuration: Configuration, configPath: String, environment: [String: String], logger: Logger) throws {
+        self.configPath = configPath
+        self.environment = environment
         self.logger = logger
-        let store = try StateStore(directory: configuration.daemon.stateDirectory)
+        self.testHooks = environment["TOKEND_TEST_HOOKS"] == "1"
+        self.configuration = Mutex(configuration)
+        store = try StateStore(directory: configuration.daemon.stateDirectory)
         var sessions: [SessionActor] = []
         for settings in configuration.sessions {
-            sessions.append(
-                SessionActor(
-                    name: settings.name, policy: settings.policy, endpoint: try settings.endpoint(),
-                    file: store.file(for: settings.name), logger: logger))
+            sessions.append(try Self.makeSession(settings, store: store, logger: logger))
         }
         broker = Broker(sessions: sessions)
+    }
+
+    static func makeSession(_ settings: SessionSettings, store: StateStore, logger: Logger) throws -> SessionActor {
+        SessionActor(
+            name: settings.name, policy: settings.policy, endpoint: try settings.endpoint(),
+            file: store.file(for: settings.name), logger: logger)
+    }
+
+    public func run() async throws {
+        await broker.startAll()
+        let daemon = configuration.withLock { $0.daemon }
+        let inherited = ListenFDs.take(named: "varlink")
+        let source: ListenSource = inherited.map { .fileDescriptor($0) } ?? .path(daemon.socket, mode: daemon.socketMode)
+        let server = makeServer(source: source)
+        let logger = self.logger
+        // Watchdog pings start only after READY=1.
+        let (readiness, becameReady) = AsyncStream<Void>.makeStream()
+        await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try await server.run {
+                    let status = await self.statusLine()
+                    Notifier.ready(status: status)
+                    becameReady.yield()
+                    becameReady.finish()
+                    logger.notice(
+                        "started",
+                        metadata: [
+                            "socket": "\(inherited.map { "fd \($0) (socket activation)" } ?? daemon.socket)",
+                            "status": "\(status)",
+                        ])
+                }
+            }
+            group.addTask {
+                for await _ in readiness { break }
+                await self.watchdog()
+            }
+            group.addTask { await self.reloadOnHangup() }
+            group.addTask { await self.publishStatus() }
+            if testHooks { group.addTask { await self.hangOnSignal() } }
+            // Serve until SIGTERM/SIGINT (or the server fails).
+            try? await gracefulShutdown()
+            Notifier.stopping(status: "stopping: finishing refreshes in flight")
+            logger.notice("stopping")
+            // In-flight refreshes finish and are persisted; subscribers are told.
+            await broker.stopAll()
+            group.cancelAll()
+        }
+        logger.notice("stopped")
+    }
+
+    func makeServer(source: ListenSource) -> VarlinkServer {
+        let logger = self.logger
         let service = VarlinkService(
             info: ServiceInfo(vendor: "tokend", product: "tokend", version: Self.version, url: "https://tokend.invalid/"),
             implementations: [brokerImplementation(broker, logger: logger)],
@@ -43,32 +104,35 @@ public struct Daemon: Service, CustomStringConvertible {
             onUnexpectedError: { method, error in
                 logger.error("call failed unexpectedly", metadata: ["method": "\(method)", "error": "\(type(of: error))"])
             })
-        server = VarlinkServer(
-            service: service,
-            source: .path(configuration.daemon.socket, mode: configuration.daemon.socketMode),
-            logger: logger,
+        return VarlinkServer(
+            service: service, source: source, logger: logger,
             oversizedFrameError: VarlinkError(BrokerInterface.Error.requestTooLarge, ["limit": .int(1 << 20)]))
     }
 
-    public func run() async throws {
-        await broker.startAll()
-        let logger = self.logger
-        let socket = configuration.daemon.socket
-        let count = configuration.sessions.count
-        await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask {
-                try await server.run {
-                    logger.notice("started", metadata: ["socket": "\(socket)", "sessions": "\(count)"])
-                }
+    /// "2 sessions: 1 active, 1 login required", plus a failed reload.
+    func statusLine() async -> String {
+        var counts: [String: Int] = [:]
+        let sessions = broker.all
+        for session in sessions { counts[await session.status().state, default: 0] += 1 }
+        let order = ["active", "refreshing", "backingOff", "loginRequired", "loggedOut"]
+        let words = ["loginRequired": "login required", "loggedOut": "logged out", "backingOff": "backing off"]
+        let parts = order.compactMap { state in counts[state].map { "\($0) \(words[state] ?? state)" } }
+        var line = "\(sessions.count) session\(sessions.count == 1 ? "" : "s"): \(parts.joined(separator: ", "))"
+        if let problem = reloadProblem.withLock({ $0 }) { line += "; last reload failed, old configuration kept: \(problem)" }
+        return line
+    }
+
+    /// Keeps STATUS= current as sessions change state.
+    func publishStatus() async {
+        var last = ""
+        while !Task.isCancelled {
+            let line = await statusLine()
+            if line != last {
+                Notifier.status(line)
+                last = line
             }
-            // Serve until SIGTERM/SIGINT (or the server fails).
-            try? await gracefulShutdown()
-            logger.notice("stopping")
-            // In-flight refreshes finish and are persisted; subscribers are told.
-            await broker.stopAll()
-            group.cancelAll()
+            try? await Task.sleep(for: .seconds(2))
         }
-        logger.notice("stopped")
     }
 }
 

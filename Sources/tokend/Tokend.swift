@@ -3,6 +3,7 @@ import Config
 import Foundation
 import Logging
 import ServiceLifecycle
+import Systemd
 import TokendServer
 
 #if canImport(Glibc)
@@ -40,15 +41,24 @@ struct Tokend: AsyncParsableCommand {
             return
         }
         let level = Logger.Level(rawValue: configuration.daemon.logLevel) ?? .info
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
+        if Logger.Level.journalWanted(target: configuration.daemon.logTarget, environment: environment) {
+            LoggingSystem.bootstrap { _ in
+                var handler = JournalLogHandler(
+                    identifier: "tokend", fieldPrefix: "TOKEND_", messageIDs: MessageIDs.byMessage)
+                handler.logLevel = level
+                return handler
+            }
+        } else {
+            LoggingSystem.bootstrap { label in
+                var handler = StreamLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
+            }
         }
         let logger = Logger(label: "tokend")
         let daemon: Daemon
         do {
-            daemon = try Daemon(configuration: configuration, logger: logger)
+            daemon = try Daemon(configuration: configuration, configPath: config, environment: environment, logger: logger)
         } catch {
             FileHandle.standardError.write(Data("tokend: \(error)\n".utf8))
             throw ExitCode(exitConfigError)

@@ -85,7 +85,7 @@ class AuthServer:
 class Tokend:
     """The built tokend with its own config, state directory and socket."""
 
-    def __init__(self, directory, server, **session):
+    def __init__(self, directory, server, daemon=None, **session):
         self.directory = directory
         self.socket = os.path.join(directory, "sock")
         self.state = os.path.join(directory, "state")
@@ -97,6 +97,7 @@ class Tokend:
         options.update(session)
         lines = [
             "[daemon]", f'socket = "{self.socket}"', f'state-directory = "{self.state}"', 'log-level = "debug"',
+        ] + [f"{k} = {v}" for k, v in (daemon or {}).items()] + [
             "[sessions.default]", f'token-endpoint = "{server.token_url}"',
             f'revocation-endpoint = "{server.base}/o/revoke_token/"', f'client-id = "{CLIENT_ID}"',
             f'client-secret-file = "{secret}"',
@@ -124,7 +125,9 @@ class Tokend:
             return False
 
     def stop(self, sig=signal.SIGTERM):
-        if self.process and self.process.poll() is None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
             self.process.send_signal(sig)
             self.process.wait(20)
         return self.process.returncode
@@ -199,8 +202,8 @@ def short_server(workdir):
 def make_tokend(workdir):
     started = []
 
-    def make(server, **session):
-        daemon = Tokend(workdir, server, **session)
+    def make(server, daemon=None, **session):
+        daemon = Tokend(workdir, server, daemon=daemon, **session)
         started.append(daemon)
         return daemon
 

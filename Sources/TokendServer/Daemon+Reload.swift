@@ -1,0 +1,64 @@
+import Broker
+import Config
+import Logging
+import Systemd
+import UnixSignals
+
+extension Daemon {
+    /// SIGHUP: re-read the configuration. Unchanged sessions keep their tokens
+    /// and connections; added sessions start; removed ones stop cleanly;
+    /// changed ones are stopped (persisting) and started anew from their
+    /// state file. An invalid file is rejected and the old configuration kept.
+    /// [daemon] settings (socket, state directory) need a restart.
+    func reloadOnHangup() async {
+        for await _ in await UnixSignalsSequence(trapping: .sighup) {
+            Notifier.reloading(status: "reloading \(configPath)")
+            await reload()
+            Notifier.ready(status: await statusLine())
+        }
+    }
+
+    func reload() async {
+        let next: Configuration
+        do {
+            next = try Configuration.load(path: configPath, environment: environment)
+        } catch {
+            reloadProblem.withLock { $0 = error.description }
+            logger.error("reload failed", metadata: ["problem": "\(error)"])
+            return
+        }
+        let previous = configuration.withLock { $0 }
+        let old = Dictionary(uniqueKeysWithValues: previous.sessions.map { ($0.name, $0) })
+        var started: [SessionActor] = []
+        do {
+            for settings in next.sessions where old[settings.name] != settings {
+                started.append(try Self.makeSession(settings, store: store, logger: logger))
+            }
+        } catch {
+            reloadProblem.withLock { $0 = "\(error)" }
+            logger.error("reload failed", metadata: ["problem": "\(error)"])
+            return
+        }
+        let names = Set(next.sessions.map(\.name))
+        for name in old.keys where !names.contains(name) {
+            if let removed = broker.remove(name) { await removed.stop() }
+        }
+        for session in started {
+            // Stop the old actor first so its refresh in flight is persisted
+            // before the new one loads the state file.
+            if let replaced = broker.all.first(where: { $0.name == session.name }) { await replaced.stop() }
+            await session.start()
+            broker.put(session)
+        }
+        configuration.withLock { $0.sessions = next.sessions }
+        reloadProblem.withLock { $0 = nil }
+        if next.daemon != previous.daemon {
+            logger.warning("[daemon] settings changed; they take effect at the next restart")
+        }
+        logger.notice(
+            "reloaded",
+            metadata: [
+                "sessions": "\(next.sessions.count)", "restarted": "\(started.map(\.name).joined(separator: ","))",
+            ])
+    }
+}

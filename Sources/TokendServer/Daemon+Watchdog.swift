@@ -1,0 +1,63 @@
+import Logging
+import NIOPosix
+import Synchronization
+import Systemd
+import UnixSignals
+
+extension Daemon {
+    /// WATCHDOG=1 every half interval, but only after a health check proves
+    /// that the event loop and every session actor answer. A hung actor or
+    /// loop stops the pings, and systemd restarts tokend.
+    func watchdog() async {
+        guard let interval = Notifier.watchdogInterval() else { return }
+        let period = interval / 2
+        logger.debug("watchdog enabled", metadata: ["interval": "\(interval)"])
+        while !Task.isCancelled {
+            if await healthy(within: period) {
+                Notifier.watchdog()
+            } else {
+                logger.critical("health check failed: withholding the watchdog ping")
+            }
+            try? await Task.sleep(for: period)
+        }
+    }
+
+    func healthy(within limit: Duration) async -> Bool {
+        let broker = self.broker
+        return await completes(within: limit) {
+            try? await MultiThreadedEventLoopGroup.singleton.next().submit {}.get()
+            for session in broker.all { await session.ping() }
+        }
+    }
+
+    /// Test-only (TOKEND_TEST_HOOKS=1): SIGUSR2 hangs the first session actor.
+    func hangOnSignal() async {
+        for await _ in await UnixSignalsSequence(trapping: .sigusr2) {
+            guard let session = broker.all.first else { continue }
+            Task.detached { await session.hangForTesting() }
+        }
+    }
+}
+
+/// True if `body` finishes within `limit`. Does not need `body` to honour
+/// cancellation: a hung body is abandoned, not awaited.
+func completes(within limit: Duration, _ body: @escaping @Sendable () async -> Void) async -> Bool {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+        let resumed = Mutex(false)
+        let finish: @Sendable (Bool) -> Void = { value in
+            let first = resumed.withLock { done -> Bool in
+                defer { done = true }
+                return !done
+            }
+            if first { continuation.resume(returning: value) }
+        }
+        Task.detached {
+            await body()
+            finish(true)
+        }
+        Task.detached {
+            try? await Task.sleep(for: limit)
+            finish(false)
+        }
+    }
+}
