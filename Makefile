@@ -7,7 +7,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BIN := .build/debug
 
-.PHONY: all build release deps venv test unit-test integration-test demo install clean
+UNITDIR ?= /etc/systemd/system
+USERUNITDIR ?= /etc/systemd/user
+SYSUSERSDIR ?= /usr/lib/sysusers.d
+
+.PHONY: all build release deps venv test unit-test integration-test test-e2e demo install clean
 
 all: build
 
@@ -45,14 +49,25 @@ test: venv build unit-test integration-test
 demo: venv build
 	$(PY) demo/demo.py
 
+# End to end under a real systemd in a Debian bookworm container (systemd-nspawn);
+# the root filesystem is built once with debootstrap and cached in $(E2E_CACHE).
+E2E_CACHE ?= /var/cache/tokend-e2e
+test-e2e: venv build
+	@for p in systemd-container debootstrap; do dpkg -s $$p >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd-container debootstrap >/dev/null; break; }; done
+	E2E_CACHE=$(E2E_CACHE) $(PY) -m pytest -q -s Tests/integration/test_e2e_systemd.py
+
 install: release
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 .build/release/tokend .build/release/tokenctl $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(SYSUSERSDIR)
+	install -m 0644 systemd/tokend.socket systemd/tokend.service $(DESTDIR)$(UNITDIR)/
+	install -m 0644 systemd/user/tokend.socket systemd/user/tokend.service $(DESTDIR)$(USERUNITDIR)/
+	install -m 0644 systemd/tokend.sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/tokend.conf
 	install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/tokend
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/tokend/tokend.toml ]; then \
 		echo "keeping existing $(DESTDIR)$(SYSCONFDIR)/tokend/tokend.toml"; \
 	else \
-		install -m 0640 etc/tokend/tokend.toml $(DESTDIR)$(SYSCONFDIR)/tokend/tokend.toml; \
+		install -m 0644 etc/tokend/tokend.toml $(DESTDIR)$(SYSCONFDIR)/tokend/tokend.toml; \
 	fi
 
 clean:

@@ -1,0 +1,142 @@
+"""End to end under a real systemd: a Debian bookworm root filesystem
+(debootstrap, cached in $E2E_CACHE outside the repository) booted with
+systemd-nspawn; tokend's units, binaries and a config are installed into
+its volatile overlay and exercised with systemctl, journalctl and tokenctl.
+Run by `make test-e2e` (and .ci/run); skipped by `make test`."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import BIN, CLIENT_SECRET, ROOT, wait_for
+
+CACHE = os.environ.get("E2E_CACHE")
+pytestmark = pytest.mark.skipif(not CACHE, reason="end-to-end systemd test: run `make test-e2e`")
+REFRESHED = "f7ce51604e3c439ab1f73185b3f8ae12"
+RELOADED = "585e02a2287e4a8f8f905fc49ae60a3a"
+
+
+def rootfs():
+    path = os.path.join(CACHE, "rootfs")
+    if not os.path.exists(path):
+        building = path + ".tmp"
+        shutil.rmtree(building, ignore_errors=True)
+        os.makedirs(CACHE, exist_ok=True)
+        subprocess.run(["debootstrap", "--variant=minbase", "--include=systemd,systemd-sysv,dbus,python3,procps",
+                        "bookworm", building, "http://deb.debian.org/debian"], check=True,
+                       stdout=subprocess.DEVNULL)
+        os.rename(building, path)
+    return path
+
+
+class Container:
+    def __init__(self, workdir, stage):
+        self.log = open(os.path.join(workdir, "container.log"), "w")
+        self.process = subprocess.Popen(
+            ["systemd-nspawn", "-D", rootfs(), "--boot", "--register=no", "--keep-unit", "--volatile=overlay",
+             f"--bind-ro={BIN}:/opt/tokend-bin", "--bind-ro=/opt/swift", f"--bind-ro={stage}:/stage",
+             "--machine=tokend-e2e"],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.pid = wait_for(self._init_pid, 30, "container init")
+        wait_for(lambda: self.sh("systemctl is-system-running").stdout.strip() in ("running", "degraded"),
+                 60, "container boot")
+
+    def _init_pid(self):
+        if self.process.poll() is not None:
+            raise AssertionError("systemd-nspawn exited: " + open(self.log.name).read()[-2000:])
+        children = subprocess.run(["ps", "--ppid", str(self.process.pid), "-o", "pid="], capture_output=True,
+                                  text=True).stdout.split()
+        return children[0] if children else None
+
+    def sh(self, command, check=False):
+        result = subprocess.run(["nsenter", "-t", self.pid, "-a", "sh", "-c", command], capture_output=True,
+                                text=True, timeout=120)
+        if check:
+            assert result.returncode == 0, f"{command}: {result.stdout}{result.stderr}"
+        return result
+
+    def stop(self):
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+
+def status(container, as_user=None):
+    prefix = f"runuser -u {as_user} -- " if as_user else ""
+    return container.sh(prefix + "tokenctl status --json")
+
+
+def test_tokend_under_real_systemd(server, workdir):
+    started = time.time()
+    stage = os.path.join(workdir, "stage")
+    os.makedirs(stage)
+    for unit in ("tokend.socket", "tokend.service", "tokend.sysusers.conf"):
+        shutil.copy(os.path.join(ROOT, "systemd", unit), stage)
+    with open(os.path.join(stage, "tokend.toml"), "w") as f:
+        f.write(f'[sessions.default]\ntoken-endpoint = "{server.token_url}"\n'
+                f'revocation-endpoint = "{server.base}/o/revoke_token/"\nclient-id = "tokend-test"\n')
+    with open(os.path.join(stage, "secret"), "w") as f:
+        f.write(CLIENT_SECRET)
+    code, grant = server.password_grant()
+    with open(os.path.join(stage, "refresh-token"), "w") as f:
+        f.write(grant["refresh_token"])
+    container = Container(workdir, stage)
+    try:
+        container.sh(
+            "install -m 0755 /opt/tokend-bin/tokend /opt/tokend-bin/tokenctl /usr/local/bin/ && "
+            "cp /stage/tokend.socket /stage/tokend.service /etc/systemd/system/ && "
+            "mkdir -p /etc/sysusers.d && cp /stage/tokend.sysusers.conf /etc/sysusers.d/tokend.conf && systemd-sysusers && "
+            "install -d -m 0755 /etc/tokend && mkdir -p /etc/systemd/system/tokend.service.d && cp /stage/tokend.toml /etc/tokend/ && "
+            "install -m 0600 /stage/secret /etc/tokend/default.client-secret && "
+            "printf '[Service]\\nEnvironment=TOKEND_TEST_HOOKS=1\\nWatchdogSec=3s\\n' "
+            "  > /etc/systemd/system/tokend.service.d/test.conf && "
+            "useradd -M stranger && useradd -M -G tokend member && "
+            "systemctl daemon-reload && systemctl start tokend.socket", check=True)
+        # Activation on first connect; READY before the service counts as active.
+        assert container.sh("systemctl is-active tokend.service").stdout.strip() == "inactive"
+        first = status(container)
+        assert first.returncode == 0, first.stderr + container.sh("journalctl -u tokend --no-pager").stdout[-3000:]
+        assert json.loads(first.stdout)["state"] == "loginRequired"
+        assert container.sh("systemctl is-active tokend.service").stdout.strip() == "active"
+        assert "1 session: 1 login required" in container.sh("systemctl show -p StatusText --value tokend").stdout
+        container.sh("tokenctl login --refresh-token-file /stage/refresh-token", check=True)
+        container.sh("tokenctl refresh", check=True)
+        # Socket permissions: a member of group tokend may ask; anyone else gets EACCES.
+        assert container.sh("runuser -u member -- tokenctl token").returncode == 0
+        stranger = status(container, as_user="stranger")
+        assert stranger.returncode == 3 and "permission denied" in stranger.stderr.lower(), stranger.stderr
+        # Reload keeps the session.
+        generation = json.loads(status(container).stdout)["generation"]
+        container.sh("systemctl reload tokend", check=True)
+        wait_for(lambda: container.sh(f"journalctl -u tokend MESSAGE_ID={RELOADED} -o json --no-pager").stdout.strip(),
+                 10, "reloaded entry")
+        assert json.loads(status(container).stdout)["generation"] == generation
+        # The journal has the refresh with its fields.
+        entries = [json.loads(line) for line in container.sh(
+            f"journalctl -u tokend MESSAGE_ID={REFRESHED} -o json --no-pager").stdout.splitlines()]
+        assert entries and entries[-1]["TOKEND_SESSION"] == "default" and "TOKEND_GENERATION" in entries[-1]
+        assert entries[-1]["SYSLOG_IDENTIFIER"] == "tokend"
+        # State survives a restart.
+        container.sh("systemctl restart tokend", check=True)
+        assert json.loads(status(container).stdout)["generation"] == generation
+        assert container.sh("tokenctl token").returncode == 0
+        # A hung actor stops the watchdog pings: systemd restarts tokend.
+        container.sh("systemctl kill -s SIGUSR2 --kill-whom=main tokend", check=True)
+        wait_for(lambda: container.sh("systemctl show -p NRestarts --value tokend").stdout.strip() not in ("", "0"),
+                 30, "watchdog restart")
+        assert "Watchdog timeout" in container.sh("journalctl -u tokend --no-pager").stdout
+        wait_for(lambda: container.sh("tokenctl token").returncode == 0, 20, "tokend back after the restart")
+        assert json.loads(status(container).stdout)["generation"] == generation
+        print(f"end-to-end under systemd: {time.time() - started:.1f} s")
+    finally:
+        logs = container.sh("journalctl -u tokend --no-pager").stdout
+        with open(os.path.join(workdir, "tokend-journal.log"), "w") as f:
+            f.write(logs)
+        container.stop()
