@@ -26,7 +26,10 @@ import Testing
         let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
             .appendingPathComponent("../../etc/tokend/tokend.toml").path
         let text = try String(contentsOfFile: path, encoding: .utf8)
-        let config = try parse(text.replacingOccurrences(of: "/etc/tokend/default.client-secret", with: secret))
+        let directory = (secret as NSString).deletingLastPathComponent
+        try Data("s".utf8).write(to: URL(fileURLWithPath: directory + "/default.client-secret"))
+        let config = try parse(text, environment: ["CREDENTIALS_DIRECTORY": directory])
+        #expect(config.daemon.logTarget == "auto")
         #expect(config.sessions.map(\.name) == ["default"])
     }
 
