@@ -26,7 +26,7 @@ extension Configuration {
             throw ConfigError(file: file, key: nil, problem: "not valid TOML")
         }
         var reader = TableReader(file: file, table: root, path: "")
-        try reader.allowOnly(["daemon", "sessions"])
+        try reader.allowOnly(["daemon", "access", "sessions"])
         var daemon = DaemonSettings()
         if let table = try reader.table("daemon") {
             var r = TableReader(file: file, table: table, path: "daemon")
@@ -61,7 +61,16 @@ extension Configuration {
         guard !sessions.isEmpty else {
             throw ConfigError(file: file, key: "sessions", problem: "no session is configured: add a [sessions.default] table")
         }
-        return Configuration(daemon: daemon, sessions: sessions)
+        var configuration = Configuration(daemon: daemon, sessions: sessions)
+        if let table = try reader.table("access") {
+            var r = TableReader(file: file, table: table, path: "access")
+            try r.allowOnly(["admin-users", "admin-groups", "read-users", "read-groups"])
+            configuration.access.adminUsers = try r.strings("admin-users")
+            configuration.access.adminGroups = try r.strings("admin-groups") ?? []
+            configuration.access.readUsers = try r.strings("read-users") ?? []
+            configuration.access.readGroups = try r.strings("read-groups")
+        }
+        return configuration
     }
 
     public static func isValidSessionName(_ name: String) -> Bool {
@@ -152,6 +161,18 @@ struct TableReader {
         guard let value = try string(name) else { return nil }
         guard value.hasPrefix("/") else { throw problem(name, "must be an absolute path") }
         return value
+    }
+
+    func strings(_ name: String) throws(ConfigError) -> [String]? {
+        guard let array = try typed(name, .array, "an array of strings")?.array else { return nil }
+        var values: [String] = []
+        for element in array {
+            guard let text = element.string, !text.isEmpty else {
+                throw problem(name, "must be an array of user or group names (or numeric ids)")
+            }
+            values.append(text)
+        }
+        return values
     }
 
     func integer(_ name: String, in range: ClosedRange<Int>) throws(ConfigError) -> Int? {

@@ -3,6 +3,7 @@ import Foundation
 /// tokend's configuration, validated.
 public struct Configuration: Sendable, Equatable {
     public var daemon: DaemonSettings
+    public var access = AccessSettings()
     /// Sorted by name.
     public var sessions: [SessionSettings]
 
@@ -10,6 +11,19 @@ public struct Configuration: Sendable, Equatable {
         self.daemon = daemon
         self.sessions = sessions
     }
+}
+
+/// Who may call what. Entries are user or group names, or numeric ids.
+/// Admins (Login, Logout) may also do everything readers may.
+public struct AccessSettings: Sendable, Equatable {
+    /// nil: root and the user tokend runs as.
+    public var adminUsers: [String]?
+    public var adminGroups: [String] = []
+    public var readUsers: [String] = []
+    /// nil: the group tokend runs as (the socket's group under systemd).
+    public var readGroups: [String]?
+
+    public init() {}
 }
 
 public struct DaemonSettings: Sendable, Equatable {

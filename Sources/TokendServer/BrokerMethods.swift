@@ -4,11 +4,54 @@ import Secrets
 import TokendInterface
 import Varlink
 
-/// The io.tokend.Broker method table over a Broker.
-func brokerImplementation(_ broker: Broker, logger: Logger) -> VarlinkImplementation {
+/// The io.tokend.Broker method table over a Broker, each method guarded by
+/// the access policy in force.
+func brokerImplementation(
+    _ broker: Broker, policy: @escaping @Sendable () -> AccessPolicy, logger: Logger
+) -> VarlinkImplementation {
     VarlinkImplementation(
         interface: BrokerInterface.declaration,
-        methods: [
+        methods: guarded(brokerMethods(broker, logger: logger), policy: policy, logger: logger))
+}
+
+/// Refuses a call with org.varlink.service.PermissionDenied (and a log line
+/// naming the peer) unless the policy allows the peer that method's class.
+func guarded(
+    _ methods: [String: MethodHandler], policy: @escaping @Sendable () -> AccessPolicy, logger: Logger
+) -> [String: MethodHandler] {
+    var result: [String: MethodHandler] = [:]
+    for (name, handler) in methods {
+        let wanted = AccessPolicy.methodClass(name)
+        let check: @Sendable (CallContext) throws -> Void = { context in
+            guard policy().allows(context.peer, wanted) else {
+                logger.warning(
+                    "permission denied",
+                    metadata: [
+                        "method": "\(name)", "class": "\(wanted.rawValue)",
+                        "peer.uid": "\(context.peer.map { String($0.uid) } ?? "unknown")",
+                        "peer.pid": "\(context.peer.map { String($0.pid) } ?? "unknown")",
+                    ])
+                throw VarlinkError.permissionDenied
+            }
+        }
+        switch handler {
+        case .call(let body):
+            result[name] = .call { parameters, context in
+                try check(context)
+                return try await body(parameters, context)
+            }
+        case .stream(let body):
+            result[name] = .stream { parameters, context, replies in
+                try check(context)
+                try await body(parameters, context, replies)
+            }
+        }
+    }
+    return result
+}
+
+func brokerMethods(_ broker: Broker, logger: Logger) -> [String: MethodHandler] {
+        [
             "GetToken": .call { parameters, _ in
                 let session = try broker.session(try parameters.optionalString("session"))
                 let minValid = try parameters.optionalInt("minValidSeconds")
@@ -61,7 +104,7 @@ func brokerImplementation(_ broker: Broker, logger: Logger) -> VarlinkImplementa
                     ["event": "stopped", "session": .string(session.name), "generation": .int(status.generation)],
                     continues: false)
             },
-        ])
+        ]
 }
 
 extension CallContext {

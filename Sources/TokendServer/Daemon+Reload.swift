@@ -30,7 +30,9 @@ extension Daemon {
         let previous = configuration.withLock { $0 }
         let old = Dictionary(uniqueKeysWithValues: previous.sessions.map { ($0.name, $0) })
         var started: [SessionActor] = []
+        let policy: AccessPolicy
         do {
+            policy = try AccessPolicy(next.access)
             for settings in next.sessions where old[settings.name] != settings {
                 started.append(try Self.makeSession(settings, store: store, logger: logger))
             }
@@ -50,7 +52,11 @@ extension Daemon {
             await session.start()
             broker.put(session)
         }
-        configuration.withLock { $0.sessions = next.sessions }
+        configuration.withLock {
+            $0.sessions = next.sessions
+            $0.access = next.access
+        }
+        access.withLock { $0 = policy }
         reloadProblem.withLock { $0 = nil }
         if next.daemon != previous.daemon {
             logger.warning("[daemon] settings changed; they take effect at the next restart")

@@ -28,6 +28,7 @@ public final class Daemon: Service, CustomStringConvertible {
     /// The configuration in force (sessions may change on reload).
     let configuration: Mutex<Configuration>
     let reloadProblem = Mutex<String?>(nil)
+    let access: Mutex<AccessPolicy>
 
     public var description: String { "tokend" }
 
@@ -39,6 +40,7 @@ public final class Daemon: Service, CustomStringConvertible {
         self.logger = logger
         self.testHooks = environment["TOKEND_TEST_HOOKS"] == "1"
         self.configuration = Mutex(configuration)
+        access = Mutex(try AccessPolicy(configuration.access))
         store = try StateStore(directory: configuration.daemon.stateDirectory)
         var sessions: [SessionActor] = []
         for settings in configuration.sessions {
@@ -99,7 +101,7 @@ public final class Daemon: Service, CustomStringConvertible {
         let logger = self.logger
         let service = VarlinkService(
             info: ServiceInfo(vendor: "tokend", product: "tokend", version: Self.version, url: "https://tokend.invalid/"),
-            implementations: [brokerImplementation(broker, logger: logger)],
+            implementations: [brokerImplementation(broker, policy: { self.access.withLock { $0 } }, logger: logger)],
             internalError: VarlinkError(BrokerInterface.Error.internalError),
             onUnexpectedError: { method, error in
                 logger.error("call failed unexpectedly", metadata: ["method": "\(method)", "error": "\(type(of: error))"])

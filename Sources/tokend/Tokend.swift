@@ -28,6 +28,7 @@ struct Tokend: AsyncParsableCommand {
 
     func run() async throws {
         umask(0o077)
+        ProcessHardening.disableCoreDumps()
         let environment = ProcessInfo.processInfo.environment
         let configuration: Configuration
         do {

@@ -1,0 +1,69 @@
+"""Caller identity: SO_PEERCRED decides who may call what. Other users are
+simulated with setpriv (numeric uid/gid, no account needed)."""
+import os
+import shutil
+import signal
+import subprocess
+
+import pytest
+
+from conftest import BIN, login, varlink_call, wait_for
+
+pytestmark = pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is needed")
+
+
+def as_user(daemon, uid, gid, *args):
+    command = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+               os.path.join(BIN, "tokenctl"), args[0], "--socket", daemon.socket, *args[1:]]
+    return subprocess.run(command, capture_output=True, text=True, timeout=30)
+
+
+def test_peer_credentials_decide_who_may_call_what(server, make_tokend, workdir):
+    os.chmod(workdir, 0o755)
+    daemon = make_tokend(server, daemon={"socket-mode": '"0666"'}).start()
+    login(daemon, server)
+    # Default policy: root (and tokend's own user) administer; tokend's group (here gid 0) reads.
+    stranger = as_user(daemon, 4242, 4242, "token")
+    assert stranger.returncode == 6 and "not allowed" in stranger.stderr, stranger.stderr
+    wait_for(lambda: "permission denied" in daemon.logs() and "peer.uid=4242" in daemon.logs(), 5, "log line")
+    reader = as_user(daemon, 4242, 0, "token")
+    assert reader.returncode == 0 and reader.stdout.strip(), reader.stderr
+    assert as_user(daemon, 4242, 0, "status").returncode == 0
+    assert as_user(daemon, 4242, 0, "logout").returncode == 6, "readers may not log out"
+    assert as_user(daemon, 4242, 0, "login", "--refresh-token-file", "/dev/null").returncode != 0
+    # Introspection stays open to anyone who can connect.
+    probe = ("import json,socket; s=socket.socket(socket.AF_UNIX); s.connect(%r); "
+             "s.sendall(b'{\"method\":\"org.varlink.service.GetInfo\"}\\0'); print(s.recv(65536)[:-1].decode())"
+             % daemon.socket)
+    info = subprocess.run(["setpriv", "--reuid=4242", "--regid=4242", "--clear-groups", "/usr/bin/python3", "-c", probe],
+                          capture_output=True, text=True, timeout=30)
+    assert '"product":"tokend"' in info.stdout, info.stdout + info.stderr
+    # Reload with an explicit policy: user 4242 may now read, gid 0 no longer.
+    with open(daemon.config) as f:
+        text = f.read()
+    with open(daemon.config, "w") as f:
+        f.write('[access]\nread-users = ["4242"]\nread-groups = []\n' + text)
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reloaded" in daemon.logs(), 10, "reload")
+    assert as_user(daemon, 4242, 4242, "token").returncode == 0
+    assert as_user(daemon, 4243, 0, "token").returncode == 6
+    assert varlink_call(daemon.socket, "io.tokend.Broker.GetToken")[1].get("error") is None, "root still admin"
+
+
+def test_core_dumps_are_off(server, make_tokend):
+    daemon = make_tokend(server).start()
+    with open(f"/proc/{daemon.process.pid}/limits") as f:
+        core = next(line for line in f if line.startswith("Max core file size"))
+    assert core.split()[4:6] == ["0", "0"], core
+
+
+def test_unknown_user_in_policy_is_a_clear_error(server, make_tokend):
+    daemon = make_tokend(server)
+    with open(daemon.config) as f:
+        text = f.read()
+    with open(daemon.config, "w") as f:
+        f.write('[access]\nadmin-users = ["no-such-user-xyz"]\n' + text)
+    result = subprocess.run([os.path.join(BIN, "tokend"), "--config", daemon.config], capture_output=True, text=True,
+                            timeout=20)
+    assert result.returncode == 78
+    assert 'access: no user named "no-such-user-xyz"' in result.stderr
