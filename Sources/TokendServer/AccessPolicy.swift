@@ -14,17 +14,18 @@ struct AccessPolicy: Sendable {
         case read, admin
     }
 
+    /// Who may make calls of each class; admins are included in read.
     let adminUIDs: Set<UInt32>
     let adminGIDs: Set<UInt32>
-    let readUIDs: Set<UInt32>
-    let readGIDs: Set<UInt32>
+    let readerUIDs: Set<UInt32>
+    let readerGIDs: Set<UInt32>
 
     /// Throws a description naming an unknown user or group.
     init(_ settings: AccessSettings) throws {
         adminUIDs = Set(try (settings.adminUsers ?? ["0", String(getuid())]).map(Self.uid))
         adminGIDs = Set(try settings.adminGroups.map(Self.gid))
-        readUIDs = Set(try settings.readUsers.map(Self.uid))
-        readGIDs = Set(try (settings.readGroups ?? [String(getgid())]).map(Self.gid))
+        readerUIDs = adminUIDs.union(try settings.readUsers.map(Self.uid))
+        readerGIDs = adminGIDs.union(try (settings.readGroups ?? [String(getgid())]).map(Self.gid))
     }
 
     static func methodClass(_ member: String) -> MethodClass {
@@ -34,13 +35,15 @@ struct AccessPolicy: Sendable {
         }
     }
 
+    /// Cheap checks (uid, primary gid) first; the group database is read
+    /// only for a peer that only a supplementary group could admit.
     func allows(_ peer: PeerCredentials?, _ wanted: MethodClass) -> Bool {
         guard let peer else { return false }
-        let groups = Self.groups(of: peer)
-        let admin = adminUIDs.contains(peer.uid) || !adminGIDs.isDisjoint(with: groups)
-        if admin { return true }
-        guard wanted == .read else { return false }
-        return readUIDs.contains(peer.uid) || !readGIDs.isDisjoint(with: groups)
+        let uids = wanted == .read ? readerUIDs : adminUIDs
+        let gids = wanted == .read ? readerGIDs : adminGIDs
+        if uids.contains(peer.uid) || gids.contains(peer.gid) { return true }
+        guard !gids.isEmpty else { return false }
+        return !gids.isDisjoint(with: Self.groups(of: peer))
     }
 
     /// Primary gid plus supplementary groups of the peer's user, if it has an entry.
