@@ -93,8 +93,7 @@ extension SessionActor {
             await persist(cleared, what: "refresh marker")
             record.refreshStartedAt = nil
         }
-        if let token = currentToken, Double(token.expiresAt) > now { return token }
-        throw BrokerError.upstreamUnavailable(name, reason, retryAfter: backoff.retryAfter(now: now))
+        return try validTokenOrUnavailable(reason, retryAfter: backoff.retryAfter(now: now), now: now)
     }
 
     /// The grant is gone: erase tokens from memory and disk and tell everyone.

@@ -109,9 +109,8 @@ public actor SessionActor {
 
     func refreshUnlessBackingOff(now: Double) async throws -> Token {
         if backoff.isWaiting(now: now), inFlight == nil {
-            if let token = currentToken, Double(token.expiresAt) > now { return token }
-            throw BrokerError.upstreamUnavailable(
-                name, lastError ?? "token endpoint unavailable", retryAfter: backoff.retryAfter(now: now))
+            return try validTokenOrUnavailable(
+                lastError ?? "token endpoint unavailable", retryAfter: backoff.retryAfter(now: now), now: now)
         }
         return try await joinOrStartRefresh(countAsCoalesced: true)
     }
@@ -122,12 +121,18 @@ public actor SessionActor {
             return try await inFlight.value
         }
         if stopping {
-            if let token = currentToken, Double(token.expiresAt) > clock.now() { return token }
-            throw BrokerError.upstreamUnavailable(name, "tokend is shutting down", retryAfter: 1)
+            return try validTokenOrUnavailable("tokend is shutting down", retryAfter: 1, now: clock.now())
         }
         let task = Task { try await self.performRefresh(afterCrash: false) }
         inFlight = task
         return try await task.value
+    }
+
+    /// When no upstream call may be made: the current token while it is
+    /// still valid (even if short of min-valid), otherwise UpstreamUnavailable.
+    func validTokenOrUnavailable(_ reason: String, retryAfter: Int?, now: Double) throws -> Token {
+        if let token = currentToken, Double(token.expiresAt) > now { return token }
+        throw BrokerError.upstreamUnavailable(name, reason, retryAfter: retryAfter)
     }
 
     var currentToken: Token? {

@@ -19,19 +19,13 @@ extension Daemon {
     }
 
     func reload() async {
-        let next: Configuration
-        do {
-            next = try Configuration.load(path: configPath, environment: environment)
-        } catch {
-            reloadProblem.withLock { $0 = error.description }
-            logger.error("reload failed", metadata: ["problem": "\(error)"])
-            return
-        }
         let previous = configuration.withLock { $0 }
         let old = Dictionary(uniqueKeysWithValues: previous.sessions.map { ($0.name, $0) })
-        var started: [SessionActor] = []
+        let next: Configuration
         let policy: AccessPolicy
+        var started: [SessionActor] = []
         do {
+            next = try Configuration.load(path: configPath, environment: environment)
             policy = try AccessPolicy(next.access)
             for settings in next.sessions where old[settings.name] != settings {
                 started.append(try Self.makeSession(settings, store: store, logger: logger))
@@ -48,7 +42,7 @@ extension Daemon {
         for session in started {
             // Stop the old actor first so its refresh in flight is persisted
             // before the new one loads the state file.
-            if let replaced = broker.all.first(where: { $0.name == session.name }) { await replaced.stop() }
+            if let replaced = try? broker.session(session.name) { await replaced.stop() }
             await session.start()
             broker.put(session)
         }
