@@ -10,9 +10,16 @@ public struct JSONParseError: Error, Equatable, CustomStringConvertible {
 public enum JSONParser {
     public static let maximumDepth = 128
 
+    /// Parses in place when the bytes are contiguous (a frame in a ByteBuffer,
+    /// an Array); copies only otherwise.
     public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
-        let array = Array(bytes)
-        return try array.withUnsafeBufferPointer { buffer throws(JSONParseError) in
+        let result = bytes.withContiguousStorageIfAvailable { parse(buffer: $0) }
+            ?? Array(bytes).withUnsafeBufferPointer { parse(buffer: $0) }
+        return try result.get()
+    }
+
+    static func parse(buffer: UnsafeBufferPointer<UInt8>) -> Result<JSONValue, JSONParseError> {
+        Result { () throws(JSONParseError) -> JSONValue in
             var cursor = Cursor(bytes: buffer)
             cursor.skipWhitespace()
             let value = try cursor.parseValue(depth: 0)
