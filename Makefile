@@ -11,7 +11,7 @@ UNITDIR ?= /etc/systemd/system
 USERUNITDIR ?= /etc/systemd/user
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 
-.PHONY: all build release deps venv test unit-test integration-test test-e2e demo install clean
+.PHONY: all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean
 
 all: build
 
@@ -45,6 +45,10 @@ integration-test: venv build
 	$(PY) -m pytest -q Tests/integration
 
 test: venv build unit-test integration-test
+
+# Startup figures quoted in README (debug build unless BIN_DIR is given).
+bench-startup: build
+	python3 bench/startup.py $(or $(BIN_DIR),.build/debug) 10
 
 demo: venv build
 	$(PY) demo/demo.py

@@ -80,10 +80,10 @@ public struct JournalLogHandler: LogHandler {
     }
 }
 
-extension Logger.Level {
-    /// Where to log: the journal under systemd (JOURNAL_STREAM or
-    /// INVOCATION_ID set), otherwise standard error.
-    public static func journalWanted(target: String, environment: [String: String]) -> Bool {
+extension JournalLogHandler {
+    /// Whether to log to the journal for `log-target`: "auto" means under
+    /// systemd (JOURNAL_STREAM or INVOCATION_ID set), else standard error.
+    public static func isWanted(target: String, environment: [String: String]) -> Bool {
         switch target {
         case "journal": return true
         case "console": return false

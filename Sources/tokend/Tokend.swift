@@ -42,7 +42,7 @@ struct Tokend: AsyncParsableCommand {
             return
         }
         let level = Logger.Level(rawValue: configuration.daemon.logLevel) ?? .info
-        if Logger.Level.journalWanted(target: configuration.daemon.logTarget, environment: environment) {
+        if JournalLogHandler.isWanted(target: configuration.daemon.logTarget, environment: environment) {
             LoggingSystem.bootstrap { _ in
                 var handler = JournalLogHandler(
                     identifier: "tokend", fieldPrefix: "TOKEND_", messageIDs: MessageIDs.byMessage)

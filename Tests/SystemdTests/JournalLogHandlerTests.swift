@@ -19,10 +19,10 @@ import Testing
     }
 
     @Test func autoTargetFollowsTheEnvironment() {
-        #expect(Logger.Level.journalWanted(target: "auto", environment: ["INVOCATION_ID": "x"]))
-        #expect(Logger.Level.journalWanted(target: "auto", environment: ["JOURNAL_STREAM": "8:9"]))
-        #expect(!Logger.Level.journalWanted(target: "auto", environment: [:]))
-        #expect(Logger.Level.journalWanted(target: "journal", environment: [:]))
-        #expect(!Logger.Level.journalWanted(target: "console", environment: ["INVOCATION_ID": "x"]))
+        #expect(JournalLogHandler.isWanted(target: "auto", environment: ["INVOCATION_ID": "x"]))
+        #expect(JournalLogHandler.isWanted(target: "auto", environment: ["JOURNAL_STREAM": "8:9"]))
+        #expect(!JournalLogHandler.isWanted(target: "auto", environment: [:]))
+        #expect(JournalLogHandler.isWanted(target: "journal", environment: [:]))
+        #expect(!JournalLogHandler.isWanted(target: "console", environment: ["INVOCATION_ID": "x"]))
     }
 }

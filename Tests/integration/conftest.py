@@ -185,7 +185,7 @@ def workdir():
 
 @pytest.fixture
 def server(workdir):
-    instance = AuthServer(os.path.join(workdir, "as"), access_ttl=int(os.environ.get("TEST_ACCESS_TTL", "3600")))
+    instance = AuthServer(os.path.join(workdir, "as"))
     yield instance
     instance.stop()
 

@@ -2,7 +2,6 @@
 protection on, grace 0), over the real socket."""
 import json
 import os
-import signal
 import socket
 import threading
 import time
