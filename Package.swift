@@ -40,6 +40,8 @@ let package = Package(
         .target(name: "OAuth", dependencies: [
             "Secrets", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
         ]),
+        // RFC 6265 cookie jar: parser, storage, retrieval, change log. Foundation only.
+        .target(name: "CookieJar"),
         .target(name: "StateStore", dependencies: ["Secrets", logging]),
         .target(name: "Broker", dependencies: ["OAuth", "Secrets", "StateStore", logging]),
         .target(name: "Config", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
@@ -63,6 +65,7 @@ let package = Package(
         .testTarget(name: "OAuthTests", dependencies: ["OAuth", "Secrets"]),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore"]),
         .testTarget(name: "BrokerTests", dependencies: ["Broker", "OAuth", "Secrets", "StateStore"]),
+        .testTarget(name: "CookieJarTests", dependencies: ["CookieJar"]),
         .testTarget(name: "ConfigTests", dependencies: ["Config"]),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", logging]),
     ]

@@ -1,0 +1,174 @@
+/// One session's cookies: storage (RFC 6265 §5.3), retrieval (§5.4) and a
+/// version that grows by one with every change. A value type: the session
+/// actor owns it and persists it.
+public struct CookieJar: Sendable {
+    public private(set) var cookies: [Cookie]
+    public private(set) var version: Int
+    var nextCreationIndex: Int
+    var log: ChangeLog
+    public let policy: CookiePolicy
+
+    public init(policy: CookiePolicy, cookies: [Cookie] = [], version: Int = 0) {
+        self.policy = policy
+        self.cookies = cookies
+        self.version = version
+        self.nextCreationIndex = (cookies.map(\.creationIndex).max() ?? -1) + 1
+        self.log = ChangeLog(capacity: policy.changeLogCapacity, baseVersion: version)
+    }
+
+    /// Stores one Set-Cookie header received in answer to `request`.
+    /// Returns the changes it caused (none when it changed nothing).
+    public mutating func receive(
+        _ header: String, from request: CookieRequest, now: Int
+    ) -> Result<[CookieChange], CookieRejection> {
+        guard let parsed = SetCookie.parse(header) else { return .failure(.unparseable) }
+        switch makeCookie(parsed, request: request, now: now) {
+        case .failure(let rejection): return .failure(rejection)
+        case .success(let cookie): return .success(store(cookie, now: now))
+        }
+    }
+
+    /// §5.3 steps 2–10 (with 6265bis prefixes, SameSite=None and the lifetime cap).
+    func makeCookie(_ parsed: SetCookie, request: CookieRequest, now: Int) -> Result<Cookie, CookieRejection> {
+        guard parsed.name.utf8.count + parsed.value.utf8.count <= policy.maximumCookieSize else {
+            return .failure(.tooLarge)
+        }
+        var expiresAt: Int?
+        if let maxAge = parsed.maxAge {
+            expiresAt = maxAge <= 0 ? Int.min : now + min(maxAge, policy.maximumLifetime)
+        } else if let expires = parsed.expires {
+            expiresAt = min(expires, now + policy.maximumLifetime)
+        }
+        var domain = request.host
+        var hostOnly = true
+        if let attribute = parsed.domain {
+            if policy.publicSuffixes.isPublicSuffix(attribute) {
+                guard attribute == request.host else { return .failure(.publicSuffix) }
+            } else {
+                guard request.domainMatches(attribute) else { return .failure(.domainMismatch) }
+                domain = attribute
+                hostOnly = false
+            }
+        }
+        if parsed.secure && !request.secure { return .failure(.insecureOrigin) }
+        if parsed.sameSite == SameSite.none && !parsed.secure { return .failure(.sameSiteNone) }
+        let path = parsed.path ?? request.defaultPath
+        let lowered = parsed.name.lowercased()
+        if lowered.hasPrefix("__secure-") && !parsed.secure { return .failure(.prefix) }
+        if lowered.hasPrefix("__host-") && (!parsed.secure || !hostOnly || parsed.path != "/") {
+            return .failure(.prefix)
+        }
+        return .success(
+            Cookie(
+                name: parsed.name, value: parsed.value, domain: domain, hostOnly: hostOnly, path: path,
+                expiresAt: expiresAt, secure: parsed.secure, httpOnly: parsed.httpOnly, sameSite: parsed.sameSite,
+                creationIndex: nextCreationIndex))
+    }
+
+    /// §5.3 steps 11–12: replace or delete a cookie of the same identity, then enforce the limits.
+    mutating func store(_ cookie: Cookie, now: Int) -> [CookieChange] {
+        var changes: [CookieChange] = []
+        var cookie = cookie
+        if let index = cookies.firstIndex(where: { $0.sameIdentity(as: cookie) }) {
+            let old = cookies.remove(at: index)
+            if cookie.isExpired(now: now) {
+                changes.append(record(.delete, old))
+                return changes
+            }
+            cookie.creationIndex = old.creationIndex
+            cookies.insert(cookie, at: index)
+            if old != cookie { changes.append(record(.set, cookie)) }
+            return changes
+        }
+        if cookie.isExpired(now: now) { return changes }
+        nextCreationIndex += 1
+        cookies.append(cookie)
+        changes.append(record(.set, cookie))
+        changes += evictOverLimits(keeping: cookie, now: now)
+        return changes
+    }
+
+    /// Expired cookies go first; then the oldest-created of the crowded domain, then of the jar.
+    mutating func evictOverLimits(keeping newest: Cookie, now: Int) -> [CookieChange] {
+        var changes: [CookieChange] = []
+        let sameDomain = { (cookie: Cookie) in cookie.domain == newest.domain }
+        if cookies.filter(sameDomain).count > policy.maximumPerDomain
+            || cookies.count > policy.maximumTotal
+        {
+            changes += removeExpired(now: now)
+        }
+        while cookies.filter(sameDomain).count > policy.maximumPerDomain,
+            let oldest = cookies.indices.filter({ sameDomain(cookies[$0]) }).min(by: {
+                cookies[$0].creationIndex < cookies[$1].creationIndex
+            })
+        {
+            changes.append(record(.delete, cookies.remove(at: oldest)))
+        }
+        while cookies.count > policy.maximumTotal,
+            let oldest = cookies.indices.min(by: { cookies[$0].creationIndex < cookies[$1].creationIndex })
+        {
+            changes.append(record(.delete, cookies.remove(at: oldest)))
+        }
+        return changes
+    }
+
+    /// §5.4: the cookies a browser would send to `request`, longest path
+    /// first, then oldest first. Expired cookies are never returned.
+    public func cookies(for request: CookieRequest, now: Int) -> [Cookie] {
+        cookies.filter { cookie in
+            (cookie.hostOnly ? request.host == cookie.domain : request.domainMatches(cookie.domain))
+                && request.pathMatches(cookie.path) && (!cookie.secure || request.secure)
+                && !cookie.isExpired(now: now)
+        }.sorted { a, b in
+            a.path.utf8.count != b.path.utf8.count
+                ? a.path.utf8.count > b.path.utf8.count : a.creationIndex < b.creationIndex
+        }
+    }
+
+    /// The Cookie header for these cookies ("" for none).
+    public static func header(for cookies: [Cookie]) -> String {
+        cookies.map { "\($0.name)=\($0.value)" }.joined(separator: "; ")
+    }
+
+    /// Removes cookies whose time has come.
+    public mutating func removeExpired(now: Int) -> [CookieChange] {
+        var changes: [CookieChange] = []
+        while let index = cookies.firstIndex(where: { $0.isExpired(now: now) }) {
+            changes.append(record(.delete, cookies.remove(at: index)))
+        }
+        return changes
+    }
+
+    /// The earliest expiry among stored cookies: when removeExpired has work.
+    public var nextExpiry: Int? {
+        cookies.compactMap(\.expiresAt).min()
+    }
+
+    /// Empties the jar (logout, login required): one deletion per cookie.
+    public mutating func removeAll() -> [CookieChange] {
+        let removed = cookies
+        cookies.removeAll()
+        return removed.map { record(.delete, $0) }
+    }
+
+    mutating func record(_ action: CookieChange.Action, _ cookie: Cookie) -> CookieChange {
+        version += 1
+        let change = CookieChange(action: action, cookie: cookie, version: version)
+        log.append(change)
+        return change
+    }
+
+    /// What a subscriber that saw everything up to `version` has missed.
+    public func changes(since version: Int) -> ChangesSince {
+        if version == self.version { return .changes([]) }
+        if let missed = log.changes(since: version) { return .changes(missed) }
+        return .snapshot(cookies)
+    }
+}
+
+public enum ChangesSince: Sendable, Equatable {
+    /// Every change after the given version, oldest first.
+    case changes([CookieChange])
+    /// The log no longer reaches back (or the version is unknown): the whole jar.
+    case snapshot([Cookie])
+}
