@@ -42,14 +42,14 @@ let package = Package(
         ]),
         // RFC 6265 cookie jar: parser, storage, retrieval, change log. Foundation only.
         .target(name: "CookieJar"),
-        .target(name: "StateStore", dependencies: ["Secrets", logging]),
-        .target(name: "Broker", dependencies: ["OAuth", "Secrets", "StateStore", logging]),
+        .target(name: "StateStore", dependencies: ["CookieJar", "Secrets", logging]),
+        .target(name: "Broker", dependencies: ["CookieJar", "OAuth", "Secrets", "StateStore", logging]),
         .target(name: "Config", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
         // libsystemd (Debian: libsystemd-dev) and the small Swift layer over it.
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .target(name: "Systemd", dependencies: ["CSystemd", logging]),
         .target(name: "TokendServer", dependencies: [
-            "Broker", "Config", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "VarlinkNIO",
+            "Broker", "Config", "CookieJar", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "VarlinkNIO",
             logging, lifecycle, nio, nioPosix, .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "tokend", dependencies: ["TokendServer", "Systemd", "Config", argumentParser, logging, lifecycle]),
@@ -64,7 +64,7 @@ let package = Package(
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio]),
         .testTarget(name: "OAuthTests", dependencies: ["OAuth", "Secrets"]),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore"]),
-        .testTarget(name: "BrokerTests", dependencies: ["Broker", "OAuth", "Secrets", "StateStore"]),
+        .testTarget(name: "BrokerTests", dependencies: ["Broker", "CookieJar", "OAuth", "Secrets", "StateStore"]),
         .testTarget(name: "CookieJarTests", dependencies: ["CookieJar"]),
         .testTarget(name: "ConfigTests", dependencies: ["Config"]),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", logging]),

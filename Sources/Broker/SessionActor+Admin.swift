@@ -1,4 +1,5 @@
 import Foundation
+import CookieJar
 import Logging
 import OAuth
 import Secrets
@@ -14,7 +15,7 @@ extension SessionActor {
         lastError = nil
         await persist(record, what: "login")
         logger.notice("logged in")
-        publish(.loggedIn)
+        await publish([event(.loggedIn)], waitForDelivery: false)
         do {
             _ = try await joinOrStartRefresh(countAsCoalesced: false)
         } catch let error as BrokerError where error.code == .upstreamUnavailable {
@@ -33,9 +34,10 @@ extension SessionActor {
         backoff.reset()
         lastError = nil
         reschedule()
+        let cookieChanges = jar.removeAll()
         await persist(record, what: "logout")
         logger.notice("logged out", metadata: ["revoke": "\(revoke)"])
-        publish(.loggedOut)
+        await publish(endingEvents(.loggedOut, cookieChanges: cookieChanges), waitForDelivery: true)
         guard revoke, let refreshToken else { return }
         do {
             try await endpoint.revoke(token: refreshToken)
@@ -82,30 +84,67 @@ extension SessionActor {
             session: name, state: state, generation: record.generation, expiresAt: record.expiresAt,
             expirySource: record.expirySource, lastRefreshAt: record.lastRefreshAt,
             nextRefreshAt: nextRefreshAt.map { Int($0) }, refreshes: refreshes, coalesced: coalesced,
-            failures: failures, lastError: lastError ?? (record.phase == .active ? nil : record.reason))
+            failures: failures, lastError: lastError ?? (record.phase == .active ? nil : record.reason),
+            cookieCount: jar.cookies.count, cookieVersion: jar.version)
     }
 
-    /// Events from now on, until the session stops or the consumer goes away.
+    /// Events from now on, until the session stops or the consumer goes away,
+    /// preceded (with `sinceVersion`) by the cookie changes made after that
+    /// version, or a snapshot when the change log does not reach back. The
+    /// status returned describes the state the events start from.
     /// A consumer that falls more than 64 events behind loses the oldest.
-    public func subscribe() -> AsyncStream<SessionEvent> {
+    public func subscribe(sinceVersion: Int? = nil) -> (status: SessionStatus, events: AsyncStream<SessionEvent>) {
         let (stream, continuation) = AsyncStream<SessionEvent>.makeStream(bufferingPolicy: .bufferingNewest(64))
+        if let sinceVersion {
+            switch jar.changes(since: sinceVersion) {
+            case .changes(let missed) where missed.isEmpty:
+                break
+            case .changes(let missed):
+                continuation.yield(event(.cookies, changes: missed))
+            case .snapshot(let cookies):
+                var snapshot = event(.cookies, changes: cookies.map { CookieChange(action: .set, cookie: $0, version: jar.version) })
+                snapshot.snapshot = true
+                continuation.yield(snapshot)
+            }
+        }
         let id = nextSubscriberID
         nextSubscriberID += 1
         subscribers[id] = continuation
         continuation.onTermination = { _ in
             Task { await self.unsubscribe(id) }
         }
-        return stream
+        return (status(), stream)
     }
 
     func unsubscribe(_ id: Int) {
         subscribers[id] = nil
     }
 
-    func publish(_ kind: SessionEvent.Kind) {
-        let event = SessionEvent(
+    func event(_ kind: SessionEvent.Kind, changes: [CookieChange] = []) -> SessionEvent {
+        SessionEvent(
             kind: kind, session: name, generation: record.generation, expiresAt: record.expiresAt,
-            reason: record.phase == .active ? nil : record.reason)
-        for continuation in subscribers.values { continuation.yield(event) }
+            reason: record.phase == .active ? nil : record.reason, cookieVersion: jar.version, changes: changes)
+    }
+
+    /// A session that ends: its cookie deletions first, then the end itself.
+    func endingEvents(_ kind: SessionEvent.Kind, cookieChanges: [CookieChange]) -> [SessionEvent] {
+        (cookieChanges.isEmpty ? [] : [event(.cookies, changes: cookieChanges)]) + [event(kind)]
+    }
+
+    /// Hands the events to every subscriber in order. With `waitForDelivery`,
+    /// returns once each subscriber's connection has taken the last of them,
+    /// or after `deliveryDeadline`.
+    func publish(_ events: [SessionEvent], waitForDelivery: Bool) async {
+        guard !subscribers.isEmpty, var last = events.last else { return }
+        let receipt = waitForDelivery ? DeliveryReceipt(expected: subscribers.count) : nil
+        last.receipt = receipt
+        let batch = events.dropLast() + [last]
+        for continuation in subscribers.values {
+            for event in batch {
+                // A subscriber that has gone counts as served; a stuck one is covered by the deadline.
+                if case .terminated = continuation.yield(event), event.receipt != nil { receipt?.delivered() }
+            }
+        }
+        await receipt?.wait(deadline: deliveryDeadline)
     }
 }

@@ -1,3 +1,4 @@
+import CookieJar
 import Logging
 import OAuth
 import Secrets
@@ -24,25 +25,32 @@ extension SessionActor {
 
         refreshes += 1
         logger.debug("refreshing", metadata: ["generation": "\(record.generation)"])
-        do {
-            let response = try await endpoint.refresh(refreshToken: refreshToken)
-            return await adopt(response, startedAt: startedAt)
-        } catch where error.kind == .rejected {
+        let answer = await endpoint.refresh(refreshToken: refreshToken, cookieHeader: cookieHeaderForEndpoint())
+        let cookieChanges = receiveEndpointCookies(answer.setCookie)
+        switch answer.result {
+        case .success(let response):
+            return await adopt(response, startedAt: startedAt, cookieChanges: cookieChanges)
+        case .failure(let error) where error.kind == .rejected:
             var reason = error.reason
             if afterCrash {
                 reason = "tokend stopped during a refresh and the server then refused the stored refresh token "
                     + "(\(error.code ?? "rejected")); the rotated token was lost. Log in again"
             }
-            await requireLogin(reason: reason)
+            await requireLogin(reason: reason, earlierChanges: cookieChanges)
             throw BrokerError.loginRequired(name, reason)
-        } catch {
+        case .failure(let error):
+            if !cookieChanges.isEmpty {
+                await persist(record, what: "cookies")
+                await publish([event(.cookies, changes: cookieChanges)], waitForDelivery: true)
+            }
             return try await recordTransientFailure(reason: error.reason, retryAfter: error.retryAfter)
         }
     }
 
     /// Makes a successful response the session's state: on disk first, then in
-    /// memory, then told to subscribers, then returned to callers.
-    func adopt(_ response: TokenResponse, startedAt: Double) async -> Token {
+    /// memory, then delivered to subscribers (its cookie changes, then
+    /// `refreshed`), then returned to callers.
+    func adopt(_ response: TokenResponse, startedAt: Double, cookieChanges: [CookieChange]) async -> Token {
         var next = record
         next.generation += 1
         next.accessToken = response.accessToken
@@ -72,8 +80,13 @@ extension SessionActor {
                 "generation": "\(next.generation)", "expires_at": "\(next.expiresAt!)",
                 "rotated": "\(response.refreshToken != nil)",
             ])
-        publish(.refreshed)
-        return currentToken!
+        let token = currentToken!
+        var events = cookieChanges.isEmpty ? [] : [event(.cookies, changes: cookieChanges)]
+        events.append(event(.refreshed))
+        announcing = true
+        await publish(events, waitForDelivery: true)
+        announcing = false
+        return token
     }
 
     func recordTransientFailure(reason: String, retryAfter: Int?) async throws -> Token {
@@ -96,24 +109,29 @@ extension SessionActor {
         return try validTokenOrUnavailable(reason, retryAfter: backoff.retryAfter(now: now), now: now)
     }
 
-    /// The grant is gone: erase tokens from memory and disk and tell everyone.
-    func requireLogin(reason: String) async {
+    /// The grant is gone: erase tokens and cookies from memory and disk and tell everyone.
+    func requireLogin(reason: String, earlierChanges: [CookieChange] = []) async {
         let next = SessionRecord(phase: .loginRequired, reason: reason, generation: record.generation)
         record = next
         backoff.reset()
         lastError = reason
+        let cookieChanges = earlierChanges + jar.removeAll()
         await persist(next, what: "login-required state")
         logger.error("login required", metadata: ["reason": "\(reason)"])
-        publish(.loginRequired)
+        await publish(endingEvents(.loginRequired, cookieChanges: cookieChanges), waitForDelivery: true)
     }
 
     /// Writes the record durably. A failed write is logged and kept in the
     /// status; the record stays in memory (the server may already have
     /// rotated the token, so dropping it would lose the session) and the write
     /// is retried with the next change.
+    /// The jar is the actor's; its cookies and version go to disk with every record.
     func persist(_ next: SessionRecord, what: String) async {
+        var stored = next
+        stored.cookies = jar.cookies
+        stored.cookieVersion = jar.version
         do {
-            try await file.save(next)
+            try await file.save(stored)
             unsavedRecord = false
         } catch {
             unsavedRecord = true

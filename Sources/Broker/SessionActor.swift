@@ -1,3 +1,4 @@
+import CookieJar
 import Logging
 import OAuth
 import Secrets
@@ -32,11 +33,24 @@ public actor SessionActor {
     var unsavedRecord = false
     /// Set by stop(): no new refresh may start while tokend shuts down.
     var stopping = false
+    /// The session's cookies. Persisted with the record (see `persist`).
+    var jar: CookieJar
+    /// Where the token endpoint's cookies come from and go back to.
+    let cookieOrigin: CookieRequest?
+    /// Wakes at the next cookie expiry to remove it and tell subscribers.
+    var cookieTimer: Task<Void, Never>?
+    /// Set while a refresh's events are being delivered: callers wait for the
+    /// in-flight refresh instead of taking the new token early.
+    var announcing = false
+    /// How long a publish waits for subscribers' connections to take its events.
+    let deliveryDeadline: Duration
 
     public init(
         name: String, policy: RefreshPolicy, endpoint: any TokenEndpoint, file: SessionFile,
         clock: any BrokerClock = SystemClock(), logger: Logger,
-        random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }
+        random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) },
+        cookiePolicy: CookiePolicy = CookiePolicy(publicSuffixes: .implicitOnly),
+        deliveryDeadline: Duration = .milliseconds(500)
     ) {
         self.name = name
         self.policy = policy
@@ -47,6 +61,9 @@ public actor SessionActor {
         logger[metadataKey: "session"] = "\(name)"
         self.logger = logger
         self.random = random
+        self.jar = CookieJar(policy: cookiePolicy)
+        self.cookieOrigin = CookieRequest(url: endpoint.tokenURL)
+        self.deliveryDeadline = deliveryDeadline
         self.record = SessionRecord(phase: .loginRequired, reason: "not logged in yet: log in with `tokenctl login`")
     }
 
@@ -60,6 +77,8 @@ public actor SessionActor {
             lastError = error.description
             record = SessionRecord(phase: .loginRequired, reason: "state file unreadable: \(error.description)")
         }
+        jar = CookieJar(policy: jar.policy, cookies: record.cookies, version: record.cookieVersion)
+        expireCookies()
         if record.phase == .active, record.refreshStartedAt != nil {
             logger.warning("previous process stopped during a refresh; retrying once with the stored refresh token")
             inFlight = Task { try await self.performRefresh(afterCrash: true) }
@@ -72,6 +91,8 @@ public actor SessionActor {
         stopping = true
         scheduler?.cancel()
         scheduler = nil
+        cookieTimer?.cancel()
+        cookieTimer = nil
         if let inFlight { _ = try? await inFlight.value }
         for continuation in subscribers.values { continuation.finish() }
         subscribers.removeAll()
@@ -80,6 +101,7 @@ public actor SessionActor {
     // MARK: Asking for tokens
 
     public func getToken(minValidSeconds: Int?) async throws -> Token {
+        if announcing, let inFlight { return try await inFlight.value }
         try requireActive()
         let now = clock.now()
         if let token = currentToken,
@@ -96,6 +118,7 @@ public actor SessionActor {
     /// current one gets the current token; otherwise the token is refreshed
     /// (joining a refresh already in flight).
     public func refresh(staleGeneration: Int?) async throws -> Token {
+        if announcing, let inFlight { return try await inFlight.value }
         try requireActive()
         let now = clock.now()
         if let staleGeneration, staleGeneration < record.generation, let token = currentToken,

@@ -1,3 +1,4 @@
+import CookieJar
 import Secrets
 
 /// An access token as handed to callers. Never carries the refresh token.
@@ -24,18 +25,29 @@ public struct SessionStatus: Sendable, Equatable {
     public var coalesced: Int
     public var failures: Int
     public var lastError: String?
+    /// Cookies in the jar, and the jar's version.
+    public var cookieCount: Int
+    public var cookieVersion: Int
 }
 
 /// A change subscribers are told about.
-public struct SessionEvent: Sendable, Equatable {
+public struct SessionEvent: Sendable {
     public enum Kind: String, Sendable {
-        case loggedIn, refreshed, loginRequired, loggedOut
+        case loggedIn, refreshed, loginRequired, loggedOut, cookies
     }
     public var kind: Kind
     public var session: String
     public var generation: Int
     public var expiresAt: Int?
     public var reason: String?
+    /// The jar's version after this event.
+    public var cookieVersion: Int
+    /// For `cookies`: the changes, oldest first.
+    public var changes: [CookieChange] = []
+    /// For `cookies`: `changes` is the whole jar (all "set"), replacing what the subscriber had.
+    public var snapshot = false
+    /// When set, the consumer calls `delivered()` once the event has left for its client.
+    public var receipt: DeliveryReceipt?
 }
 
 /// Why the broker could not answer.

@@ -63,12 +63,7 @@ extension Configuration {
         }
         var configuration = Configuration(daemon: daemon, sessions: sessions)
         if let table = try reader.table("access") {
-            var r = TableReader(file: file, table: table, path: "access")
-            try r.allowOnly(["admin-users", "admin-groups", "read-users", "read-groups"])
-            configuration.access.adminUsers = try r.strings("admin-users")
-            configuration.access.adminGroups = try r.strings("admin-groups") ?? []
-            configuration.access.readUsers = try r.strings("read-users") ?? []
-            configuration.access.readGroups = try r.strings("read-groups")
+            configuration.access = try TableReader(file: file, table: table, path: "access").access()
         }
         return configuration
     }
@@ -87,7 +82,7 @@ extension TableReader {
     mutating func session(name: String, environment: [String: String]) throws(ConfigError) -> SessionSettings {
         try allowOnly([
             "token-endpoint", "revocation-endpoint", "client-id", "client-secret-file", "client-auth", "scope",
-            "refresh-margin", "min-valid", "upstream-timeout", "default-lifetime",
+            "refresh-margin", "min-valid", "upstream-timeout", "default-lifetime", "access",
         ])
         guard let endpoint = try url("token-endpoint") else { throw missing("token-endpoint") }
         guard let clientID = try string("client-id"), !clientID.isEmpty else { throw missing("client-id") }
@@ -97,6 +92,9 @@ extension TableReader {
             session.clientAuth = ClientAuth(rawValue: auth)!
         }
         session.scope = try string("scope")
+        if let table = try table("access") {
+            session.access = try TableReader(file: file, table: table, path: key("access")).access()
+        }
         session.refreshMargin = try integer("refresh-margin", in: 0...86400) ?? session.refreshMargin
         session.minValid = try integer("min-valid", in: 0...86400) ?? session.minValid
         session.upstreamTimeout = try integer("upstream-timeout", in: 1...300) ?? session.upstreamTimeout
@@ -116,6 +114,22 @@ extension TableReader {
                 "\"\(session.clientAuth.rawValue)\" needs a client secret: set client-secret-file, provide the systemd credential \(name).client-secret, or use client-auth = \"none\" for a public client")
         }
         return session
+    }
+}
+
+extension TableReader {
+    func access() throws(ConfigError) -> AccessSettings {
+        try allowOnly([
+            "admin-users", "admin-groups", "cookies-write-users", "cookies-write-groups", "read-users", "read-groups",
+        ])
+        var access = AccessSettings()
+        access.adminUsers = try strings("admin-users")
+        access.adminGroups = try strings("admin-groups")
+        access.cookiesWriteUsers = try strings("cookies-write-users")
+        access.cookiesWriteGroups = try strings("cookies-write-groups")
+        access.readUsers = try strings("read-users")
+        access.readGroups = try strings("read-groups")
+        return access
     }
 }
 

@@ -13,17 +13,32 @@ public struct Configuration: Sendable, Equatable {
     }
 }
 
-/// Who may call what. Entries are user or group names, or numeric ids.
-/// Admins (Login, Logout) may also do everything readers may.
+/// Who may call what. Entries are user or group names, or numeric ids; nil
+/// means "not set here". Classes nest: admins (Login, Logout) may also write
+/// cookies, and cookie writers (ImportCookies) may also read.
 public struct AccessSettings: Sendable, Equatable {
     /// nil: root and the user tokend runs as.
     public var adminUsers: [String]?
-    public var adminGroups: [String] = []
-    public var readUsers: [String] = []
+    public var adminGroups: [String]?
+    public var cookiesWriteUsers: [String]?
+    public var cookiesWriteGroups: [String]?
+    public var readUsers: [String]?
     /// nil: the group tokend runs as (the socket's group under systemd).
     public var readGroups: [String]?
 
     public init() {}
+
+    /// These settings where set, `base` elsewhere (a session's [access] over the global one).
+    public func over(_ base: AccessSettings) -> AccessSettings {
+        var merged = base
+        merged.adminUsers = adminUsers ?? base.adminUsers
+        merged.adminGroups = adminGroups ?? base.adminGroups
+        merged.cookiesWriteUsers = cookiesWriteUsers ?? base.cookiesWriteUsers
+        merged.cookiesWriteGroups = cookiesWriteGroups ?? base.cookiesWriteGroups
+        merged.readUsers = readUsers ?? base.readUsers
+        merged.readGroups = readGroups ?? base.readGroups
+        return merged
+    }
 }
 
 public struct DaemonSettings: Sendable, Equatable {
@@ -56,6 +71,9 @@ public struct SessionSettings: Sendable, Equatable {
     public var minValid = 30
     public var upstreamTimeout = 10
     public var defaultLifetime = 300
+    /// This session's [sessions.NAME.access] table, when it has one (keys it
+    /// does not set come from the global [access]).
+    public var access: AccessSettings?
 
     public init(name: String, tokenEndpoint: URL, clientID: String) {
         self.name = name

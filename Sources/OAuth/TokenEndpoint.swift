@@ -5,10 +5,24 @@ import Secrets
 
 /// The authorization server's token and revocation endpoints, as the broker sees them.
 public protocol TokenEndpoint: Sendable {
-    /// Exchanges a refresh token. Throws only TokenEndpointError.
-    func refresh(refreshToken: Secret) async throws(TokenEndpointError) -> TokenResponse
+    /// The token endpoint: the request URL for the session's cookies.
+    var tokenURL: URL { get }
+    /// Exchanges a refresh token, sending `cookieHeader` (when not empty) as the Cookie header.
+    func refresh(refreshToken: Secret, cookieHeader: String) async -> RefreshAnswer
     /// Revokes a token (RFC 7009). Throws TokenEndpointError.transient when unreachable.
     func revoke(token: Secret) async throws(TokenEndpointError)
+}
+
+/// What one refresh request brought back: the classified result and the
+/// answer's Set-Cookie headers, which count whether or not it succeeded.
+public struct RefreshAnswer: Sendable {
+    public var result: Result<TokenResponse, TokenEndpointError>
+    public var setCookie: [String]
+
+    public init(result: Result<TokenResponse, TokenEndpointError>, setCookie: [String] = []) {
+        self.result = result
+        self.setCookie = setCookie
+    }
 }
 
 /// The real endpoints over HTTP(S), through AsyncHTTPClient (system trust store).
@@ -34,23 +48,37 @@ public struct HTTPTokenEndpoint: TokenEndpoint {
         self.client = client
     }
 
-    public func refresh(refreshToken: Secret) async throws(TokenEndpointError) -> TokenResponse {
-        let form = FormRequest.refresh(refreshToken: refreshToken, scope: scope, credentials: credentials)
-        let (status, retryAfter, body) = try await post(form, to: tokenURL)
-        return try TokenResponse.classify(status: status, retryAfterHeader: retryAfter, body: body).get()
+    public func refresh(refreshToken: Secret, cookieHeader: String) async -> RefreshAnswer {
+        var form = FormRequest.refresh(refreshToken: refreshToken, scope: scope, credentials: credentials)
+        if !cookieHeader.isEmpty { form.headers.append(("Cookie", cookieHeader)) }
+        do {
+            let answer = try await post(form, to: tokenURL)
+            return RefreshAnswer(
+                result: TokenResponse.classify(status: answer.status, retryAfterHeader: answer.retryAfter, body: answer.body),
+                setCookie: answer.setCookie)
+        } catch {
+            return RefreshAnswer(result: .failure(error), setCookie: [])
+        }
     }
 
     public func revoke(token: Secret) async throws(TokenEndpointError) {
         guard let revocationURL else { return }
         let form = FormRequest.revoke(token: token, hint: "refresh_token", credentials: credentials)
-        let (status, _, _) = try await post(form, to: revocationURL)
+        let status = try await post(form, to: revocationURL).status
         // RFC 7009 §2.2: 200 whether or not the token was valid.
         guard (200..<300).contains(status) else {
             throw .transient("revocation endpoint answered HTTP \(status)")
         }
     }
 
-    func post(_ form: FormRequest, to url: URL) async throws(TokenEndpointError) -> (Int, String?, [UInt8]) {
+    struct HTTPAnswer {
+        var status: Int
+        var retryAfter: String?
+        var setCookie: [String]
+        var body: [UInt8]
+    }
+
+    func post(_ form: FormRequest, to url: URL) async throws(TokenEndpointError) -> HTTPAnswer {
         var request = HTTPClientRequest(url: url.absoluteString)
         request.method = .POST
         for (name, value) in form.headers { request.headers.add(name: name, value: value) }
@@ -60,7 +88,9 @@ public struct HTTPTokenEndpoint: TokenEndpoint {
         do {
             let response = try await client.execute(request, deadline: deadline)
             let body = try await response.body.collect(upTo: maximumBodySize)
-            return (Int(response.status.code), response.headers.first(name: "Retry-After"), Array(buffer: body))
+            return HTTPAnswer(
+                status: Int(response.status.code), retryAfter: response.headers.first(name: "Retry-After"),
+                setCookie: response.headers["Set-Cookie"], body: Array(buffer: body))
         } catch let error as NIOTooManyBytesError {
             _ = error
             throw .transient("token endpoint answer is larger than \(maximumBodySize) bytes")

@@ -1,3 +1,4 @@
+import CookieJar
 import Secrets
 
 /// Everything tokend keeps about one session across restarts.
@@ -28,11 +29,15 @@ public struct SessionRecord: Sendable, Equatable {
     /// Set, durably, before a refresh request is sent; cleared with its result.
     /// Found set at start: the previous process died mid-refresh.
     public var refreshStartedAt: Int?
+    /// The session's cookie jar and its version (persistent and session cookies alike).
+    public var cookies: [Cookie]
+    public var cookieVersion: Int
 
     public init(
         phase: Phase, reason: String? = nil, refreshToken: Secret? = nil, accessToken: Secret? = nil,
         tokenType: String? = nil, scope: String? = nil, expiresAt: Int? = nil, expirySource: String? = nil,
-        generation: Int = 0, lastRefreshAt: Int? = nil, refreshStartedAt: Int? = nil
+        generation: Int = 0, lastRefreshAt: Int? = nil, refreshStartedAt: Int? = nil, cookies: [Cookie] = [],
+        cookieVersion: Int = 0
     ) {
         self.phase = phase
         self.reason = reason
@@ -45,6 +50,8 @@ public struct SessionRecord: Sendable, Equatable {
         self.generation = generation
         self.lastRefreshAt = lastRefreshAt
         self.refreshStartedAt = refreshStartedAt
+        self.cookies = cookies
+        self.cookieVersion = cookieVersion
     }
 }
 
@@ -61,6 +68,9 @@ struct StoredRecord: Codable {
     var generation: Int
     var lastRefreshAt: Int?
     var refreshStartedAt: Int?
+    /// Absent in files written before cookies existed.
+    var cookies: [Cookie]?
+    var cookieVersion: Int?
 
     init(_ record: SessionRecord) {
         phase = record.phase
@@ -74,6 +84,8 @@ struct StoredRecord: Codable {
         generation = record.generation
         lastRefreshAt = record.lastRefreshAt
         refreshStartedAt = record.refreshStartedAt
+        cookies = record.cookies
+        cookieVersion = record.cookieVersion
     }
 
     var record: SessionRecord {
@@ -81,7 +93,7 @@ struct StoredRecord: Codable {
             phase: phase, reason: reason, refreshToken: refreshToken.map(Secret.init),
             accessToken: accessToken.map(Secret.init), tokenType: tokenType, scope: scope, expiresAt: expiresAt,
             expirySource: expirySource, generation: generation, lastRefreshAt: lastRefreshAt,
-            refreshStartedAt: refreshStartedAt)
+            refreshStartedAt: refreshStartedAt, cookies: cookies ?? [], cookieVersion: cookieVersion ?? 0)
     }
 }
 

@@ -14,6 +14,8 @@ public enum BrokerInterface {
         public static let noSuchSession = "io.tokend.Broker.NoSuchSession"
         public static let loginRequired = "io.tokend.Broker.LoginRequired"
         public static let upstreamUnavailable = "io.tokend.Broker.UpstreamUnavailable"
+        public static let invalidURL = "io.tokend.Broker.InvalidURL"
+        public static let unknownFormat = "io.tokend.Broker.UnknownFormat"
         public static let requestTooLarge = "io.tokend.Broker.RequestTooLarge"
         public static let internalError = "io.tokend.Broker.InternalError"
     }

@@ -6,44 +6,74 @@ import Varlink
 import Glibc
 #endif
 
-/// Which calls a peer (from SO_PEERCRED) may make. Names are resolved to ids
-/// when the policy is built (at start and on reload); a peer's groups are
-/// its primary gid plus its supplementary groups from the group database.
+/// Which calls a peer (from SO_PEERCRED) may make, globally and per session.
+/// Names are resolved to ids when the policy is built (at start and on
+/// reload); a peer's groups are its primary gid plus its supplementary groups
+/// from the group database.
 struct AccessPolicy: Sendable {
     enum MethodClass: String, Sendable {
-        case read, admin
+        case read
+        case cookiesWrite = "cookies-write"
+        case admin
     }
 
-    /// Who may make calls of each class; admins are included in read.
-    let adminUIDs: Set<UInt32>
-    let adminGIDs: Set<UInt32>
-    let readerUIDs: Set<UInt32>
-    let readerGIDs: Set<UInt32>
+    /// The uids and gids admitted to each class; wider classes include the narrower ones' members.
+    struct Rules: Sendable {
+        let uids: [MethodClass: Set<UInt32>]
+        let gids: [MethodClass: Set<UInt32>]
+
+        init(_ settings: AccessSettings) throws {
+            let adminUIDs = Set(try (settings.adminUsers ?? ["0", String(getuid())]).map(AccessPolicy.uid))
+            let adminGIDs = Set(try (settings.adminGroups ?? []).map(AccessPolicy.gid))
+            let writerUIDs = adminUIDs.union(try (settings.cookiesWriteUsers ?? []).map(AccessPolicy.uid))
+            let writerGIDs = adminGIDs.union(try (settings.cookiesWriteGroups ?? []).map(AccessPolicy.gid))
+            uids = [
+                .admin: adminUIDs, .cookiesWrite: writerUIDs,
+                .read: writerUIDs.union(try (settings.readUsers ?? []).map(AccessPolicy.uid)),
+            ]
+            gids = [
+                .admin: adminGIDs, .cookiesWrite: writerGIDs,
+                .read: writerGIDs.union(try (settings.readGroups ?? [String(getgid())]).map(AccessPolicy.gid)),
+            ]
+        }
+
+        /// Cheap checks (uid, primary gid) first; the group database is read
+        /// only for a peer that only a supplementary group could admit.
+        func allows(_ peer: PeerCredentials, _ wanted: MethodClass) -> Bool {
+            let gids = self.gids[wanted]!
+            if self.uids[wanted]!.contains(peer.uid) || gids.contains(peer.gid) { return true }
+            guard !gids.isEmpty else { return false }
+            return !gids.isDisjoint(with: AccessPolicy.groups(of: peer))
+        }
+    }
+
+    let global: Rules
+    let sessions: [String: Rules]
 
     /// Throws a description naming an unknown user or group.
-    init(_ settings: AccessSettings) throws {
-        adminUIDs = Set(try (settings.adminUsers ?? ["0", String(getuid())]).map(Self.uid))
-        adminGIDs = Set(try settings.adminGroups.map(Self.gid))
-        readerUIDs = adminUIDs.union(try settings.readUsers.map(Self.uid))
-        readerGIDs = adminGIDs.union(try (settings.readGroups ?? [String(getgid())]).map(Self.gid))
+    init(_ settings: AccessSettings, sessions: [SessionSettings] = []) throws {
+        global = try Rules(settings)
+        var perSession: [String: Rules] = [:]
+        for session in sessions {
+            guard let own = session.access else { continue }
+            perSession[session.name] = try Rules(own.over(settings))
+        }
+        self.sessions = perSession
     }
 
     static func methodClass(_ member: String) -> MethodClass {
         switch member {
         case "Login", "Logout": .admin
+        case "ImportCookies": .cookiesWrite
         default: .read
         }
     }
 
-    /// Cheap checks (uid, primary gid) first; the group database is read
-    /// only for a peer that only a supplementary group could admit.
-    func allows(_ peer: PeerCredentials?, _ wanted: MethodClass) -> Bool {
+    /// `session` nil: a call about no session (ListSessions), judged by the global rules.
+    func allows(_ peer: PeerCredentials?, _ wanted: MethodClass, session: String?) -> Bool {
         guard let peer else { return false }
-        let uids = wanted == .read ? readerUIDs : adminUIDs
-        let gids = wanted == .read ? readerGIDs : adminGIDs
-        if uids.contains(peer.uid) || gids.contains(peer.gid) { return true }
-        guard !gids.isEmpty else { return false }
-        return !gids.isDisjoint(with: Self.groups(of: peer))
+        let rules = session.flatMap { sessions[$0] } ?? global
+        return rules.allows(peer, wanted)
     }
 
     /// Primary gid plus supplementary groups of the peer's user, if it has an entry.

@@ -1,4 +1,5 @@
 import Broker
+import CookieJar
 import Logging
 import Secrets
 import TokendInterface
@@ -11,7 +12,11 @@ func brokerImplementation(
 ) -> VarlinkImplementation {
     VarlinkImplementation(
         interface: BrokerInterface.declaration,
-        methods: guarded(brokerMethods(broker, logger: logger), policy: policy, logger: logger))
+        methods: guarded(
+            brokerMethods(
+                broker, logger: logger,
+                mayRead: { context, session in policy().allows(context.peer, .read, session: session) }),
+            policy: policy, logger: logger))
 }
 
 /// Refuses a call with org.varlink.service.PermissionDenied (and a log line
@@ -22,12 +27,14 @@ func guarded(
     var result: [String: MethodHandler] = [:]
     for (name, handler) in methods {
         let wanted = AccessPolicy.methodClass(name)
-        let check: @Sendable (CallContext) throws -> Void = { context in
-            guard policy().allows(context.peer, wanted) else {
+        let check: @Sendable (JSONObject, CallContext) throws -> Void = { parameters, context in
+            // ListSessions names no session: the global rules decide, and it lists only readable sessions.
+            let session = name == "ListSessions" ? nil : (parameters["session"]?.stringValue ?? Broker.defaultSession)
+            guard policy().allows(context.peer, wanted, session: session) else {
                 logger.warning(
                     "permission denied",
                     metadata: [
-                        "method": "\(name)", "class": "\(wanted.rawValue)",
+                        "method": "\(name)", "class": "\(wanted.rawValue)", "session": "\(session ?? "")",
                         "peer.uid": "\(context.peer.map { String($0.uid) } ?? "unknown")",
                         "peer.pid": "\(context.peer.map { String($0.pid) } ?? "unknown")",
                     ])
@@ -37,12 +44,12 @@ func guarded(
         switch handler {
         case .call(let body):
             result[name] = .call { parameters, context in
-                try check(context)
+                try check(parameters, context)
                 return try await body(parameters, context)
             }
         case .stream(let body):
             result[name] = .stream { parameters, context, replies in
-                try check(context)
+                try check(parameters, context)
                 try await body(parameters, context, replies)
             }
         }
@@ -50,7 +57,9 @@ func guarded(
     return result
 }
 
-func brokerMethods(_ broker: Broker, logger: Logger) -> [String: MethodHandler] {
+func brokerMethods(
+    _ broker: Broker, logger: Logger, mayRead: @escaping @Sendable (CallContext, String) -> Bool
+) -> [String: MethodHandler] {
         [
             "GetToken": .call { parameters, _ in
                 let session = try broker.session(try parameters.optionalString("session"))
@@ -68,9 +77,11 @@ func brokerMethods(_ broker: Broker, logger: Logger) -> [String: MethodHandler] 
                 let session = try broker.session(try parameters.optionalString("session"))
                 return ["status": await session.status().json]
             },
-            "ListSessions": .call { _, _ in
+            "ListSessions": .call { _, context in
                 var statuses: [JSONValue] = []
-                for session in broker.all { statuses.append(await session.status().json) }
+                for session in broker.all where mayRead(context, session.name) {
+                    statuses.append(await session.status().json)
+                }
                 return ["sessions": .array(statuses)]
             },
             "Login": .call { parameters, context in
@@ -89,20 +100,52 @@ func brokerMethods(_ broker: Broker, logger: Logger) -> [String: MethodHandler] 
             },
             "Subscribe": .stream { parameters, _, replies in
                 let session = try broker.session(try parameters.optionalString("session"))
-                let events = await session.subscribe()
-                let status = await session.status()
+                let since = try parameters.optionalInt("sinceVersion")
+                let (status, events) = await session.subscribe(sinceVersion: since)
                 try await replies.yield(
                     [
                         "event": "status", "session": .string(status.session), "generation": .int(status.generation),
                         "expiresAt": .optional(status.expiresAt), "reason": .optional(status.lastError),
+                        "version": .int(status.cookieVersion),
                     ], continues: true)
                 for await event in events {
                     try await replies.yield(event.parameters, continues: true)
+                    event.receipt?.delivered()
                 }
                 // The session stopped (tokend is shutting down or the session was removed).
                 try await replies.yield(
                     ["event": "stopped", "session": .string(session.name), "generation": .int(status.generation)],
                     continues: false)
+            },
+            "GetCookies": .call { parameters, _ in
+                let session = try broker.session(try parameters.optionalString("session"))
+                let (cookies, version) = await session.cookies(for: try parameters.cookieRequest("url"))
+                return [
+                    "cookies": .array(cookies.map(\.json)), "header": .string(CookieJar.header(for: cookies)),
+                    "version": .int(version),
+                ]
+            },
+            "ImportCookies": .call { parameters, context in
+                let session = try broker.session(try parameters.optionalString("session"))
+                let request = try parameters.cookieRequest("url")
+                let headers = try parameters.stringArray("setCookie")
+                let result = try await session.importCookies(from: request, setCookie: headers)
+                logger.info(
+                    "cookies imported",
+                    metadata: context.metadata(session.name).merging(
+                        ["applied": "\(result.applied)", "rejected": "\(result.rejected.count)"], uniquingKeysWith: { a, _ in a }))
+                return [
+                    "version": .int(result.version), "applied": .int(result.applied),
+                    "rejected": .array(result.rejected.map(JSONValue.string)),
+                ]
+            },
+            "ExportCookies": .call { parameters, _ in
+                let session = try broker.session(try parameters.optionalString("session"))
+                let format = try parameters.optionalString("format") ?? "netscape"
+                guard format == "netscape" else {
+                    throw VarlinkError(BrokerInterface.Error.unknownFormat, ["format": .string(format)])
+                }
+                return ["text": .string(await session.netscapeCookies())]
             },
         ]
 }
@@ -115,5 +158,16 @@ extension CallContext {
             metadata["peer.pid"] = "\(peer.pid)"
         }
         return metadata
+    }
+}
+
+extension JSONObject {
+    /// An http(s) URL with a host, or io.tokend.Broker.InvalidURL.
+    func cookieRequest(_ key: String) throws -> CookieRequest {
+        let url = try string(key)
+        guard let request = CookieRequest(string: url) else {
+            throw VarlinkError(BrokerInterface.Error.invalidURL, ["url": .string(url)])
+        }
+        return request
     }
 }

@@ -26,9 +26,9 @@ extension Daemon {
         var started: [SessionActor] = []
         do {
             next = try Configuration.load(path: configPath, environment: environment)
-            policy = try AccessPolicy(next.access)
+            policy = try AccessPolicy(next.access, sessions: next.sessions)
             for settings in next.sessions where old[settings.name] != settings {
-                started.append(try Self.makeSession(settings, store: store, logger: logger))
+                started.append(try Self.makeSession(settings, store: store, cookiePolicy: cookiePolicy, logger: logger))
             }
         } catch {
             reloadProblem.withLock { $0 = "\(error)" }

@@ -1,5 +1,6 @@
 import Broker
 import Config
+import CookieJar
 import Foundation
 import Logging
 import NIOPosix
@@ -29,6 +30,8 @@ public final class Daemon: Service, CustomStringConvertible {
     let configuration: Mutex<Configuration>
     let reloadProblem = Mutex<String?>(nil)
     let access: Mutex<AccessPolicy>
+    /// Read once at start: refuses cookies whose Domain is a public suffix.
+    let cookiePolicy: CookiePolicy
 
     public var description: String { "tokend" }
 
@@ -40,19 +43,35 @@ public final class Daemon: Service, CustomStringConvertible {
         self.logger = logger
         self.testHooks = environment["TOKEND_TEST_HOOKS"] == "1"
         self.configuration = Mutex(configuration)
-        access = Mutex(try AccessPolicy(configuration.access))
+        access = Mutex(try AccessPolicy(configuration.access, sessions: configuration.sessions))
         store = try StateStore(directory: configuration.daemon.stateDirectory)
+        cookiePolicy = CookiePolicy(publicSuffixes: Self.loadPublicSuffixes(logger: logger))
         var sessions: [SessionActor] = []
         for settings in configuration.sessions {
-            sessions.append(try Self.makeSession(settings, store: store, logger: logger))
+            sessions.append(try Self.makeSession(settings, store: store, cookiePolicy: cookiePolicy, logger: logger))
         }
         broker = Broker(sessions: sessions)
     }
 
-    static func makeSession(_ settings: SessionSettings, store: StateStore, logger: Logger) throws -> SessionActor {
+    static func makeSession(
+        _ settings: SessionSettings, store: StateStore, cookiePolicy: CookiePolicy, logger: Logger
+    ) throws -> SessionActor {
         SessionActor(
             name: settings.name, policy: settings.policy, endpoint: try settings.endpoint(),
-            file: store.file(for: settings.name), logger: logger)
+            file: store.file(for: settings.name), logger: logger, cookiePolicy: cookiePolicy)
+    }
+
+    /// Debian's copy of the Public Suffix List (package publicsuffix); without
+    /// it only single-label domains count as public suffixes.
+    static func loadPublicSuffixes(logger: Logger) -> PublicSuffixList {
+        do {
+            return try PublicSuffixList(contentsOfFile: PublicSuffixList.debianPath)
+        } catch {
+            logger.warning(
+                "public suffix list unreadable; only single-label cookie domains are refused",
+                metadata: ["path": "\(PublicSuffixList.debianPath)", "fix": "apt install publicsuffix"])
+            return .implicitOnly
+        }
     }
 
     public func run() async throws {

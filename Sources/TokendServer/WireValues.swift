@@ -1,4 +1,5 @@
 import Broker
+import CookieJar
 import TokendInterface
 import Varlink
 
@@ -18,16 +19,32 @@ extension SessionStatus {
             "expiresAt": .optional(expiresAt), "expirySource": .optional(expirySource),
             "lastRefreshAt": .optional(lastRefreshAt), "nextRefreshAt": .optional(nextRefreshAt),
             "refreshes": .int(refreshes), "coalesced": .int(coalesced), "failures": .int(failures),
-            "lastError": .optional(lastError),
+            "lastError": .optional(lastError), "cookies": .int(cookieCount), "cookieVersion": .int(cookieVersion),
         ]
     }
 }
 
 extension SessionEvent {
     var parameters: JSONObject {
-        [
+        var parameters: JSONObject = [
             "event": .string(kind.rawValue), "session": .string(session), "generation": .int(generation),
-            "expiresAt": .optional(expiresAt), "reason": .optional(reason),
+            "expiresAt": .optional(expiresAt), "reason": .optional(reason), "version": .int(cookieVersion),
+        ]
+        if kind == .cookies {
+            parameters["changes"] = .array(
+                changes.map { ["action": .string($0.action.rawValue), "cookie": $0.cookie.json] })
+            if snapshot { parameters["snapshot"] = true }
+        }
+        return parameters
+    }
+}
+
+extension Cookie {
+    var json: JSONValue {
+        [
+            "name": .string(name), "value": .string(value), "domain": .string(domain), "hostOnly": .bool(hostOnly),
+            "path": .string(path), "expiresAt": .optional(expiresAt), "secure": .bool(secure),
+            "httpOnly": .bool(httpOnly), "sameSite": .optional(sameSite?.rawValue),
         ]
     }
 }

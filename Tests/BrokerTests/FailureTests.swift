@@ -9,7 +9,7 @@ import Testing
         let h = try Harness()
         h.endpoint.script(.error(.rejected(code: "invalid_grant", reason: "token endpoint refused the refresh (invalid_grant)")))
         h.endpoint.hold()
-        let events = await h.session.subscribe()
+        let events = await h.session.subscribe().events
         try await h.expiredSession()
         let results = await withTaskGroup(of: Error?.self) { group in
             for _ in 0..<10 {
@@ -104,7 +104,7 @@ import Testing
         let h = try Harness()
         try await h.expiredSession()
         _ = try await h.session.getToken(minValidSeconds: nil)
-        let events = await h.session.subscribe()
+        let events = await h.session.subscribe().events
         await h.session.logout(revoke: true)
         #expect(h.endpoint.revoked == ["refresh-1"])
         #expect(try h.file.load()?.refreshToken == nil)

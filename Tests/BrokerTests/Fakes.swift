@@ -64,6 +64,8 @@ final class FakeEndpoint: TokenEndpoint {
         var calls = 0
         var revoked: [String] = []
         var seenRefreshTokens: [String] = []
+        var seenCookieHeaders: [String] = []
+        var cookieScript: [[String]] = []
         var script: [Answer] = []
         var gate: [CheckedContinuation<Void, Never>] = []
         var held = false
@@ -72,6 +74,11 @@ final class FakeEndpoint: TokenEndpoint {
 
     var calls: Int { state.withLock { $0.calls } }
     var seenRefreshTokens: [String] { state.withLock { $0.seenRefreshTokens } }
+    var seenCookieHeaders: [String] { state.withLock { $0.seenCookieHeaders } }
+    let tokenURL = URL(string: "https://auth.example.com/oauth/token")!
+
+    /// Set-Cookie headers for the next answers, one list per call.
+    func scriptCookies(_ lists: [String]...) { state.withLock { $0.cookieScript += lists } }
     var revoked: [String] { state.withLock { $0.revoked } }
     var waiting: Int { state.withLock { $0.gate.count } }
 
@@ -86,12 +93,14 @@ final class FakeEndpoint: TokenEndpoint {
         for continuation in gate { continuation.resume() }
     }
 
-    func refresh(refreshToken: Secret) async throws(TokenEndpointError) -> TokenResponse {
-        let (call, answer, held) = state.withLock { s in
+    func refresh(refreshToken: Secret, cookieHeader: String) async -> RefreshAnswer {
+        let (call, answer, cookies, held) = state.withLock { s in
             s.calls += 1
             s.seenRefreshTokens.append(refreshToken.reveal())
+            s.seenCookieHeaders.append(cookieHeader)
             let answer = s.script.isEmpty ? Answer.token(expiresIn: 600, rotate: true) : s.script.removeFirst()
-            return (s.calls, answer, s.held)
+            let cookies = s.cookieScript.isEmpty ? [] : s.cookieScript.removeFirst()
+            return (s.calls, answer, cookies, s.held)
         }
         if held {
             await withCheckedContinuation { continuation in
@@ -105,11 +114,12 @@ final class FakeEndpoint: TokenEndpoint {
         }
         switch answer {
         case .token(let expiresIn, let rotate):
-            return TokenResponse(
+            let response = TokenResponse(
                 accessToken: Secret("access-\(call)"), tokenType: "Bearer", expiresIn: expiresIn,
                 refreshToken: rotate ? Secret("refresh-\(call)") : nil, scope: "read")
+            return RefreshAnswer(result: .success(response), setCookie: cookies)
         case .error(let error):
-            throw error
+            return RefreshAnswer(result: .failure(error), setCookie: cookies)
         }
     }
 

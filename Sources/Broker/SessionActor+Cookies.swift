@@ -1,0 +1,99 @@
+import CookieJar
+import Foundation
+
+/// What ImportCookies did.
+public struct CookieImport: Sendable {
+    public var version: Int
+    public var applied: Int
+    /// One line per refused header: its position, its cookie name when readable, and why.
+    public var rejected: [String]
+}
+
+extension SessionActor {
+    /// The Cookie header the token endpoint gets with the next refresh.
+    func cookieHeaderForEndpoint() -> String {
+        guard let cookieOrigin else { return "" }
+        return CookieJar.header(for: jar.cookies(for: cookieOrigin, now: Int(clock.now())))
+    }
+
+    /// Applies the token endpoint's Set-Cookie headers (its answer to a
+    /// refresh, success or not). Refused ones are logged by name only.
+    func receiveEndpointCookies(_ headers: [String]) -> [CookieChange] {
+        guard let cookieOrigin, !headers.isEmpty else { return [] }
+        var changes: [CookieChange] = []
+        for header in headers {
+            switch jar.receive(header, from: cookieOrigin, now: Int(clock.now())) {
+            case .success(let applied): changes += applied
+            case .failure(let rejection):
+                logger.notice(
+                    "cookie from token endpoint refused",
+                    metadata: ["cookie": "\(SetCookie.parse(header)?.name ?? "?")", "problem": "\(rejection)"])
+            }
+        }
+        if !changes.isEmpty { scheduleCookieExpiry() }
+        return changes
+    }
+
+    /// Set-Cookie headers a web-side client received from `request`'s URL:
+    /// stored, persisted and delivered to subscribers before this returns.
+    public func importCookies(from request: CookieRequest, setCookie headers: [String]) async throws -> CookieImport {
+        try requireActive()
+        var changes: [CookieChange] = []
+        var applied = 0
+        var rejected: [String] = []
+        for (index, header) in headers.enumerated() {
+            switch jar.receive(header, from: request, now: Int(clock.now())) {
+            case .success(let made):
+                applied += 1
+                changes += made
+            case .failure(let rejection):
+                let name = SetCookie.parse(header).map { " (\($0.name))" } ?? ""
+                rejected.append("setCookie[\(index)]\(name): \(rejection)")
+            }
+        }
+        if !changes.isEmpty {
+            scheduleCookieExpiry()
+            await persist(record, what: "imported cookies")
+            await publish([event(.cookies, changes: changes)], waitForDelivery: true)
+        }
+        return CookieImport(version: jar.version, applied: applied, rejected: rejected)
+    }
+
+    /// The cookies a browser would send to `request`, and the jar's version.
+    public func cookies(for request: CookieRequest) -> (cookies: [Cookie], version: Int) {
+        (jar.cookies(for: request, now: Int(clock.now())), jar.version)
+    }
+
+    /// The whole jar as a curl/wget cookies.txt.
+    public func netscapeCookies() -> String {
+        jar.netscapeText(now: Int(clock.now()))
+    }
+
+    /// Removes cookies whose time has come (persisting and telling
+    /// subscribers), then plans the next wake-up.
+    func expireCookies() {
+        let changes = jar.removeExpired(now: Int(clock.now()))
+        scheduleCookieExpiry()
+        guard !changes.isEmpty else { return }
+        logger.debug("cookies expired", metadata: ["count": "\(changes.count)"])
+        Task {
+            await persist(record, what: "expired cookies")
+            await publish([event(.cookies, changes: changes)], waitForDelivery: false)
+        }
+    }
+
+    func scheduleCookieExpiry() {
+        cookieTimer?.cancel()
+        cookieTimer = nil
+        guard let at = jar.nextExpiry, !stopping else { return }
+        let clock = self.clock
+        cookieTimer = Task {
+            do {
+                try await clock.sleep(until: Double(at))
+            } catch {
+                return
+            }
+            await self.expireCookies()
+        }
+    }
+}
