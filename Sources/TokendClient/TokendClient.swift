@@ -62,9 +62,38 @@ public final class TokendClient: Sendable {
         _ = try await call("Logout", ["session": .optional(session), "revoke": .bool(revoke)])
     }
 
-    /// The session's events, beginning with a "status" event.
-    public func events(session: String? = nil) -> AsyncThrowingStream<SessionEvent, Error> {
-        let replies = connection.stream(BrokerInterface.method("Subscribe"), ["session": .optional(session)])
+    /// The cookies a browser would send to `url`, its Cookie header and the jar's version.
+    public func cookies(session: String? = nil, url: String) async throws(TokendClientError) -> CookieSet {
+        try CookieSet(try await call("GetCookies", ["session": .optional(session), "url": .string(url)]))
+    }
+
+    /// Reports Set-Cookie headers received from `url`; returns the jar's version,
+    /// how many were stored and why the others were refused.
+    public func importCookies(
+        session: String? = nil, url: String, setCookie: [String]
+    ) async throws(TokendClientError) -> (version: Int, applied: Int, rejected: [String]) {
+        let reply = try await call(
+            "ImportCookies",
+            ["session": .optional(session), "url": .string(url), "setCookie": .array(setCookie.map(JSONValue.string))])
+        guard let version = reply["version"]?.intValue, let applied = reply["applied"]?.intValue,
+            let rejected = reply["rejected"]?.arrayValue
+        else { throw .malformedReply("ImportCookies reply") }
+        return (version, applied, rejected.compactMap(\.stringValue))
+    }
+
+    /// The jar as a Netscape cookies.txt (curl -b, wget --load-cookies).
+    public func exportCookies(session: String? = nil) async throws(TokendClientError) -> String {
+        let reply = try await call("ExportCookies", ["session": .optional(session), "format": "netscape"])
+        guard let text = reply["text"]?.stringValue else { throw .malformedReply("ExportCookies reply") }
+        return text
+    }
+
+    /// The session's events, beginning with a "status" event; with
+    /// `sinceVersion`, the cookie changes missed since then come next.
+    public func events(session: String? = nil, sinceVersion: Int? = nil) -> AsyncThrowingStream<SessionEvent, Error> {
+        let replies = connection.stream(
+            BrokerInterface.method("Subscribe"), ["session": .optional(session), "sinceVersion": .optional(sinceVersion)]
+                .filter { !$0.value.isNull })
         let socket = self.socket
         return AsyncThrowingStream { continuation in
             let task = Task {

@@ -11,6 +11,7 @@ public enum TokendClientError: Error, CustomStringConvertible {
     case permissionDenied
     case invalidParameter(String)
     /// Any other error reply.
+    case invalidURL(String)
     case failed(VarlinkError)
     case malformedReply(String)
 
@@ -27,6 +28,8 @@ public enum TokendClientError: Error, CustomStringConvertible {
             self = .noSuchSession(session: p["session"]?.stringValue ?? "")
         case VarlinkError.permissionDenied.name:
             self = .permissionDenied
+        case BrokerInterface.Error.invalidURL:
+            self = .invalidURL(p["url"]?.stringValue ?? "")
         case "org.varlink.service.InvalidParameter":
             self = .invalidParameter(p["parameter"]?.stringValue ?? "")
         default:
@@ -44,6 +47,7 @@ public enum TokendClientError: Error, CustomStringConvertible {
         case .noSuchSession(let session): "no session named \(session) is configured in tokend"
         case .permissionDenied: "tokend refused the call: this user is not allowed to make it"
         case .invalidParameter(let name): "tokend rejected the parameter \(name)"
+        case .invalidURL(let url): "\(url) is not an http:// or https:// URL with a host"
         case .failed(let error): "tokend answered \(error)"
         case .malformedReply(let what): "tokend sent a malformed \(what)"
         }

@@ -74,3 +74,52 @@ public struct SessionEvent: Sendable {
         json = .object(object)
     }
 }
+
+/// A cookie of the session's jar, as GetCookies returns it.
+public struct Cookie: Sendable, Equatable {
+    public var name: String
+    public var value: String
+    public var domain: String
+    public var hostOnly: Bool
+    public var path: String
+    public var expiresAt: Int?
+    public var secure: Bool
+    public var httpOnly: Bool
+    public var sameSite: String?
+
+    init(_ value: JSONValue?) throws(TokendClientError) {
+        guard let o = value?.objectValue, let name = o["name"]?.stringValue, let v = o["value"]?.stringValue,
+            let domain = o["domain"]?.stringValue, let path = o["path"]?.stringValue
+        else { throw .malformedReply("cookie") }
+        self.name = name
+        self.value = v
+        self.domain = domain
+        self.hostOnly = o["hostOnly"]?.boolValue ?? false
+        self.path = path
+        self.expiresAt = o["expiresAt"]?.intValue
+        self.secure = o["secure"]?.boolValue ?? false
+        self.httpOnly = o["httpOnly"]?.boolValue ?? false
+        self.sameSite = o["sameSite"]?.stringValue
+    }
+}
+
+/// GetCookies' answer.
+public struct CookieSet: Sendable {
+    public var cookies: [Cookie]
+    /// Exactly the Cookie header a browser would send ("" when none).
+    public var header: String
+    public var version: Int
+    public var json: JSONValue
+
+    init(_ reply: JSONObject) throws(TokendClientError) {
+        guard let list = reply["cookies"]?.arrayValue, let header = reply["header"]?.stringValue,
+            let version = reply["version"]?.intValue
+        else { throw .malformedReply("GetCookies reply") }
+        var cookies: [Cookie] = []
+        for element in list { cookies.append(try Cookie(element)) }
+        self.cookies = cookies
+        self.header = header
+        self.version = version
+        self.json = .object(reply)
+    }
+}

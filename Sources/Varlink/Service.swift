@@ -101,11 +101,14 @@ public final class VarlinkService: Sendable {
         self.onUnexpectedError = onUnexpectedError
     }
 
-    /// Handles one call, sending its replies (none for `oneway`) through `send`.
+    /// Handles one call, sending its replies (none for `oneway`) through `send`,
+    /// or through `sendStreamed` for the replies of a `more` call (which a
+    /// server can make return only once the reply reached the socket).
     /// Only a failure of `send` itself is thrown: the connection is gone.
     public func handle(
         _ call: VarlinkCall, peer: PeerCredentials?,
-        send: @escaping @Sendable (VarlinkReply) async throws -> Void
+        send: @escaping @Sendable (VarlinkReply) async throws -> Void,
+        sendStreamed: (@Sendable (VarlinkReply) async throws -> Void)? = nil
     ) async throws {
         let context = CallContext(peer: peer, method: call.method, oneway: call.oneway, more: call.more)
         let reply: @Sendable (VarlinkReply) async throws -> Void
@@ -121,7 +124,7 @@ public final class VarlinkService: Sendable {
                 try await reply(VarlinkReply(parameters: parameters))
             case .stream(let body):
                 guard call.more else { throw VarlinkError.expectedMore }
-                try await body(call.parameters, context, ReplyStream(send: reply))
+                try await body(call.parameters, context, ReplyStream(send: call.oneway ? reply : (sendStreamed ?? send)))
             }
         } catch let error as ReplyStreamClosed {
             throw error

@@ -109,6 +109,18 @@ public struct VarlinkServer: Sendable {
                         throw ReplyStreamClosed()
                     }
                 }
+                // Streamed replies (events) return once written to the socket,
+                // so a publisher knows its subscribers have them.
+                let channel = connection.channel.channel
+                let sendStreamed: @Sendable (VarlinkReply) async throws -> Void = { reply in
+                    var bytes: [UInt8] = []
+                    reply.encode(into: &bytes)
+                    do {
+                        try await channel.writeAndFlush(ByteBuffer(bytes: bytes)).get()
+                    } catch {
+                        throw ReplyStreamClosed()
+                    }
+                }
                 do {
                     for try await frame in inbound {
                         let call: VarlinkCall
@@ -118,7 +130,7 @@ public struct VarlinkServer: Sendable {
                             logger.notice("closing connection: malformed message", metadata: ["problem": "\(error)"])
                             return
                         }
-                        try await service.handle(call, peer: peer, send: send)
+                        try await service.handle(call, peer: peer, send: send, sendStreamed: sendStreamed)
                     }
                 } catch let error as FrameTooLarge {
                     logger.notice("closing connection: message too large", metadata: ["limit": "\(error.limit)"])

@@ -173,16 +173,54 @@ struct LogoutCommand: AsyncParsableCommand {
 
 struct WatchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "watch", abstract: "Print the session's events, one JSON object per line.")
+        commandName: "watch",
+        abstract: "Print the session's events (token and cookie changes), one JSON object per line.")
     @OptionGroup var common: Common
+    @Option(help: "First print the cookie changes made after this jar version (or a snapshot).")
+    var sinceVersion: Int?
 
     func run() async throws {
         let client = try await common.connect()
         try await common.run {
-            for try await event in client.events(session: common.session) {
+            for try await event in client.events(session: common.session, sinceVersion: sinceVersion) {
                 FileHandle.standardOutput.write(Data((jsonText(event.json) + "\n").utf8))
             }
         }
+    }
+}
+
+struct CookiesCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "cookies",
+        abstract: "Print the Cookie header tokend's jar has for a URL, or export the whole jar.",
+        discussion: """
+            tokenctl cookies https://app.example.com/   prints the Cookie header a browser would send.
+            tokenctl cookies --export netscape > jar.txt; curl -b jar.txt URL   uses the jar with curl.
+            """)
+    @OptionGroup var common: Common
+    @Argument(help: "The URL the cookies are for.")
+    var url: String?
+    @Flag(help: "Print the cookie list as JSON instead of the header.")
+    var json = false
+    @Option(help: "Print the whole jar in this format (netscape: curl/wget cookies.txt).")
+    var export: String?
+
+    func validate() throws {
+        if let export, export != "netscape" {
+            throw ValidationError("unknown export format \"\(export)\": use --export netscape")
+        }
+        if export == nil && url == nil { throw ValidationError("give a URL, or --export netscape for the whole jar") }
+    }
+
+    func run() async throws {
+        let client = try await common.connect()
+        if export != nil {
+            let text = try await common.run { try await client.exportCookies(session: common.session) }
+            FileHandle.standardOutput.write(Data(text.utf8))
+            return
+        }
+        let set = try await common.run { try await client.cookies(session: common.session, url: url!) }
+        print(json ? jsonText(set.json) : set.header)
     }
 }
 
@@ -197,6 +235,6 @@ struct Tokenctl: AsyncParsableCommand {
             """,
         subcommands: [
             TokenCommand.self, RefreshCommand.self, StatusCommand.self, SessionsCommand.self, LoginCommand.self,
-            LogoutCommand.self, WatchCommand.self,
+            LogoutCommand.self, WatchCommand.self, CookiesCommand.self,
         ])
 }

@@ -128,11 +128,22 @@ def test_invalid_grant_reaches_waiters_and_subscribers(server, make_tokend):
     assert len(results) == 20
     assert all(r.get("error") == "io.tokend.Broker.LoginRequired" for r in results), results[0]
     assert "invalid_grant" in results[0]["parameters"]["reason"]
+    cookies = json.loads(read_frame(subscriber))["parameters"]
+    assert cookies["event"] == "cookies", "the session's cookies go with its grant"
+    # The refused answer's own Set-Cookie headers are applied first, then the jar is emptied.
+    live = set()
+    for change in cookies["changes"]:
+        name = change["cookie"]["name"]
+        if change["action"] == "set":
+            live.add(name)
+        else:
+            live.discard(name)
+    assert len(cookies["changes"]) > 0 and live == set()
     event = json.loads(read_frame(subscriber))
     assert event["parameters"]["event"] == "loginRequired" and event["continues"] is True
     assert "invalid_grant" in event["parameters"]["reason"]
     record = json.load(open(os.path.join(daemon.state, "default.session")))["record"]
-    assert record["phase"] == "loginRequired" and "refreshToken" not in record
+    assert record["phase"] == "loginRequired" and "refreshToken" not in record and record["cookies"] == []
     result = daemon.ctl("token")
     assert result.returncode == 2
 

@@ -19,6 +19,7 @@ INSTALLED_APPS = [
 ]
 MIDDLEWARE = [
     "authserver.middleware.GrantLog",
+    "authserver.middleware.SessionCookies",
 ]
 ROOT_URLCONF = "authserver.urls"
 DATABASES = {
