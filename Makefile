@@ -18,7 +18,7 @@ all: build
 # System packages (Debian) the build and tests need; skipped when present.
 deps:
 	@missing=""; \
-	for p in python3-venv libsystemd-dev curl; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in python3-venv libsystemd-dev curl publicsuffix; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
