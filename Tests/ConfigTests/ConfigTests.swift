@@ -33,6 +33,23 @@ import Testing
         #expect(config.sessions.map(\.name) == ["default"])
     }
 
+    @Test func sessionAccessOverridesOnlyTheKeysItSets() throws {
+        let text = """
+            [access]
+            cookies-write-users = ["web"]
+            read-groups = ["staff"]
+            \(minimal)
+            [sessions.default.access]
+            read-users = ["kiosk"]
+            """
+        let config = try parse(text)
+        #expect(config.access.cookiesWriteUsers == ["web"] && config.access.readUsers == nil)
+        let own = try #require(config.sessions.first?.access)
+        let merged = own.over(config.access)
+        #expect(merged.readUsers == ["kiosk"] && merged.readGroups == ["staff"] && merged.cookiesWriteUsers == ["web"])
+        #expect(throws: ConfigError.self) { try parse(minimal + "\n[sessions.default.access]\nwrite-users = []\n") }
+    }
+
     @Test func appliesDefaultsAndStateDirectoryFromSystemd() throws {
         let config = try parse(minimal, environment: ["STATE_DIRECTORY": "/var/lib/x:/var/lib/y"])
         #expect(config.daemon.stateDirectory == "/var/lib/x")

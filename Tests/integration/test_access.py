@@ -1,5 +1,6 @@
 """Caller identity: SO_PEERCRED decides who may call what. Other users are
 simulated with setpriv (numeric uid/gid, no account needed)."""
+import json
 import os
 import shutil
 import signal
@@ -67,3 +68,39 @@ def test_unknown_user_in_policy_is_a_clear_error(server, make_tokend):
                             timeout=20)
     assert result.returncode == 78
     assert 'access: no user named "no-such-user-xyz"' in result.stderr
+
+
+def test_cookie_writers_and_per_session_policy(server, make_tokend, workdir):
+    os.chmod(workdir, 0o755)
+    daemon = make_tokend(server, daemon={"socket-mode": '"0666"'})
+    with open(daemon.config) as f:
+        text = f.read()
+    # Globally: uid 5000 may write cookies. The default session narrows reading
+    # to uid 5001 (plus admins and cookie writers).
+    with open(daemon.config, "w") as f:
+        f.write('[access]\ncookies-write-users = ["5000"]\nread-groups = []\n' + text
+                + '[sessions.default.access]\nread-users = ["5001"]\n')
+    daemon.start()
+    login(daemon, server)
+    url = "http://127.0.0.1:9/"
+
+    def run(uid, *args):
+        return as_user(daemon, uid, uid, *args)
+
+    def import_as(uid):
+        probe = ("import json,socket; s=socket.socket(socket.AF_UNIX); s.connect(%r); "
+                 "s.sendall(json.dumps({'method':'io.tokend.Broker.ImportCookies','parameters':"
+                 "{'url':%r,'setCookie':['a=1']}}).encode()+b'\\0'); print(s.recv(65536)[:-1].decode())"
+                 % (daemon.socket, url))
+        out = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "/usr/bin/python3",
+                              "-c", probe], capture_output=True, text=True, timeout=30)
+        return json.loads(out.stdout)
+
+    assert import_as(5001).get("error") == "org.varlink.service.PermissionDenied", "readers may not write cookies"
+    assert import_as(5000)["parameters"]["applied"] == 1
+    assert "a=1" in run(5000, "cookies", url).stdout.split("; ")[-1], "cookie writers may read"
+    assert run(5001, "cookies", url).returncode == 0
+    assert run(5002, "cookies", url).returncode == 6
+    # ListSessions shows a caller only the sessions it may read.
+    listed = run(5001, "sessions", "--json")
+    assert listed.returncode == 6, "5001 reads only the default session, not the global list"
