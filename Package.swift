@@ -22,6 +22,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
     ],
     targets: [
         // Wire types, JSON, interface declarations: no NIO.
@@ -42,7 +43,9 @@ let package = Package(
         ]),
         // RFC 6265 cookie jar: parser, storage, retrieval, change log. Foundation only.
         .target(name: "CookieJar"),
-        .target(name: "StateStore", dependencies: ["CookieJar", "Secrets", logging]),
+        .target(name: "StateStore", dependencies: [
+            "CookieJar", "Secrets", logging, .product(name: "Crypto", package: "swift-crypto"),
+        ]),
         .target(name: "Broker", dependencies: ["CookieJar", "OAuth", "Secrets", "StateStore", logging]),
         .target(name: "Config", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
         // libsystemd (Debian: libsystemd-dev) and the small Swift layer over it.
@@ -52,7 +55,9 @@ let package = Package(
             "Broker", "Config", "CookieJar", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "VarlinkNIO",
             logging, lifecycle, nio, nioPosix, .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ]),
-        .executableTarget(name: "tokend", dependencies: ["TokendServer", "Systemd", "Config", argumentParser, logging, lifecycle]),
+        .executableTarget(name: "tokend", dependencies: [
+            "TokendServer", "Systemd", "Config", "StateStore", argumentParser, logging, lifecycle,
+        ]),
         .target(name: "TokendClient", dependencies: ["Varlink", "VarlinkNIO", "TokendInterface", nio, nioPosix]),
         .executableTarget(name: "tokenctl", dependencies: ["TokendClient", "Varlink", argumentParser]),
         // Test-only: a server implementing org.varlink.certification for the reference suite.
@@ -63,7 +68,7 @@ let package = Package(
         ),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio]),
         .testTarget(name: "OAuthTests", dependencies: ["OAuth", "Secrets"]),
-        .testTarget(name: "StateStoreTests", dependencies: ["StateStore"]),
+        .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "CookieJar", "Secrets"]),
         .testTarget(name: "BrokerTests", dependencies: ["Broker", "CookieJar", "OAuth", "Secrets", "StateStore"]),
         .testTarget(name: "CookieJarTests", dependencies: ["CookieJar"]),
         .testTarget(name: "ConfigTests", dependencies: ["Config"]),

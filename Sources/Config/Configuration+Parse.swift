@@ -30,7 +30,8 @@ extension Configuration {
         var daemon = DaemonSettings()
         if let table = try reader.table("daemon") {
             var r = TableReader(file: file, table: table, path: "daemon")
-            try r.allowOnly(["socket", "state-directory", "socket-mode", "log-level", "log-target"])
+            try r.allowOnly(["socket", "state-directory", "state-key-file", "socket-mode", "log-level", "log-target"])
+            daemon.stateKeyFile = try r.path("state-key-file")
             daemon.socket = try r.path("socket") ?? daemon.socket
             daemon.stateDirectory = try r.path("state-directory") ?? daemon.stateDirectory
             daemon.socketMode = try r.fileMode("socket-mode") ?? daemon.socketMode

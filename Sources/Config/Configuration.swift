@@ -44,6 +44,8 @@ public struct AccessSettings: Sendable, Equatable {
 public struct DaemonSettings: Sendable, Equatable {
     public var socket = "/run/tokend/io.tokend.Broker"
     public var stateDirectory = "/var/lib/tokend"
+    /// The AES-256-GCM key sealing state files (the credential tokend.state-key wins); nil: not sealed.
+    public var stateKeyFile: String?
     public var socketMode: UInt32 = 0o660
     /// trace, debug, info, notice, warning, error, critical.
     public var logLevel = "info"

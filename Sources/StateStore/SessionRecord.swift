@@ -97,9 +97,10 @@ struct StoredRecord: Codable {
     }
 }
 
-/// The versioned envelope. `encryption` names how `record` is protected;
-/// version 1 knows only "none". A sealed form will carry the ciphertext in
-/// its own member, with the session name as authenticated data.
+/// The versioned envelope. `encryption` is "none" (the record in `record`)
+/// or "aes-256-gcm" (the record's JSON sealed in `sealed`: base64 of nonce,
+/// ciphertext and tag, with format, version and session name as
+/// authenticated data).
 struct Envelope: Codable {
     static let format = "tokend-session"
     static let currentVersion = 1
@@ -109,4 +110,9 @@ struct Envelope: Codable {
     var session: String
     var encryption: String
     var record: StoredRecord?
+    var sealed: String?
+}
+
+enum SealedRecord {
+    static let algorithm = "aes-256-gcm"
 }

@@ -11,6 +11,9 @@ public struct StateLoadError: Error, CustomStringConvertible {
     public let problem: String
     /// Where the unreadable file was moved so that it is never overwritten.
     public let movedTo: String?
+    /// The file is fine but tokend cannot open it (no key or another key):
+    /// tokend must not start, so that nothing overwrites it.
+    public var refusesStart = false
 
     public var description: String {
         if let movedTo { return "\(path): \(problem); moved aside to \(movedTo)" }
@@ -22,10 +25,13 @@ public struct StateLoadError: Error, CustomStringConvertible {
 /// a directory of mode 0700.
 public struct StateStore: Sendable {
     public let directory: String
+    /// When set, every file is written sealed (AES-256-GCM).
+    public let key: StateKey?
 
     /// Opens (creating if needed) the state directory and tightens its mode.
-    public init(directory: String) throws {
+    public init(directory: String, key: StateKey? = nil) throws {
         self.directory = directory
+        self.key = key
         if mkdir(directory, 0o700) != 0, errno != EEXIST {
             throw AtomicFile.WriteError(step: "mkdir", path: directory, errno: errno)
         }
@@ -37,7 +43,7 @@ public struct StateStore: Sendable {
     public func path(for session: String) -> String { "\(directory)/\(session).session" }
 
     public func file(for session: String) -> SessionFile {
-        SessionFile(session: session, path: path(for: session))
+        SessionFile(session: session, path: path(for: session), key: key)
     }
 }
 
@@ -46,12 +52,84 @@ public struct StateStore: Sendable {
 public final class SessionFile: Sendable {
     public let session: String
     public let path: String
+    let key: StateKey?
     private let queue: DispatchQueue
 
-    init(session: String, path: String) {
+    init(session: String, path: String, key: StateKey?) {
         self.session = session
         self.path = path
+        self.key = key
         self.queue = DispatchQueue(label: "tokend.state.\(session)")
+    }
+
+    /// What `prepare` found.
+    public enum Preparation: Sendable, Equatable {
+        case none, plain, sealed
+        /// Was plain, is now sealed with the key.
+        case migrated
+    }
+
+    /// Checks at start that the file can be opened, and seals a plain file
+    /// when a key is configured. Throws `refusesStart` errors for a file that
+    /// needs a key tokend does not have; leaves corrupt files to `load`.
+    public func prepare() throws(StateLoadError) -> Preparation {
+        guard let envelope = readEnvelope() else { return .none }
+        switch envelope.encryption {
+        case SealedRecord.algorithm:
+            _ = try record(in: envelope)
+            return .sealed
+        case "none" where key != nil:
+            guard let stored = envelope.record else { return .plain }
+            do {
+                try saveNow(stored.record)
+            } catch {
+                throw StateLoadError(path: path, problem: "could not be sealed with the state key (\(error))", movedTo: nil)
+            }
+            return .migrated
+        default:
+            return .plain
+        }
+    }
+
+    /// The envelope, when the file exists and decodes; nil otherwise (load reports why).
+    func readEnvelope() -> Envelope? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        guard let envelope = try? JSONDecoder().decode(Envelope.self, from: data),
+            envelope.format == Envelope.format, envelope.version == Envelope.currentVersion, envelope.session == session
+        else { return nil }
+        return envelope
+    }
+
+    /// The record an envelope carries, opening it when sealed.
+    func record(in envelope: Envelope) throws(StateLoadError) -> SessionRecord {
+        switch envelope.encryption {
+        case "none":
+            guard let stored = envelope.record else { throw moveAside("has no record") }
+            return stored.record
+        case SealedRecord.algorithm:
+            guard let key else {
+                throw refusal(
+                    "is encrypted and no state key is configured: provide the systemd credential "
+                        + "\(StateKey.credentialName) or set daemon.state-key-file")
+            }
+            guard let sealed = envelope.sealed, let bytes = Data(base64Encoded: sealed),
+                let plaintext = try? key.open(Array(bytes), session: session),
+                let stored = try? JSONDecoder().decode(StoredRecord.self, from: Data(plaintext))
+            else {
+                throw refusal(
+                    "cannot be decrypted with the state key from \(key.source): it was sealed with another key, "
+                        + "altered, or copied from another session")
+            }
+            return stored.record
+        default:
+            throw refusal("is encrypted with \"\(envelope.encryption)\", which this tokend cannot read")
+        }
+    }
+
+    private func refusal(_ problem: String) -> StateLoadError {
+        var error = StateLoadError(path: path, problem: problem + "; the file was left as it is", movedTo: nil)
+        error.refusesStart = true
+        return error
     }
 
     /// The stored record, nil when there is none. An unreadable file is moved
@@ -77,12 +155,7 @@ public final class SessionFile: Sendable {
         guard envelope.session == session else {
             throw moveAside("belongs to session \"\(envelope.session)\"")
         }
-        guard envelope.encryption == "none", let stored = envelope.record else {
-            throw StateLoadError(
-                path: path, problem: "is encrypted with \"\(envelope.encryption)\", which this tokend cannot read",
-                movedTo: nil)
-        }
-        return stored.record
+        return try record(in: envelope)
     }
 
     private func moveAside(_ problem: String) -> StateLoadError {
@@ -95,11 +168,17 @@ public final class SessionFile: Sendable {
 
     /// The bytes written for a record.
     public func encode(_ record: SessionRecord) throws -> [UInt8] {
-        let envelope = Envelope(
-            format: Envelope.format, version: Envelope.currentVersion, session: session, encryption: "none",
-            record: StoredRecord(record))
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
+        var envelope = Envelope(
+            format: Envelope.format, version: Envelope.currentVersion, session: session, encryption: "none")
+        if let key {
+            envelope.encryption = SealedRecord.algorithm
+            let plaintext = try encoder.encode(StoredRecord(record))
+            envelope.sealed = Data(try key.seal(Array(plaintext), session: session)).base64EncodedString()
+        } else {
+            envelope.record = StoredRecord(record)
+        }
         return Array(try encoder.encode(envelope))
     }
 

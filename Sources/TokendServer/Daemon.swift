@@ -44,7 +44,20 @@ public final class Daemon: Service, CustomStringConvertible {
         self.testHooks = environment["TOKEND_TEST_HOOKS"] == "1"
         self.configuration = Mutex(configuration)
         access = Mutex(try AccessPolicy(configuration.access, sessions: configuration.sessions))
-        store = try StateStore(directory: configuration.daemon.stateDirectory)
+        let key: StateKey?
+        do {
+            key = try StateKey.load(environment: environment, keyFile: configuration.daemon.stateKeyFile)
+        } catch {
+            throw DaemonSetupError(error.description)
+        }
+        if let key {
+            logger.info("state files are sealed (AES-256-GCM)", metadata: ["key": "\(key.source)"])
+        } else {
+            logger.notice(
+                "state files are not encrypted at rest",
+                metadata: ["fix": "tokend --generate-state-key, then LoadCredentialEncrypted=tokend.state-key or daemon.state-key-file"])
+        }
+        store = try StateStore(directory: configuration.daemon.stateDirectory, key: key)
         cookiePolicy = CookiePolicy(publicSuffixes: Self.loadPublicSuffixes(logger: logger))
         var sessions: [SessionActor] = []
         for settings in configuration.sessions {
@@ -56,9 +69,19 @@ public final class Daemon: Service, CustomStringConvertible {
     static func makeSession(
         _ settings: SessionSettings, store: StateStore, cookiePolicy: CookiePolicy, logger: Logger
     ) throws -> SessionActor {
-        SessionActor(
+        let file = store.file(for: settings.name)
+        do {
+            if try file.prepare() == .migrated {
+                logger.notice("state file sealed with the state key", metadata: ["session": "\(settings.name)"])
+            }
+        } catch where error.refusesStart {
+            throw DaemonSetupError(error.description)
+        } catch {
+            // A corrupt file: the session reports it (and moves it aside) when it starts.
+        }
+        return SessionActor(
             name: settings.name, policy: settings.policy, endpoint: try settings.endpoint(),
-            file: store.file(for: settings.name), logger: logger, cookiePolicy: cookiePolicy)
+            file: file, logger: logger, cookiePolicy: cookiePolicy)
     }
 
     /// Debian's copy of the Public Suffix List (package publicsuffix); without

@@ -3,6 +3,7 @@ import Config
 import Foundation
 import Logging
 import ServiceLifecycle
+import StateStore
 import Systemd
 import TokendServer
 
@@ -26,8 +27,21 @@ struct Tokend: AsyncParsableCommand {
     @Flag(name: .long, help: "Validate the configuration and exit (0 valid, 78 invalid).")
     var checkConfig = false
 
+    @Flag(
+        name: .long,
+        help: """
+            Print a new random state key (base64) and exit. Store it with \
+            `tokend --generate-state-key | systemd-creds encrypt --name=tokend.state-key - /etc/credstore.encrypted/tokend.state-key` \
+            or in a 0600 file named by daemon.state-key-file.
+            """)
+    var generateStateKey = false
+
     func run() async throws {
         umask(0o077)
+        if generateStateKey {
+            print(StateKey.generate())
+            return
+        }
         ProcessHardening.disableCoreDumps()
         let environment = ProcessInfo.processInfo.environment
         let configuration: Configuration

@@ -107,10 +107,10 @@ class Tokend:
             f.write("\n".join(lines) + "\n")
         self.process = None
 
-    def start(self):
+    def start(self, env=None):
         self.log = open(self.log_path, "a")
         self.process = subprocess.Popen([os.path.join(BIN, "tokend"), "--config", self.config],
-                                        stdout=self.log, stderr=self.log)
+                                        stdout=self.log, stderr=self.log, env=env)
         wait_for(lambda: self._connectable(), 20, "tokend socket")
         return self
 
