@@ -30,7 +30,16 @@ extension Configuration {
         var daemon = DaemonSettings()
         if let table = try reader.table("daemon") {
             var r = TableReader(file: file, table: table, path: "daemon")
-            try r.allowOnly(["socket", "state-directory", "state-key-file", "socket-mode", "log-level", "log-target"])
+            try r.allowOnly([
+                "socket", "state-directory", "state-key-file", "socket-mode", "log-level", "log-target",
+                "max-connections", "idle-timeout", "frame-timeout", "write-timeout", "forced-refreshes-per-minute",
+            ])
+            daemon.frameTimeout = try r.integer("frame-timeout", in: 1...3600) ?? daemon.frameTimeout
+            daemon.writeTimeout = try r.integer("write-timeout", in: 1...3600) ?? daemon.writeTimeout
+            daemon.maxConnections = try r.integer("max-connections", in: 1...65536) ?? daemon.maxConnections
+            daemon.idleTimeout = try r.integer("idle-timeout", in: 1...86400) ?? daemon.idleTimeout
+            daemon.forcedRefreshesPerMinute = try r.integer("forced-refreshes-per-minute", in: 1...600)
+                ?? daemon.forcedRefreshesPerMinute
             daemon.stateKeyFile = try r.path("state-key-file")
             daemon.socket = try r.path("socket") ?? daemon.socket
             daemon.stateDirectory = try r.path("state-directory") ?? daemon.stateDirectory

@@ -47,6 +47,16 @@ public struct DaemonSettings: Sendable, Equatable {
     /// The AES-256-GCM key sealing state files (the credential tokend.state-key wins); nil: not sealed.
     public var stateKeyFile: String?
     public var socketMode: UInt32 = 0o660
+    /// Connections served at once; more are answered TooManyConnections.
+    public var maxConnections = 512
+    /// Seconds a connection may stay without a call in progress or data.
+    public var idleTimeout = 300
+    /// Seconds a begun message may take to complete.
+    public var frameTimeout = 10
+    /// Seconds replies may stay unread (socket and write buffer full) before the connection is closed.
+    public var writeTimeout = 30
+    /// Forced refreshes (Refresh without staleGeneration) per minute, per user and session.
+    public var forcedRefreshesPerMinute = 6
     /// trace, debug, info, notice, warning, error, critical.
     public var logLevel = "info"
     /// auto (journal under systemd, else standard error), journal or console.

@@ -12,6 +12,8 @@ public enum TokendClientError: Error, CustomStringConvertible {
     case invalidParameter(String)
     /// Any other error reply.
     case invalidURL(String)
+    case rateLimited(session: String, retryAfter: Int)
+    case tooManyConnections(limit: Int)
     case failed(VarlinkError)
     case malformedReply(String)
 
@@ -28,6 +30,10 @@ public enum TokendClientError: Error, CustomStringConvertible {
             self = .noSuchSession(session: p["session"]?.stringValue ?? "")
         case VarlinkError.permissionDenied.name:
             self = .permissionDenied
+        case BrokerInterface.Error.rateLimited:
+            self = .rateLimited(session: p["session"]?.stringValue ?? "", retryAfter: p["retryAfter"]?.intValue ?? 1)
+        case BrokerInterface.Error.tooManyConnections:
+            self = .tooManyConnections(limit: p["limit"]?.intValue ?? 0)
         case BrokerInterface.Error.invalidURL:
             self = .invalidURL(p["url"]?.stringValue ?? "")
         case "org.varlink.service.InvalidParameter":
@@ -47,6 +53,9 @@ public enum TokendClientError: Error, CustomStringConvertible {
         case .noSuchSession(let session): "no session named \(session) is configured in tokend"
         case .permissionDenied: "tokend refused the call: this user is not allowed to make it"
         case .invalidParameter(let name): "tokend rejected the parameter \(name)"
+        case .rateLimited(let session, let retryAfter):
+            "session \(session): too many forced refreshes from this user; the next is allowed in \(retryAfter) s"
+        case .tooManyConnections(let limit): "tokend is serving its maximum of \(limit) connections"
         case .invalidURL(let url): "\(url) is not an http:// or https:// URL with a host"
         case .failed(let error): "tokend answered \(error)"
         case .malformedReply(let what): "tokend sent a malformed \(what)"

@@ -16,6 +16,8 @@ public enum BrokerInterface {
         public static let upstreamUnavailable = "io.tokend.Broker.UpstreamUnavailable"
         public static let invalidURL = "io.tokend.Broker.InvalidURL"
         public static let unknownFormat = "io.tokend.Broker.UnknownFormat"
+        public static let rateLimited = "io.tokend.Broker.RateLimited"
+        public static let tooManyConnections = "io.tokend.Broker.TooManyConnections"
         public static let requestTooLarge = "io.tokend.Broker.RequestTooLarge"
         public static let internalError = "io.tokend.Broker.InternalError"
     }

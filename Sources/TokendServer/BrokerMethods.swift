@@ -8,13 +8,13 @@ import Varlink
 /// The io.tokend.Broker method table over a Broker, each method guarded by
 /// the access policy in force.
 func brokerImplementation(
-    _ broker: Broker, policy: @escaping @Sendable () -> AccessPolicy, logger: Logger
+    _ broker: Broker, policy: @escaping @Sendable () -> AccessPolicy, limiter: ForcedRefreshLimiter, logger: Logger
 ) -> VarlinkImplementation {
     VarlinkImplementation(
         interface: BrokerInterface.declaration,
         methods: guarded(
             brokerMethods(
-                broker, logger: logger,
+                broker, limiter: limiter, logger: logger,
                 mayRead: { context, session in policy().allows(context.peer, .read, session: session) }),
             policy: policy, logger: logger))
 }
@@ -58,7 +58,7 @@ func guarded(
 }
 
 func brokerMethods(
-    _ broker: Broker, logger: Logger, mayRead: @escaping @Sendable (CallContext, String) -> Bool
+    _ broker: Broker, limiter: ForcedRefreshLimiter, logger: Logger, mayRead: @escaping @Sendable (CallContext, String) -> Bool
 ) -> [String: MethodHandler] {
         [
             "GetToken": .call { parameters, _ in
@@ -71,6 +71,11 @@ func brokerMethods(
                 let session = try broker.session(try parameters.optionalString("session"))
                 let stale = try parameters.optionalInt("staleGeneration")
                 logger.debug("refresh requested", metadata: context.metadata(session.name))
+                if stale == nil, let wait = limiter.take(uid: context.peer?.uid ?? UInt32.max, session: session.name) {
+                    logger.notice("forced refresh rate-limited", metadata: context.metadata(session.name))
+                    throw VarlinkError(
+                        BrokerInterface.Error.rateLimited, ["session": .string(session.name), "retryAfter": .int(wait)])
+                }
                 return ["token": try await session.refresh(staleGeneration: stale).json]
             },
             "GetStatus": .call { parameters, _ in

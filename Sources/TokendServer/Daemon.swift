@@ -143,14 +143,27 @@ public final class Daemon: Service, CustomStringConvertible {
         let logger = self.logger
         let service = VarlinkService(
             info: ServiceInfo(vendor: "tokend", product: "tokend", version: Self.version, url: "https://tokend.invalid/"),
-            implementations: [brokerImplementation(broker, policy: { self.access.withLock { $0 } }, logger: logger)],
+            implementations: [
+                brokerImplementation(
+                    broker, policy: { self.access.withLock { $0 } },
+                    limiter: ForcedRefreshLimiter(perMinute: configuration.withLock { $0.daemon.forcedRefreshesPerMinute }),
+                    logger: logger)
+            ],
             internalError: VarlinkError(BrokerInterface.Error.internalError),
             onUnexpectedError: { method, error in
                 logger.error("call failed unexpectedly", metadata: ["method": "\(method)", "error": "\(type(of: error))"])
             })
+        var limits = VarlinkServer.Limits()
+        let settings = configuration.withLock { $0.daemon }
+        limits.maximumConnections = settings.maxConnections
+        limits.idleTimeout = .seconds(Int64(settings.idleTimeout))
+        limits.frameTimeout = .seconds(Int64(settings.frameTimeout))
+        limits.writeTimeout = .seconds(Int64(settings.writeTimeout))
         return VarlinkServer(
-            service: service, source: source, logger: logger,
-            oversizedFrameError: VarlinkError(BrokerInterface.Error.requestTooLarge, ["limit": .int(1 << 20)]))
+            service: service, source: source, limits: limits, logger: logger,
+            oversizedFrameError: VarlinkError(BrokerInterface.Error.requestTooLarge, ["limit": .int(limits.maximumFrameLength)]),
+            overloadedError: VarlinkError(
+                BrokerInterface.Error.tooManyConnections, ["limit": .int(limits.maximumConnections)]))
     }
 
     /// "2 sessions: 1 active, 1 login required", plus a failed reload.

@@ -22,8 +22,21 @@ public enum ListenSource: Sendable {
 /// connection that sends garbage or an oversized frame is answered (where
 /// possible) and closed; the server and other connections are unaffected.
 public struct VarlinkServer: Sendable {
+    /// What one client may hold. Every limit is documented in README.
     public struct Limits: Sendable {
         public var maximumFrameLength = 1 << 20
+        /// Connections served at once; more are answered `overloadedError` and closed.
+        public var maximumConnections = 512
+        /// A connection with no call in progress and no data for this long is closed.
+        public var idleTimeout = TimeAmount.seconds(300)
+        /// A message begun but not finished within this time closes the connection.
+        public var frameTimeout = TimeAmount.seconds(10)
+        /// Replies the client does not read for this long (socket buffer and
+        /// the write buffer full) close the connection.
+        public var writeTimeout = TimeAmount.seconds(30)
+        /// Outbound bytes buffered per connection before writes wait.
+        public var writeBufferHighWatermark = 64 * 1024
+        var checkInterval = TimeAmount.seconds(1)
         public init() {}
     }
 
@@ -32,19 +45,25 @@ public struct VarlinkServer: Sendable {
     let limits: Limits
     let logger: Logger
     let oversizedFrameError: VarlinkError
+    let overloadedError: VarlinkError
+    let open = ConnectionCount()
 
     public init(
         service: VarlinkService, source: ListenSource, limits: Limits = Limits(), logger: Logger,
-        oversizedFrameError: VarlinkError = .invalidParameter("message")
+        oversizedFrameError: VarlinkError = .invalidParameter("message"),
+        overloadedError: VarlinkError = VarlinkError("org.varlink.service.InternalError")
     ) {
         self.service = service
         self.source = source
         self.limits = limits
         self.logger = logger
         self.oversizedFrameError = oversizedFrameError
+        self.overloadedError = overloadedError
     }
 
-    typealias Connection = (channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials?)
+    typealias Connection = (
+        channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials?, activity: ConnectionActivity
+    )
 
     /// Binds (or adopts) the socket; `onListening` runs once it accepts
     /// connections. Returns when the task is cancelled or the socket fails.
@@ -52,14 +71,27 @@ public struct VarlinkServer: Sendable {
         eventLoopGroup: EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         onListening: @Sendable () async -> Void = {}
     ) async throws {
-        let maximumFrameLength = limits.maximumFrameLength
+        let limits = self.limits
+        let logger = self.logger
         let initializer: @Sendable (Channel) -> EventLoopFuture<Connection> = { channel in
             channel.eventLoop.makeCompletedFuture {
+                let activity = ConnectionActivity()
                 try channel.pipeline.syncOperations.addHandler(
-                    ByteToMessageHandler(NULFrameDecoder(maximumFrameLength: maximumFrameLength)))
-                return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
-            }.flatMap { asyncChannel in
-                PeerCredentials.of(channel).map { (asyncChannel, $0) }
+                    ConnectionGuard(limits: limits, activity: activity) { reason in
+                        logger.notice("closing connection", metadata: ["reason": "\(reason)"])
+                    })
+                try channel.pipeline.syncOperations.addHandler(
+                    ByteToMessageHandler(NULFrameDecoder(maximumFrameLength: limits.maximumFrameLength)))
+                let configuration = NIOAsyncChannel<ByteBuffer, ByteBuffer>.Configuration(
+                    backPressureStrategy: .init(lowWatermark: 2, highWatermark: 16))
+                _ = channel.setOption(
+                    ChannelOptions.writeBufferWaterMark,
+                    value: .init(low: limits.writeBufferHighWatermark / 2, high: limits.writeBufferHighWatermark))
+                let asyncChannel = try NIOAsyncChannel<ByteBuffer, ByteBuffer>(
+                    wrappingChannelSynchronously: channel, configuration: configuration)
+                return (asyncChannel, activity)
+            }.flatMap { asyncChannel, activity in
+                PeerCredentials.of(channel).map { (asyncChannel, $0, activity) }
             }
         }
         let bootstrap = ServerBootstrap(group: eventLoopGroup)
@@ -81,7 +113,12 @@ public struct VarlinkServer: Sendable {
             try await server.executeThenClose { inbound in
                 try await withThrowingDiscardingTaskGroup { group in
                     for try await connection in inbound {
-                        group.addTask { await self.serve(connection) }
+                        let admitted = open.admit(limit: limits.maximumConnections)
+                        group.addTask {
+                            guard admitted else { return await self.refuse(connection) }
+                            await self.serve(connection)
+                            self.open.release()
+                        }
                     }
                 }
             }
@@ -130,6 +167,8 @@ public struct VarlinkServer: Sendable {
                             logger.notice("closing connection: malformed message", metadata: ["problem": "\(error)"])
                             return
                         }
+                        connection.activity.begin()
+                        defer { connection.activity.end() }
                         try await service.handle(call, peer: peer, send: send, sendStreamed: sendStreamed)
                     }
                 } catch let error as FrameTooLarge {
@@ -139,6 +178,32 @@ public struct VarlinkServer: Sendable {
             }
         } catch {
             logger.debug("connection ended", metadata: ["reason": "\(error)"])
+        }
+    }
+}
+
+extension VarlinkServer {
+    /// Over the connection limit: answers the client's first call with
+    /// `overloadedError` and closes, so the client learns why.
+    func refuse(_ connection: Connection) async {
+        logger.warning(
+            "connection refused: too many connections",
+            metadata: [
+                "limit": "\(limits.maximumConnections)",
+                "peer.uid": "\(connection.peer.map { String($0.uid) } ?? "unknown")",
+                "peer.pid": "\(connection.peer.map { String($0.pid) } ?? "unknown")",
+            ])
+        var bytes: [UInt8] = []
+        VarlinkReply(overloadedError).encode(into: &bytes)
+        try? await connection.channel.executeThenClose { inbound, outbound in
+            try await outbound.write(ByteBuffer(bytes: bytes))
+            // Wait (briefly) for the client's first message so that it reads the answer rather than a reset.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { for try await _ in inbound { return } }
+                group.addTask { try await Task.sleep(for: .seconds(1)) }
+                try await group.next()
+                group.cancelAll()
+            }
         }
     }
 }

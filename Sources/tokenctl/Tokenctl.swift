@@ -14,6 +14,7 @@ enum Exit {
     static let upstreamUnavailable: Int32 = 4
     static let noSuchSession: Int32 = 5
     static let permissionDenied: Int32 = 6
+    static let rateLimited: Int32 = 7
 }
 
 struct Common: ParsableArguments {
@@ -52,6 +53,11 @@ struct Common: ParsableArguments {
             return (Exit.noSuchSession, "`tokenctl sessions` lists the configured sessions.")
         case .permissionDenied:
             return (Exit.permissionDenied, "Ask the administrator to add this user to tokend's group or policy.")
+        case .rateLimited:
+            return (Exit.rateLimited,
+                "Pass --stale-generation N (the generation of the token you hold): compare-and-refresh is not limited.")
+        case .tooManyConnections:
+            return (Exit.unreachable, "Retry shortly; the limit is daemon.max-connections in tokend's configuration.")
         default:
             return (Exit.failure, "")
         }
@@ -231,7 +237,7 @@ struct Tokenctl: AsyncParsableCommand {
         abstract: "Ask tokend for tokens and manage its sessions.",
         discussion: """
             Exit codes: 0 success, 1 failure, 2 login required, 3 tokend unreachable, \
-            4 token endpoint unavailable (tokend retries), 5 no such session, 6 permission denied, 64 usage error.
+            4 token endpoint unavailable (tokend retries), 5 no such session, 6 permission denied, 7 rate limited, 64 usage error.
             """,
         subcommands: [
             TokenCommand.self, RefreshCommand.self, StatusCommand.self, SessionsCommand.self, LoginCommand.self,

@@ -1,0 +1,117 @@
+"""Hostile local clients: connection cap, idle and half-message timeouts,
+clients that never read, and the per-user limit on forced refreshes."""
+import json
+import socket
+import time
+
+from conftest import login, read_frame, varlink_call, wait_for
+
+GET_TOKEN = b'{"method":"io.tokend.Broker.GetToken","parameters":{}}\0'
+
+
+def connect(path):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    return s
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("VmRSS")).split()[1])
+
+
+def closed_by_peer(s, timeout):
+    s.settimeout(timeout)
+    try:
+        while True:
+            if not s.recv(65536):
+                return True
+    except (socket.timeout, TimeoutError):
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_connection_cap_answers_then_recovers(server, make_tokend):
+    daemon = make_tokend(server, daemon={"max-connections": 4}).start()
+    login(daemon, server)
+    held = [connect(daemon.socket) for _ in range(4)]
+    time.sleep(0.2)
+    extra = connect(daemon.socket)
+    extra.sendall(GET_TOKEN)
+    reply = json.loads(read_frame(extra))
+    assert reply["error"] == "io.tokend.Broker.TooManyConnections" and reply["parameters"]["limit"] == 4
+    assert closed_by_peer(extra, 5)
+    result = daemon.ctl("token")
+    assert result.returncode == 3 and "maximum of 4 connections" in result.stderr, result.stderr
+    for s in held:
+        s.sendall(GET_TOKEN)
+        assert "token" in json.loads(read_frame(s))["parameters"], "admitted connections are served"
+    held.pop().close()
+    wait_for(lambda: daemon.ctl("token").returncode == 0, 10, "a freed slot")
+    assert "too many connections" in daemon.logs()
+
+
+def test_idle_and_half_message_connections_are_closed(server, make_tokend):
+    daemon = make_tokend(server, daemon={"idle-timeout": 2, "frame-timeout": 2}).start()
+    login(daemon, server)
+    idle = connect(daemon.socket)
+    half = connect(daemon.socket)
+    half.sendall(b'{"method":"io.tokend.Broker.GetTo')
+    busy = connect(daemon.socket)
+    busy.sendall(b'{"method":"io.tokend.Broker.Subscribe","parameters":{},"more":true}\0')
+    read_frame(busy)
+    started = time.time()
+    assert closed_by_peer(half, 10) and closed_by_peer(idle, 10)
+    assert time.time() - started < 8
+    busy.settimeout(0.5)
+    try:
+        assert busy.recv(1) != b"", "a subscriber waiting for events is not idle"
+    except (socket.timeout, TimeoutError):
+        pass
+    assert "incomplete message for 2 s" in daemon.logs() and "idle for 2 s" in daemon.logs()
+
+
+def test_a_client_that_never_reads_pins_no_memory_and_delays_nobody(server, make_tokend):
+    daemon = make_tokend(server, daemon={"write-timeout": 3}).start()
+    login(daemon, server)
+    varlink_call(daemon.socket, "io.tokend.Broker.GetToken")
+    before = rss_kib(daemon.process.pid)
+    greedy = connect(daemon.socket)
+    greedy.setblocking(False)
+    sent = 0
+    chunk = GET_TOKEN * 1000
+    blocked_since = None
+    # Send until tokend stops taking calls for a second: its replies are stuck.
+    while blocked_since is None or time.time() - blocked_since < 1:
+        try:
+            sent += greedy.send(chunk)
+            blocked_since = None
+        except BlockingIOError:
+            blocked_since = blocked_since or time.time()
+            time.sleep(0.05)
+    calls = sent // len(GET_TOKEN)
+    started = time.time()
+    raw, reply = varlink_call(daemon.socket, "io.tokend.Broker.GetToken")
+    assert "token" in reply["parameters"] and time.time() - started < 1, "another client is answered at once"
+    growth = rss_kib(daemon.process.pid) - before
+    print(f"never-reading client sent {calls} calls; tokend RSS grew {growth} KiB")
+    assert growth < 32 * 1024, f"RSS grew {growth} KiB"
+    greedy.setblocking(True)
+    wait_for(lambda: "replies not read for 3 s" in daemon.logs(), 15, "the stuck connection closed")
+
+
+def test_forced_refreshes_are_rate_limited_per_user(server, make_tokend):
+    daemon = make_tokend(server, daemon={"forced-refreshes-per-minute": 2}).start()
+    login(daemon, server)
+    before = len(server.grants("refresh_token"))
+    replies = [varlink_call(daemon.socket, "io.tokend.Broker.Refresh")[1] for _ in range(4)]
+    assert [r.get("error") for r in replies] == [None, None, "io.tokend.Broker.RateLimited",
+                                                "io.tokend.Broker.RateLimited"]
+    assert replies[2]["parameters"]["retryAfter"] >= 1
+    assert len(server.grants("refresh_token")) == before + 2
+    generation = replies[1]["parameters"]["token"]["generation"]
+    stale = varlink_call(daemon.socket, "io.tokend.Broker.Refresh", {"staleGeneration": generation - 1})[1]
+    assert stale["parameters"]["token"]["generation"] == generation, "compare-and-refresh is never limited"
+    result = daemon.ctl("refresh")
+    assert result.returncode == 7 and "--stale-generation" in result.stderr
