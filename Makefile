@@ -11,7 +11,7 @@ UNITDIR ?= /etc/systemd/system
 USERUNITDIR ?= /etc/systemd/user
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 
-.PHONY: all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean
+.PHONY: all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -44,7 +44,21 @@ unit-test:
 integration-test: venv build
 	$(PY) -m pytest -q Tests/integration
 
-test: venv build unit-test integration-test
+test: venv build unit-test integration-test fuzz-smoke
+
+# libFuzzer targets (Tests/Fuzz): Varlink framing/parsing/dispatch, token
+# responses, Set-Cookie. `make fuzz` runs each FUZZ_SECONDS (default 300);
+# `make test` runs each for 10 s.
+FUZZ_DIR := .build/fuzz
+FUZZ_SECONDS ?= 300
+fuzz-build:
+	Tests/Fuzz/build.sh $(FUZZ_DIR)
+
+fuzz: fuzz-build
+	Tests/Fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+
+fuzz-smoke: fuzz-build
+	Tests/Fuzz/run.sh $(FUZZ_DIR) 10
 
 # Startup figures quoted in README (debug build unless BIN_DIR is given).
 bench-startup: build

@@ -1,4 +1,5 @@
 import NIOCore
+import Varlink
 
 /// Splits a byte stream into NUL-terminated frames (the terminator removed).
 ///
@@ -33,19 +34,20 @@ public struct NULFrameDecoder: ByteToMessageDecoder {
 
     /// The next whole frame, if the buffer holds one. Pure: testable without a channel.
     public mutating func nextFrame(_ buffer: inout ByteBuffer) throws(FrameTooLarge) -> ByteBuffer? {
-        let view = buffer.readableBytesView
-        let searchStart = view.index(view.startIndex, offsetBy: min(scanned, view.count))
-        guard let nul = view[searchStart...].firstIndex(of: 0) else {
-            scanned = view.count
-            if view.count > maximumFrameLength { throw FrameTooLarge(limit: maximumFrameLength) }
+        let scanned = self.scanned
+        let scan = buffer.withUnsafeReadableBytes { NULFraming.scan($0, scanned: scanned, limit: maximumFrameLength) }
+        switch scan {
+        case .incomplete(let scanned):
+            self.scanned = scanned
             return nil
+        case .tooLarge:
+            throw FrameTooLarge(limit: maximumFrameLength)
+        case .frame(let length):
+            self.scanned = 0
+            let frame = buffer.readSlice(length: length)!
+            buffer.moveReaderIndex(forwardBy: 1)
+            return frame
         }
-        let length = nul - view.startIndex
-        scanned = 0
-        if length > maximumFrameLength { throw FrameTooLarge(limit: maximumFrameLength) }
-        let frame = buffer.readSlice(length: length)!
-        buffer.moveReaderIndex(forwardBy: 1)
-        return frame
     }
 }
 

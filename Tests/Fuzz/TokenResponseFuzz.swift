@@ -1,0 +1,27 @@
+// libFuzzer target: classifying token-endpoint answers (status, Retry-After,
+// body) and reading JWT expiry. Built by `make fuzz` into the OAuth module.
+import Foundation
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func tokenResponseFuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
+    guard size >= 2 else { return 0 }
+    let bytes = Array(UnsafeBufferPointer(start: data, count: size))
+    let statuses = [200, 201, 400, 401, 429, 500, 502, 503]
+    let status = statuses[Int(bytes[0]) % statuses.count]
+    let headerLength = min(Int(bytes[1]) % 32, bytes.count - 2)
+    let retryAfter = String(decoding: bytes[2..<(2 + headerLength)], as: UTF8.self)
+    let body = Array(bytes[(2 + headerLength)...])
+    switch TokenResponse.classify(status: status, retryAfterHeader: retryAfter, body: body) {
+    case .success(let response):
+        guard !response.accessToken.reveal().isEmpty else { fatalError("empty access token accepted") }
+        _ = JWT.expiry(of: response.accessToken.reveal())
+        guard !"\(response.accessToken)".contains(response.accessToken.reveal()) || response.accessToken.reveal() == "<redacted>"
+        else { fatalError("secret printed") }
+    case .failure(let error):
+        guard error.reason.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) else {
+            fatalError("control character in a reason")
+        }
+    }
+    _ = JWT.expiry(of: String(decoding: body, as: UTF8.self))
+    return 0
+}
