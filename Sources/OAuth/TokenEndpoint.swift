@@ -85,12 +85,26 @@ public struct HTTPTokenEndpoint: TokenEndpoint {
         request.body = .bytes(ByteBuffer(string: form.body.reveal()))
         let deadline = NIODeadline.now() + TimeAmount.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000
             + Int64(timeout.components.attoseconds / 1_000_000_000))
+        let (client, maximumBodySize, timeout, prepared) = (self.client, self.maximumBodySize, self.timeout, request)
         do {
-            let response = try await client.execute(request, deadline: deadline)
-            let body = try await response.body.collect(upTo: maximumBodySize)
-            return HTTPAnswer(
-                status: Int(response.status.code), retryAfter: response.headers.first(name: "Retry-After"),
-                setCookie: response.headers["Set-Cookie"], body: Array(buffer: body))
+            // The deadline covers the whole exchange, the body included: a
+            // server that sends its body slowly is cut off like one that hangs.
+            return try await withThrowingTaskGroup(of: HTTPAnswer?.self) { group in
+                group.addTask {
+                    let response = try await client.execute(prepared, deadline: deadline)
+                    let body = try await response.body.collect(upTo: maximumBodySize)
+                    return HTTPAnswer(
+                        status: Int(response.status.code), retryAfter: response.headers.first(name: "Retry-After"),
+                        setCookie: response.headers["Set-Cookie"], body: Array(buffer: body))
+                }
+                group.addTask {
+                    try await Task.sleep(for: timeout)
+                    return nil
+                }
+                defer { group.cancelAll() }
+                guard case let answer?? = try await group.next() else { throw HTTPClientError.deadlineExceeded }
+                return answer
+            }
         } catch let error as NIOTooManyBytesError {
             _ = error
             throw .transient("token endpoint answer is larger than \(maximumBodySize) bytes")
