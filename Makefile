@@ -11,7 +11,7 @@ UNITDIR ?= /etc/systemd/system
 USERUNITDIR ?= /etc/systemd/user
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 
-.PHONY: all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
+.PHONY: test-crash all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -45,6 +45,12 @@ integration-test: venv build
 	$(PY) -m pytest -q Tests/integration
 
 test: venv build unit-test integration-test fuzz-smoke
+
+# kill -9 campaign against the real server: 200 kills with a 5 s grace period
+# (must lose nothing) and 200 with none (the loss rate is reported).
+test-crash: venv build
+	$(PY) Tests/crash/campaign.py --kills 200 --grace 5 --results Tests/crash/results-grace5.json
+	$(PY) Tests/crash/campaign.py --kills 200 --grace 0 --results Tests/crash/results-grace0.json || true
 
 # libFuzzer targets (Tests/Fuzz): Varlink framing/parsing/dispatch, token
 # responses, Set-Cookie. `make fuzz` runs each FUZZ_SECONDS (default 300);

@@ -22,10 +22,12 @@ extension SessionActor {
         marked.refreshStartedAt = Int(startedAt)
         await persist(marked, what: "refresh marker")
         record.refreshStartedAt = marked.refreshStartedAt
+        checkpoint?("after-marker")
 
         refreshes += 1
         logger.debug("refreshing", metadata: ["generation": "\(record.generation)"])
         let answer = await endpoint.refresh(refreshToken: refreshToken, cookieHeader: cookieHeaderForEndpoint())
+        checkpoint?("after-response")
         let cookieChanges = receiveEndpointCookies(answer.setCookie)
         switch answer.result {
         case .success(let response):
@@ -71,6 +73,7 @@ extension SessionActor {
         next.lastRefreshAt = issuedAt
         next.refreshStartedAt = nil
         await persist(next, what: "refreshed state")
+        checkpoint?("after-persist")
         record = next
         backoff.reset()
         lastError = unsavedRecord ? lastError : nil

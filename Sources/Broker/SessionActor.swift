@@ -44,13 +44,17 @@ public actor SessionActor {
     var announcing = false
     /// How long a publish waits for subscribers' connections to take its events.
     let deliveryDeadline: Duration
+    /// Test-only: called at named points of a refresh ("after-marker",
+    /// "after-response", "after-persist") so a crash test can kill tokend there.
+    let checkpoint: (@Sendable (String) -> Void)?
 
     public init(
         name: String, policy: RefreshPolicy, endpoint: any TokenEndpoint, file: SessionFile,
         clock: any BrokerClock = SystemClock(), logger: Logger,
         random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) },
         cookiePolicy: CookiePolicy = CookiePolicy(publicSuffixes: .implicitOnly),
-        deliveryDeadline: Duration = .milliseconds(500)
+        deliveryDeadline: Duration = .milliseconds(500),
+        checkpoint: (@Sendable (String) -> Void)? = nil
     ) {
         self.name = name
         self.policy = policy
@@ -64,6 +68,7 @@ public actor SessionActor {
         self.jar = CookieJar(policy: cookiePolicy)
         self.cookieOrigin = CookieRequest(url: endpoint.tokenURL)
         self.deliveryDeadline = deliveryDeadline
+        self.checkpoint = checkpoint
         self.record = SessionRecord(phase: .loginRequired, reason: "not logged in yet: log in with `tokenctl login`")
     }
 

@@ -61,13 +61,17 @@ public final class Daemon: Service, CustomStringConvertible {
         cookiePolicy = CookiePolicy(publicSuffixes: Self.loadPublicSuffixes(logger: logger))
         var sessions: [SessionActor] = []
         for settings in configuration.sessions {
-            sessions.append(try Self.makeSession(settings, store: store, cookiePolicy: cookiePolicy, logger: logger))
+            sessions.append(
+                try Self.makeSession(
+                    settings, store: store, cookiePolicy: cookiePolicy, logger: logger,
+                    checkpoint: testHooks ? CrashPoint(environment: environment)?.checkpoint : nil))
         }
         broker = Broker(sessions: sessions)
     }
 
     static func makeSession(
-        _ settings: SessionSettings, store: StateStore, cookiePolicy: CookiePolicy, logger: Logger
+        _ settings: SessionSettings, store: StateStore, cookiePolicy: CookiePolicy, logger: Logger,
+        checkpoint: (@Sendable (String) -> Void)? = nil
     ) throws -> SessionActor {
         let file = store.file(for: settings.name)
         do {
@@ -81,7 +85,7 @@ public final class Daemon: Service, CustomStringConvertible {
         }
         return SessionActor(
             name: settings.name, policy: settings.policy, endpoint: try settings.endpoint(),
-            file: file, logger: logger, cookiePolicy: cookiePolicy)
+            file: file, logger: logger, cookiePolicy: cookiePolicy, checkpoint: checkpoint)
     }
 
     /// Debian's copy of the Public Suffix List (package publicsuffix); without
