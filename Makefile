@@ -11,7 +11,7 @@ UNITDIR ?= /etc/systemd/system
 USERUNITDIR ?= /etc/systemd/user
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 
-.PHONY: test-crash all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
+.PHONY: bench test-crash all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -48,9 +48,9 @@ test: venv build unit-test integration-test fuzz-smoke
 
 # kill -9 campaign against the real server: 200 kills with a 5 s grace period
 # (must lose nothing) and 200 with none (the loss rate is reported).
-test-crash: venv build
-	$(PY) Tests/crash/campaign.py --kills 200 --grace 5 --results Tests/crash/results-grace5.json
-	$(PY) Tests/crash/campaign.py --kills 200 --grace 0 --results Tests/crash/results-grace0.json || true
+test-crash: venv release
+	TOKEND_BIN=.build/release $(PY) Tests/crash/campaign.py --kills 200 --grace 5 --results Tests/crash/results-grace5.json
+	TOKEND_BIN=.build/release $(PY) Tests/crash/campaign.py --kills 200 --grace 0 --results Tests/crash/results-grace0.json || true
 
 # libFuzzer targets (Tests/Fuzz): Varlink framing/parsing/dispatch, token
 # responses, Set-Cookie. `make fuzz` runs each FUZZ_SECONDS (default 300);
@@ -65,6 +65,16 @@ fuzz: fuzz-build
 
 fuzz-smoke: fuzz-build
 	Tests/Fuzz/run.sh $(FUZZ_DIR) 10
+
+# The benchmark: tokend against a C epoll limit server and oidc-agent, one
+# run, one table; written to bench/RESULTS.md (and .json) with date and machine.
+BENCH_DIR := .build/bench
+bench: venv release
+	@for p in gcc oidc-agent-cli systemd; do dpkg -s $$p >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc oidc-agent-cli systemd >/dev/null; break; }; done
+	mkdir -p $(BENCH_DIR)
+	gcc -O2 -Wall -o $(BENCH_DIR)/limit_server bench/limit_server.c
+	gcc -O2 -Wall -o $(BENCH_DIR)/load bench/load.c -lpthread
+	$(PY) bench/bench.py .build/release $(BENCH_DIR)/load $(BENCH_DIR)/limit_server bench/RESULTS.md
 
 # Startup figures quoted in README (debug build unless BIN_DIR is given).
 bench-startup: build

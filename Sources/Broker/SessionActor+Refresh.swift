@@ -27,11 +27,12 @@ extension SessionActor {
         refreshes += 1
         logger.debug("refreshing", metadata: ["generation": "\(record.generation)"])
         let answer = await endpoint.refresh(refreshToken: refreshToken, cookieHeader: cookieHeaderForEndpoint())
+        let answeredAt = ContinuousClock.now
         checkpoint?("after-response")
         let cookieChanges = receiveEndpointCookies(answer.setCookie)
         switch answer.result {
         case .success(let response):
-            return await adopt(response, startedAt: startedAt, cookieChanges: cookieChanges)
+            return await adopt(response, startedAt: startedAt, answeredAt: answeredAt, cookieChanges: cookieChanges)
         case .failure(let error) where error.kind == .rejected:
             var reason = error.reason
             if afterCrash {
@@ -52,7 +53,9 @@ extension SessionActor {
     /// Makes a successful response the session's state: on disk first, then in
     /// memory, then delivered to subscribers (its cookie changes, then
     /// `refreshed`), then returned to callers.
-    func adopt(_ response: TokenResponse, startedAt: Double, cookieChanges: [CookieChange]) async -> Token {
+    func adopt(
+        _ response: TokenResponse, startedAt: Double, answeredAt: ContinuousClock.Instant, cookieChanges: [CookieChange]
+    ) async -> Token {
         var next = record
         next.generation += 1
         next.accessToken = response.accessToken
@@ -73,6 +76,8 @@ extension SessionActor {
         next.lastRefreshAt = issuedAt
         next.refreshStartedAt = nil
         await persist(next, what: "refreshed state")
+        // The window in which a crash loses a rotated token: from the server's answer until it is on disk.
+        let durableAfter = ContinuousClock.now - answeredAt
         checkpoint?("after-persist")
         record = next
         backoff.reset()
@@ -82,6 +87,7 @@ extension SessionActor {
             metadata: [
                 "generation": "\(next.generation)", "expires_at": "\(next.expiresAt!)",
                 "rotated": "\(response.refreshToken != nil)",
+                "durable_us": "\(durableAfter.components.seconds * 1_000_000 + durableAfter.components.attoseconds / 1_000_000_000_000)",
             ])
         let token = currentToken!
         var events = cookieChanges.isEmpty ? [] : [event(.cookies, changes: cookieChanges)]

@@ -1,6 +1,6 @@
 """Starts the test authorization server on 127.0.0.1 and prepares it.
 
-    python serve.py DIR PORT [--grace S] [--access-ttl S] [--workers N]
+    python serve.py DIR PORT [--grace S] [--access-ttl S] [--workers N] [--oidc]
 
 Creates DIR/db.sqlite3, a user "alice" (password "alice-password") and a
 confidential client "tokend-test" (secret "tokend-test-secret", stored
@@ -38,6 +38,7 @@ def prepare(directory):
             client_type=Application.CLIENT_CONFIDENTIAL,
             authorization_grant_type=Application.GRANT_PASSWORD,
             client_secret=CLIENT_SECRET,
+            algorithm=Application.RS256_ALGORITHM if os.environ.get("AUTHSERVER_OIDC") == "1" else "",
             hash_client_secret=False,
             redirect_uris="",
         ),
@@ -51,9 +52,19 @@ def main():
     parser.add_argument("--grace", type=int, default=0)
     parser.add_argument("--access-ttl", type=int, default=3600)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--oidc", action="store_true", help="enable OpenID Connect (RS256 id tokens)")
     args = parser.parse_args()
     directory = os.path.abspath(args.directory)
     os.makedirs(directory, exist_ok=True)
+    if args.oidc:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        with open(os.path.join(directory, "oidc.key"), "wb") as f:
+            f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption()))
+        os.environ["AUTHSERVER_OIDC"] = "1"
     env = dict(os.environ, AUTHSERVER_DIR=directory, AUTHSERVER_GRACE=str(args.grace),
                AUTHSERVER_ACCESS_TTL=str(args.access_ttl), DJANGO_SETTINGS_MODULE="authserver.settings",
                PYTHONPATH=HERE)

@@ -42,5 +42,13 @@ OAUTH2_PROVIDER = {
     "DEFAULT_SCOPES": ["read"],
 }
 
+# OpenID Connect (for oidc-agent in the benchmark): discovery at
+# /o/.well-known/openid-configuration, id tokens signed with DIR/oidc.key.
+if os.environ.get("AUTHSERVER_OIDC") == "1":
+    with open(os.path.join(BASE_DIR, "oidc.key")) as key:
+        OAUTH2_PROVIDER["OIDC_RSA_PRIVATE_KEY"] = key.read()
+    OAUTH2_PROVIDER["OIDC_ENABLED"] = True
+    OAUTH2_PROVIDER["SCOPES"]["openid"] = "OpenID Connect"
+
 GRANT_LOG = os.path.join(BASE_DIR, "grants.jsonl")
 LOGGING = {"version": 1, "disable_existing_loggers": False}
