@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,9 @@ static int connect_to(const char *path) {
 }
 
 static void raise_fd_limit(void) {
-    struct rlimit limit = {200000, 200000};
+    struct rlimit limit;
+    getrlimit(RLIMIT_NOFILE, &limit);
+    limit.rlim_cur = limit.rlim_max;
     setrlimit(RLIMIT_NOFILE, &limit);
 }
 
@@ -268,6 +271,7 @@ static int hold(const char *path, int n, const char *request, const char *mark) 
 }
 
 int main(int argc, char **argv) {
+    signal(SIGPIPE, SIG_IGN);
     if (argc >= 5 && strcmp(argv[1], "latency") == 0) return latency(argv[2], atol(argv[3]), argv[4]);
     if (argc >= 7 && strcmp(argv[1], "throughput") == 0)
         return throughput(argv[2], atoi(argv[3]), atoi(argv[4]), atof(argv[5]), argv[6]);

@@ -18,8 +18,8 @@ import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, ".build", "debug")
-RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+BIN = os.path.join(ROOT, ".build", "debug")
+RUNS = 10
 
 
 def config(directory):
@@ -73,6 +73,11 @@ def activated_first_reply(directory):
 
 
 def main():
+    global BIN, RUNS
+    if len(sys.argv) > 1:
+        BIN = sys.argv[1]
+    if len(sys.argv) > 2:
+        RUNS = int(sys.argv[2])
     directory = tempfile.mkdtemp(prefix="tkb", dir="/tmp")
     try:
         ready = [exec_to_ready(directory, run) for run in range(RUNS)]
