@@ -79,6 +79,7 @@ extension SessionActor {
         // The window in which a crash loses a rotated token: from the server's answer until it is on disk.
         let durableAfter = ContinuousClock.now - answeredAt
         checkpoint?("after-persist")
+        announcing = true  // until subscribers have the events, callers do not see the new token
         record = next
         backoff.reset()
         lastError = unsavedRecord ? lastError : nil
@@ -92,9 +93,9 @@ extension SessionActor {
         let token = currentToken!
         var events = cookieChanges.isEmpty ? [] : [event(.cookies, changes: cookieChanges)]
         events.append(event(.refreshed))
-        announcing = true
         await publish(events, waitForDelivery: true)
         announcing = false
+        updateSnapshot()
         return token
     }
 

@@ -18,7 +18,11 @@ public actor SessionActor {
     let logger: Logger
     let random: @Sendable () -> Double
 
-    var record: SessionRecord
+    var record: SessionRecord {
+        didSet { if !announcing { updateSnapshot() } }
+    }
+    /// The current token for the lock-only fast path (see TokenSnapshot).
+    public nonisolated let snapshot = TokenSnapshot()
     var inFlight: Task<Token, Error>?
     var backoff = Backoff()
     var scheduler: Task<Void, Never>?
@@ -94,6 +98,7 @@ public actor SessionActor {
     /// Stops proactive refreshing and lets an in-flight refresh finish (and persist).
     public func stop() async {
         stopping = true
+        updateSnapshot()
         scheduler?.cancel()
         scheduler = nil
         cookieTimer?.cancel()

@@ -167,7 +167,8 @@ public final class Daemon: Service, CustomStringConvertible {
             service: service, source: source, limits: limits, logger: logger,
             oversizedFrameError: VarlinkError(BrokerInterface.Error.requestTooLarge, ["limit": .int(limits.maximumFrameLength)]),
             overloadedError: VarlinkError(
-                BrokerInterface.Error.tooManyConnections, ["limit": .int(limits.maximumConnections)]))
+                BrokerInterface.Error.tooManyConnections, ["limit": .int(limits.maximumConnections)]),
+            fastPath: FastGetToken(broker: broker, policy: { self.access.withLock { $0 } }).handler)
     }
 
     /// "2 sessions: 1 active, 1 login required", plus a failed reload.

@@ -44,15 +44,22 @@ public struct VarlinkServer: Sendable {
     let source: ListenSource
     let limits: Limits
     let logger: Logger
+    /// Answers a call on the event loop when it can (returns the encoded
+    /// reply frame, NUL included), or returns nil to let the service handle it.
+    public typealias FastPath = @Sendable (VarlinkCall, PeerCredentials?) -> [UInt8]?
+
     let oversizedFrameError: VarlinkError
     let overloadedError: VarlinkError
+    let fastPath: FastPath?
     let open = ConnectionCount()
 
     public init(
         service: VarlinkService, source: ListenSource, limits: Limits = Limits(), logger: Logger,
         oversizedFrameError: VarlinkError = .invalidParameter("message"),
-        overloadedError: VarlinkError = VarlinkError("org.varlink.service.InternalError")
+        overloadedError: VarlinkError = VarlinkError("org.varlink.service.InternalError"),
+        fastPath: FastPath? = nil
     ) {
+        self.fastPath = fastPath
         self.service = service
         self.source = source
         self.limits = limits
@@ -62,7 +69,8 @@ public struct VarlinkServer: Sendable {
     }
 
     typealias Connection = (
-        channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials?, activity: ConnectionActivity
+        channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials?, activity: ConnectionActivity,
+        callAnswered: @Sendable () -> Void, admitted: Bool
     )
 
     /// Binds (or adopts) the socket; `onListening` runs once it accepts
@@ -73,15 +81,28 @@ public struct VarlinkServer: Sendable {
     ) async throws {
         let limits = self.limits
         let logger = self.logger
+        let fastPath = self.fastPath
+        let open = self.open
         let initializer: @Sendable (Channel) -> EventLoopFuture<Connection> = { channel in
-            channel.eventLoop.makeCompletedFuture {
+            PeerCredentials.of(channel).flatMapThrowing { peer in
+                let admitted = open.admit(limit: limits.maximumConnections)
+                if admitted { channel.closeFuture.whenComplete { _ in open.release() } }
                 let activity = ConnectionActivity()
-                try channel.pipeline.syncOperations.addHandler(
+                let pipeline = channel.pipeline.syncOperations
+                try pipeline.addHandler(
                     ConnectionGuard(limits: limits, activity: activity) { reason in
                         logger.notice("closing connection", metadata: ["reason": "\(reason)"])
                     })
-                try channel.pipeline.syncOperations.addHandler(
+                try pipeline.addHandler(
                     ByteToMessageHandler(NULFrameDecoder(maximumFrameLength: limits.maximumFrameLength)))
+                var callAnswered: @Sendable () -> Void = {}
+                if let fastPath, admitted {
+                    let handler = FastPathHandler(answer: fastPath, peer: peer)
+                    try pipeline.addHandler(handler)
+                    let bound = NIOLoopBound(handler, eventLoop: channel.eventLoop)
+                    let eventLoop = channel.eventLoop
+                    callAnswered = { eventLoop.execute { bound.value.answeredByTask() } }
+                }
                 let configuration = NIOAsyncChannel<ByteBuffer, ByteBuffer>.Configuration(
                     backPressureStrategy: .init(lowWatermark: 2, highWatermark: 16))
                 _ = channel.setOption(
@@ -89,9 +110,7 @@ public struct VarlinkServer: Sendable {
                     value: .init(low: limits.writeBufferHighWatermark / 2, high: limits.writeBufferHighWatermark))
                 let asyncChannel = try NIOAsyncChannel<ByteBuffer, ByteBuffer>(
                     wrappingChannelSynchronously: channel, configuration: configuration)
-                return (asyncChannel, activity)
-            }.flatMap { asyncChannel, activity in
-                PeerCredentials.of(channel).map { (asyncChannel, $0, activity) }
+                return (asyncChannel, peer, activity, callAnswered, admitted)
             }
         }
         let bootstrap = ServerBootstrap(group: eventLoopGroup)
@@ -113,11 +132,9 @@ public struct VarlinkServer: Sendable {
             try await server.executeThenClose { inbound in
                 try await withThrowingDiscardingTaskGroup { group in
                     for try await connection in inbound {
-                        let admitted = open.admit(limit: limits.maximumConnections)
                         group.addTask {
-                            guard admitted else { return await self.refuse(connection) }
+                            guard connection.admitted else { return await self.refuse(connection) }
                             await self.serve(connection)
-                            self.open.release()
                         }
                     }
                 }
@@ -168,7 +185,10 @@ public struct VarlinkServer: Sendable {
                             return
                         }
                         connection.activity.begin()
-                        defer { connection.activity.end() }
+                        defer {
+                            connection.activity.end()
+                            connection.callAnswered()
+                        }
                         try await service.handle(call, peer: peer, send: send, sendStreamed: sendStreamed)
                     }
                 } catch let error as FrameTooLarge {

@@ -104,7 +104,8 @@ def test_logout_revokes_at_the_server(server, make_tokend):
 
 
 def test_invalid_grant_reaches_waiters_and_subscribers(server, make_tokend):
-    daemon = make_tokend(server).start()
+    # 20 forced refreshes at once: above the default per-user limit, which is not under test here.
+    daemon = make_tokend(server, daemon={"forced-refreshes-per-minute": 600}).start()
     login(daemon, server)
     token = json.load(open(os.path.join(daemon.state, "default.session")))["record"]["refreshToken"]
     # Someone else uses tokend's refresh token: the server rotates it away, so

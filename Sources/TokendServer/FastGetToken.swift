@@ -1,0 +1,55 @@
+import Broker
+import Synchronization
+import TokendInterface
+import Varlink
+import VarlinkNIO
+
+/// GetToken answered on the event loop when the session's cached token is
+/// good enough and the caller may read: no task or actor hop. Everything
+/// else (refresh needed, errors, unusual parameters) returns nil and goes
+/// the ordinary way, which applies the same rules.
+final class FastGetToken: Sendable {
+    let broker: Broker
+    let policy: @Sendable () -> AccessPolicy
+    /// The encoded reply per session, for the generation it was made for.
+    private let replies = Mutex<[String: (generation: Int, expiresAt: Int, bytes: [UInt8])]>([:])
+
+    init(broker: Broker, policy: @escaping @Sendable () -> AccessPolicy) {
+        self.broker = broker
+        self.policy = policy
+    }
+
+    var handler: VarlinkServer.FastPath {
+        { call, peer in self.answer(call, peer: peer) }
+    }
+
+    func answer(_ call: VarlinkCall, peer: PeerCredentials?) -> [UInt8]? {
+        guard call.method == BrokerInterface.method("GetToken"), !call.more, !call.oneway, !call.upgrade else {
+            return nil
+        }
+        var name = Broker.defaultSession
+        var minValid: Int?
+        for (key, value) in call.parameters {
+            switch (key, value) {
+            case ("session", .string(let session)): name = session
+            case ("minValidSeconds", let number):
+                guard let seconds = number.intValue, seconds >= 0 else { return nil }
+                minValid = seconds
+            case (_, .null): continue
+            default: return nil
+            }
+        }
+        guard policy().allows(peer, .read, session: name), let session = try? broker.session(name),
+            let token = session.cachedToken(minValidSeconds: minValid)
+        else { return nil }
+        return replies.withLock { cache in
+            if let cached = cache[name], cached.generation == token.generation, cached.expiresAt == token.expiresAt {
+                return cached.bytes
+            }
+            var bytes: [UInt8] = []
+            VarlinkReply(parameters: ["token": token.json]).encode(into: &bytes)
+            cache[name] = (token.generation, token.expiresAt, bytes)
+            return bytes
+        }
+    }
+}
