@@ -84,7 +84,7 @@ def raise_nofile():
 
 
 class Daemon:
-    def __init__(self, bin_dir, directory, endpoint, key=None):
+    def __init__(self, bin_dir, directory, endpoint, key=None, env=None):
         self.socket = os.path.join(directory, "sock")
         self.log_path = os.path.join(directory, "tokend.log")
         lines = ["[daemon]", f'socket = "{self.socket}"', f'state-directory = "{directory}/state"',
@@ -102,7 +102,7 @@ class Daemon:
         self.bin_dir = bin_dir
         self.process = subprocess.Popen([os.path.join(bin_dir, "tokend"), "--config", config],
                                         stdout=subprocess.DEVNULL, stderr=open(self.log_path, "w"),
-                                        preexec_fn=raise_nofile)
+                                        preexec_fn=raise_nofile, env=env)
         deadline = time.time() + 20
         while not os.path.exists(self.socket):
             assert time.time() < deadline and self.process.poll() is None, "tokend did not start"
@@ -163,8 +163,8 @@ def stampede(binary, daemon, endpoint, clients):
     return result
 
 
-def memory(binary, daemon):
-    figures = {"idle_kib": daemon.rss_kib()}
+def memory(binary, daemon, idle_kib):
+    figures = {"idle_kib": idle_kib, "after_load_kib": daemon.rss_kib()}
     for label, request, mark in (("idle_connections", "-", "-"),
                                  ("subscribers", '{"method":"io.tokend.Broker.Subscribe","parameters":{},"more":true}',
                                   '"refreshed"')):
@@ -215,6 +215,8 @@ def main():
     directory = tempfile.mkdtemp(prefix="tkbench", dir="/tmp")
     endpoint = FakeEndpoint()
     daemon = Daemon(args.bin_dir, directory, endpoint)
+    time.sleep(0.5)
+    idle_kib = daemon.rss_kib()  # before any load: allocator caches grow under load and stay
     reply = daemon.call("GetToken")
     reply_bytes = len(json.dumps(reply, separators=(",", ":"))) + 1
     limit_socket = os.path.join(directory, "limit.sock")
@@ -223,10 +225,18 @@ def main():
     results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),
                "reply_bytes": reply_bytes, "rounds": args.rounds}
     try:
-        rounds = {"limit": [], "tokend": []}
-        for _ in range(args.rounds):  # interleaved, so drift affects both alike
+        # "tokend_actor_path": the same binary with the event-loop fast path off
+        # (TOKEND_FAST_PATH=off, a test hook): every call goes through a task and the actor.
+        slow_dir = os.path.join(directory, "actor-path")
+        os.mkdir(slow_dir)
+        slow = Daemon(args.bin_dir, slow_dir, endpoint,
+                      env=dict(os.environ, TOKEND_TEST_HOOKS="1", TOKEND_FAST_PATH="off"))
+        rounds = {"limit": [], "tokend": [], "tokend_actor_path": []}
+        for _ in range(args.rounds):  # interleaved, so drift affects all alike
             rounds["limit"].append(socket_suite(args.load, limit_socket, GET_TOKEN))
             rounds["tokend"].append(socket_suite(args.load, daemon.socket, GET_TOKEN))
+            rounds["tokend_actor_path"].append(socket_suite(args.load, slow.socket, GET_TOKEN))
+        slow.stop()
         for target, data in rounds.items():
             results[target] = {
                 "p50_us": median_of(data, "latency", "p50_us"), "p90_us": median_of(data, "latency", "p90_us"),
@@ -234,7 +244,7 @@ def main():
                 **{key: median_of(data, key) for key in data[0] if key.startswith("rps_")},
             }
         results["stampede"] = {str(n): stampede(args.load, daemon, endpoint, n) for n in (100, 1000, 10000)}
-        results["memory"] = memory(args.load, daemon)
+        results["memory"] = memory(args.load, daemon, idle_kib)
         results["rotation_plain"] = rotation_cost(daemon)
         daemon.stop()
         key = os.path.join(directory, "state.key")
@@ -267,7 +277,7 @@ def main():
 
 
 def render(r):
-    limit, tokend = r["limit"], r["tokend"]
+    limit, tokend, before = r["limit"], r["tokend"], r["tokend_actor_path"]
     rows = [("cached GetToken p50 (µs, 1 connection, sequential)", "p50_us", True),
             ("cached GetToken p90 (µs)", "p90_us", True), ("cached GetToken p99 (µs)", "p99_us", True),
             ("throughput, 1 connection (req/s)", "rps_1x1", False),
@@ -278,11 +288,14 @@ def render(r):
            f"Command: `make bench` (release build, {r.get('rounds', 3)} interleaved rounds, medians). "
            f"Limit: C epoll server answering each NUL-terminated request with {r['reply_bytes']} bytes "
            "(a GetToken reply's size); the same C load client drives both.", "",
-           "| measure | limit | tokend | tokend / limit |", "| --- | ---: | ---: | ---: |"]
+           "| measure | limit | tokend | tokend / limit | tokend, fast path off | that / limit |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for label, key, lower_is_better in rows:
-        ratio = tokend[key] / limit[key]
-        out.append(f"| {label} | {limit[key]:,.1f} | {tokend[key]:,.1f} | {ratio:.2f}× |" if lower_is_better else
-                   f"| {label} | {limit[key]:,.0f} | {tokend[key]:,.0f} | {ratio:.0%} |")
+        ratio, before_ratio = tokend[key] / limit[key], before[key] / limit[key]
+        out.append(f"| {label} | {limit[key]:,.1f} | {tokend[key]:,.1f} | {ratio:.2f}× | {before[key]:,.1f} | "
+                   f"{before_ratio:.2f}× |" if lower_is_better else
+                   f"| {label} | {limit[key]:,.0f} | {tokend[key]:,.0f} | {ratio:.0%} | {before[key]:,.0f} | "
+                   f"{before_ratio:.0%} |")
     out += ["", "Stampede (token inside its min-valid window, upstream answers after a fixed 50 ms):", "",
             "| clients | upstream calls | p50 beyond 50 ms (ms) | p99 beyond 50 ms (ms) | max beyond 50 ms (ms) | errors |",
             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -291,9 +304,10 @@ def render(r):
                    f"| {s['max_us'] / 1000 - 50:.1f} | {s['errors']} |")
     m = r["memory"]
     out += ["", "| memory (RSS) | MiB |", "| --- | ---: |",
-            f"| idle, one session (two configured) | {m['idle_kib'] / 1024:.1f} |",
-            f"| 10,000 idle connections | {m['idle_connections_kib'] / 1024:.1f} |",
-            f"| 10,000 subscribers | {m['subscribers_kib'] / 1024:.1f} |", "",
+            f"| idle after start and login (two sessions) | {m['idle_kib'] / 1024:.1f} |",
+            f"| after the throughput and stampede runs | {m['after_load_kib'] / 1024:.1f} |",
+            f"| with 10,000 idle connections open | {m['idle_connections_kib'] / 1024:.1f} |",
+            f"| with 10,000 subscribers | {m['subscribers_kib'] / 1024:.1f} |", "",
             f"Fan-out of one refresh to 10,000 subscribers: all received it {m['fanout']['all_received_ms']:.0f} ms "
             "after the forced Refresh was sent.", "",
             "| other | value |", "| --- | ---: |",
