@@ -20,17 +20,35 @@ public struct PublicSuffixList: Sendable {
 
     init() {}
 
+    /// Parses the list's text: one rule per line, up to the first space;
+    /// `//` comments and empty lines skipped. Works on bytes: it runs at start.
     public init(text: String) {
-        for line in text.split(whereSeparator: \.isNewline) {
-            guard let rule = line.split(whereSeparator: \.isWhitespace).first, !rule.hasPrefix("//") else { continue }
-            let lowered = rule.lowercased()
-            if lowered.hasPrefix("!") {
-                exceptions.insert(String(lowered.dropFirst()))
-            } else if lowered.hasPrefix("*.") {
-                wildcards.insert(String(lowered.dropFirst(2)))
-            } else {
-                rules.insert(lowered)
+        var text = text
+        text.withUTF8 { bytes in
+            var start = 0
+            while start < bytes.count {
+                var end = start
+                while end < bytes.count && bytes[end] != 0x0A { end += 1 }
+                var ruleEnd = start
+                while ruleEnd < end && bytes[ruleEnd] != 0x20 && bytes[ruleEnd] != 0x09 && bytes[ruleEnd] != 0x0D {
+                    ruleEnd += 1
+                }
+                let isComment = ruleEnd - start >= 2 && bytes[start] == 0x2F && bytes[start + 1] == 0x2F
+                if ruleEnd > start && !isComment {
+                    add(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<ruleEnd]), as: UTF8.self).lowercased())
+                }
+                start = end + 1
             }
+        }
+    }
+
+    private mutating func add(_ rule: String) {
+        if rule.hasPrefix("!") {
+            exceptions.insert(String(rule.dropFirst()))
+        } else if rule.hasPrefix("*.") {
+            wildcards.insert(String(rule.dropFirst(2)))
+        } else {
+            rules.insert(rule)
         }
     }
 
