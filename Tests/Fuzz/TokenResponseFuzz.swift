@@ -15,8 +15,7 @@ public func tokenResponseFuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt
     case .success(let response):
         guard !response.accessToken.reveal().isEmpty else { fatalError("empty access token accepted") }
         _ = JWT.expiry(of: response.accessToken.reveal())
-        guard !"\(response.accessToken)".contains(response.accessToken.reveal()) || response.accessToken.reveal() == "<redacted>"
-        else { fatalError("secret printed") }
+        guard "\(response.accessToken)" == "<redacted>" else { fatalError("secret printed") }
     case .failure(let error):
         guard error.reason.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) else {
             fatalError("control character in a reason")
