@@ -1,18 +1,6 @@
 import NIOCore
 import Synchronization
 
-/// Whether a connection has a call in progress; set by the connection's
-/// task, read by its guard on the event loop.
-final class ConnectionActivity: Sendable {
-    private let state = Mutex((busy: false, lastCallEnded: NIODeadline.now()))
-
-    func begin() { state.withLock { $0.busy = true } }
-
-    func end() { state.withLock { $0 = (false, .now()) } }
-
-    var snapshot: (busy: Bool, lastCallEnded: NIODeadline) { state.withLock { $0 } }
-}
-
 /// Closes connections that hold resources without using them: a message left
 /// incomplete for `frameTimeout`, no call and no data for `idleTimeout`, or
 /// replies the client has not read (the socket not writable) for
@@ -24,7 +12,8 @@ final class ConnectionGuard: ChannelDuplexHandler, @unchecked Sendable {
     typealias OutboundOut = ByteBuffer
 
     let limits: VarlinkServer.Limits
-    let activity: ConnectionActivity
+    /// Knows whether a call is in progress (the handler after the frame decoder).
+    let calls: CallDecoder
     let onClose: @Sendable (String) -> Void
     private var lastRead = NIODeadline.now()
     /// The last byte received was not a NUL: a message is incomplete.
@@ -32,9 +21,9 @@ final class ConnectionGuard: ChannelDuplexHandler, @unchecked Sendable {
     private var unwritableSince: NIODeadline?
     private var timer: RepeatedTask?
 
-    init(limits: VarlinkServer.Limits, activity: ConnectionActivity, onClose: @escaping @Sendable (String) -> Void) {
+    init(limits: VarlinkServer.Limits, calls: CallDecoder, onClose: @escaping @Sendable (String) -> Void) {
         self.limits = limits
-        self.activity = activity
+        self.calls = calls
         self.onClose = onClose
     }
 
@@ -67,13 +56,13 @@ final class ConnectionGuard: ChannelDuplexHandler, @unchecked Sendable {
 
     func check(context: ChannelHandlerContext) {
         let now = NIODeadline.now()
-        let (busy, lastCallEnded) = activity.snapshot
+        let busy = calls.queued > 0
         var reason: String?
         if partial, now - lastRead > limits.frameTimeout {
             reason = "incomplete message for \(limits.frameTimeout.nanoseconds / 1_000_000_000) s"
         } else if let since = unwritableSince, now - since > limits.writeTimeout {
             reason = "replies not read for \(limits.writeTimeout.nanoseconds / 1_000_000_000) s"
-        } else if !busy, !partial, now - max(lastRead, lastCallEnded) > limits.idleTimeout {
+        } else if !busy, !partial, now - max(lastRead, calls.lastAnswered) > limits.idleTimeout {
             reason = "idle for \(limits.idleTimeout.nanoseconds / 1_000_000_000) s"
         }
         guard let reason else { return }

@@ -69,7 +69,7 @@ public struct VarlinkServer: Sendable {
     }
 
     typealias Connection = (
-        channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials?, activity: ConnectionActivity,
+        channel: NIOAsyncChannel<InboundCall, ByteBuffer>, peer: PeerCredentials?,
         callAnswered: @Sendable () -> Void, admitted: Bool
     )
 
@@ -87,30 +87,26 @@ public struct VarlinkServer: Sendable {
             PeerCredentials.of(channel).flatMapThrowing { peer in
                 let admitted = open.admit(limit: limits.maximumConnections)
                 if admitted { channel.closeFuture.whenComplete { _ in open.release() } }
-                let activity = ConnectionActivity()
+                let calls = CallDecoder(answer: admitted ? fastPath : nil, peer: peer)
                 let pipeline = channel.pipeline.syncOperations
                 try pipeline.addHandler(
-                    ConnectionGuard(limits: limits, activity: activity) { reason in
+                    ConnectionGuard(limits: limits, calls: calls) { reason in
                         logger.notice("closing connection", metadata: ["reason": "\(reason)"])
                     })
                 try pipeline.addHandler(
                     ByteToMessageHandler(NULFrameDecoder(maximumFrameLength: limits.maximumFrameLength)))
-                var callAnswered: @Sendable () -> Void = {}
-                if let fastPath, admitted {
-                    let handler = FastPathHandler(answer: fastPath, peer: peer)
-                    try pipeline.addHandler(handler)
-                    let bound = NIOLoopBound(handler, eventLoop: channel.eventLoop)
-                    let eventLoop = channel.eventLoop
-                    callAnswered = { eventLoop.execute { bound.value.answeredByTask() } }
-                }
-                let configuration = NIOAsyncChannel<ByteBuffer, ByteBuffer>.Configuration(
+                try pipeline.addHandler(calls)
+                let bound = NIOLoopBound(calls, eventLoop: channel.eventLoop)
+                let eventLoop = channel.eventLoop
+                let callAnswered: @Sendable () -> Void = { eventLoop.execute { bound.value.answeredByTask() } }
+                let configuration = NIOAsyncChannel<InboundCall, ByteBuffer>.Configuration(
                     backPressureStrategy: .init(lowWatermark: 2, highWatermark: 16))
                 _ = channel.setOption(
                     ChannelOptions.writeBufferWaterMark,
                     value: .init(low: limits.writeBufferHighWatermark / 2, high: limits.writeBufferHighWatermark))
-                let asyncChannel = try NIOAsyncChannel<ByteBuffer, ByteBuffer>(
+                let asyncChannel = try NIOAsyncChannel<InboundCall, ByteBuffer>(
                     wrappingChannelSynchronously: channel, configuration: configuration)
-                return (asyncChannel, peer, activity, callAnswered, admitted)
+                return (asyncChannel, peer, callAnswered, admitted)
             }
         }
         let bootstrap = ServerBootstrap(group: eventLoopGroup)
@@ -155,10 +151,8 @@ public struct VarlinkServer: Sendable {
         do {
             try await connection.channel.executeThenClose { inbound, outbound in
                 let send: @Sendable (VarlinkReply) async throws -> Void = { reply in
-                    var bytes: [UInt8] = []
-                    reply.encode(into: &bytes)
                     do {
-                        try await outbound.write(ByteBuffer(bytes: bytes))
+                        try await outbound.write(reply.frame)
                     } catch {
                         throw ReplyStreamClosed()
                     }
@@ -167,29 +161,22 @@ public struct VarlinkServer: Sendable {
                 // so a publisher knows its subscribers have them.
                 let channel = connection.channel.channel
                 let sendStreamed: @Sendable (VarlinkReply) async throws -> Void = { reply in
-                    var bytes: [UInt8] = []
-                    reply.encode(into: &bytes)
                     do {
-                        try await channel.writeAndFlush(ByteBuffer(bytes: bytes)).get()
+                        try await channel.writeAndFlush(reply.frame).get()
                     } catch {
                         throw ReplyStreamClosed()
                     }
                 }
                 do {
-                    for try await frame in inbound {
-                        let call: VarlinkCall
-                        do {
-                            call = try VarlinkCall(frame: frame.readableBytesView)
-                        } catch {
-                            logger.notice("closing connection: malformed message", metadata: ["problem": "\(error)"])
+                    for try await inbound in inbound {
+                        defer { connection.callAnswered() }
+                        switch inbound {
+                        case .malformed(let problem):
+                            logger.notice("closing connection: malformed message", metadata: ["problem": "\(problem)"])
                             return
+                        case .call(let call):
+                            try await service.handle(call, peer: peer, send: send, sendStreamed: sendStreamed)
                         }
-                        connection.activity.begin()
-                        defer {
-                            connection.activity.end()
-                            connection.callAnswered()
-                        }
-                        try await service.handle(call, peer: peer, send: send, sendStreamed: sendStreamed)
                     }
                 } catch let error as FrameTooLarge {
                     logger.notice("closing connection: message too large", metadata: ["limit": "\(error.limit)"])
@@ -213,10 +200,8 @@ extension VarlinkServer {
                 "peer.uid": "\(connection.peer.map { String($0.uid) } ?? "unknown")",
                 "peer.pid": "\(connection.peer.map { String($0.pid) } ?? "unknown")",
             ])
-        var bytes: [UInt8] = []
-        VarlinkReply(overloadedError).encode(into: &bytes)
         try? await connection.channel.executeThenClose { inbound, outbound in
-            try await outbound.write(ByteBuffer(bytes: bytes))
+            try await outbound.write(VarlinkReply(overloadedError).frame)
             // Wait (briefly) for the client's first message so that it reads the answer rather than a reset.
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { for try await _ in inbound { return } }
@@ -225,6 +210,15 @@ extension VarlinkServer {
                 group.cancelAll()
             }
         }
+    }
+}
+
+extension VarlinkReply {
+    /// The reply as one NUL-terminated frame.
+    var frame: ByteBuffer {
+        var bytes: [UInt8] = []
+        encode(into: &bytes)
+        return ByteBuffer(bytes: bytes)
     }
 }
 
