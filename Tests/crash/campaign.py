@@ -164,7 +164,7 @@ def main():
     final = varlink_call(daemon.socket, "io.tokend.Broker.GetToken")[1]
     if final.get("error") == "io.tokend.Broker.LoginRequired":
         lost += 1
-        losses.append({"kill": args.kills, "after": previous_kind, "reason": final["parameters"]["reason"][:160]})
+        losses.append({"kill": args.kills, "previous_kill": previous_kind, "reason": final["parameters"]["reason"][:160]})
     grants = server.grants("refresh_token")
     daemon.stop(signal.SIGKILL)
     server.stop()
