@@ -23,6 +23,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
     ],
     targets: [
         // Wire types, JSON, interface declarations: no NIO.
@@ -38,8 +39,10 @@ let package = Package(
             resources: [.embedInCode("io.tokend.Broker.varlink")]
         ),
         // Token requests and responses (pure) and the AsyncHTTPClient-backed endpoint client.
+        // Discovery, device and authorization-code logins, ID tokens (jwt-kit).
         .target(name: "OAuth", dependencies: [
             "Secrets", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
+            .product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit"),
         ]),
         // RFC 6265 cookie jar: parser, storage, retrieval, change log. Foundation only.
         .target(name: "CookieJar"),

@@ -17,6 +17,19 @@ public final class Broker: Sendable {
         return session
     }
 
+    /// The session a login id belongs to ("SESSION/RANDOM"), or NoSuchLogin.
+    public func session(forLogin id: String) throws(BrokerError) -> SessionActor {
+        guard let name = Self.sessionName(ofLogin: id), let session = sessions.withLock({ $0[name] }) else {
+            throw .noSuchLogin(Self.sessionName(ofLogin: id) ?? "", id: id)
+        }
+        return session
+    }
+
+    public static func sessionName(ofLogin id: String) -> String? {
+        guard let slash = id.lastIndex(of: "/"), slash != id.startIndex else { return nil }
+        return String(id[..<slash])
+    }
+
     /// Registers a session under its name, returning the one it replaces.
     @discardableResult
     public func put(_ session: SessionActor) -> SessionActor? {

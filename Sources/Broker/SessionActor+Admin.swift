@@ -84,8 +84,10 @@ extension SessionActor {
             session: name, state: state, generation: record.generation, expiresAt: record.expiresAt,
             expirySource: record.expirySource, lastRefreshAt: record.lastRefreshAt,
             nextRefreshAt: nextRefreshAt.map { Int($0) }, refreshes: refreshes, coalesced: coalesced,
-            failures: failures, lastError: lastError ?? (record.phase == .active ? nil : record.reason),
-            cookieCount: jar.cookies.count, cookieVersion: jar.version)
+            failures: failures,
+            lastError: lastError ?? discoveryProblem ?? (record.phase == .active ? nil : record.reason),
+            cookieCount: jar.cookies.count, cookieVersion: jar.version, subject: record.subject,
+            username: record.username, email: record.email, pendingLogins: pendingLogins.count)
     }
 
     /// Events from now on, until the session stops or the consumer goes away,

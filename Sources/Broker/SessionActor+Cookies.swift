@@ -93,7 +93,7 @@ extension SessionActor {
             } catch {
                 return
             }
-            await self.expireCookies()
+            self.expireCookies()
         }
     }
 }

@@ -56,25 +56,7 @@ extension SessionActor {
     func adopt(
         _ response: TokenResponse, startedAt: Double, answeredAt: ContinuousClock.Instant, cookieChanges: [CookieChange]
     ) async -> Token {
-        var next = record
-        next.generation += 1
-        next.accessToken = response.accessToken
-        next.tokenType = response.tokenType
-        if let rotated = response.refreshToken { next.refreshToken = rotated }
-        if let scope = response.scope { next.scope = scope }
-        let issuedAt = Int(startedAt)
-        if let expiresIn = response.expiresIn {
-            next.expiresAt = issuedAt + expiresIn
-            next.expirySource = "expires_in"
-        } else if let exp = JWT.expiry(of: response.accessToken.reveal()) {
-            next.expiresAt = exp
-            next.expirySource = "jwt"
-        } else {
-            next.expiresAt = issuedAt + policy.defaultLifetime
-            next.expirySource = "default"
-        }
-        next.lastRefreshAt = issuedAt
-        next.refreshStartedAt = nil
+        let next = applying(response, to: record, issuedAt: Int(startedAt))
         await persist(next, what: "refreshed state")
         // The window in which a crash loses a rotated token: from the server's answer until it is on disk.
         let durableAfter = ContinuousClock.now - answeredAt
@@ -97,6 +79,30 @@ extension SessionActor {
         announcing = false
         updateSnapshot()
         return token
+    }
+
+    /// `base` with a token response applied: the next generation, the new
+    /// tokens (the old refresh token when not rotated), the expiry, no marker.
+    func applying(_ response: TokenResponse, to base: SessionRecord, issuedAt: Int) -> SessionRecord {
+        var next = base
+        next.generation += 1
+        next.accessToken = response.accessToken
+        next.tokenType = response.tokenType
+        if let rotated = response.refreshToken { next.refreshToken = rotated }
+        if let scope = response.scope { next.scope = scope }
+        if let expiresIn = response.expiresIn {
+            next.expiresAt = issuedAt + expiresIn
+            next.expirySource = "expires_in"
+        } else if let exp = JWT.expiry(of: response.accessToken.reveal()) {
+            next.expiresAt = exp
+            next.expirySource = "jwt"
+        } else {
+            next.expiresAt = issuedAt + policy.defaultLifetime
+            next.expirySource = "default"
+        }
+        next.lastRefreshAt = issuedAt
+        next.refreshStartedAt = nil
+        return next
     }
 
     func recordTransientFailure(reason: String, retryAfter: Int?) async throws -> Token {
@@ -140,6 +146,7 @@ extension SessionActor {
         var stored = next
         stored.cookies = jar.cookies
         stored.cookieVersion = jar.version
+        stored.providerMetadata = providerMetadata
         do {
             try await file.save(stored)
             unsavedRecord = false

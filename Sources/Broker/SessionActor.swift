@@ -39,8 +39,16 @@ public actor SessionActor {
     var stopping = false
     /// The session's cookies. Persisted with the record (see `persist`).
     var jar: CookieJar
-    /// Where the token endpoint's cookies come from and go back to.
-    let cookieOrigin: CookieRequest?
+    /// Where the token endpoint's cookies come from and go back to (nil
+    /// while discovery has not found the token endpoint).
+    var cookieOrigin: CookieRequest? { endpoint.tokenURL.flatMap { CookieRequest(url: $0) } }
+    /// Logins begun with beginLogin and not finished, by id.
+    var pendingLogins: [String: PendingLogin] = [:]
+    /// The discovery document in use (JSON), written with the record.
+    var providerMetadata: String?
+    /// Why discovery failed, while no document is known.
+    var discoveryProblem: String?
+    var discovery: Task<Void, Never>?
     /// Wakes at the next cookie expiry to remove it and tell subscribers.
     var cookieTimer: Task<Void, Never>?
     /// Set while a refresh's events are being delivered: callers wait for the
@@ -70,7 +78,6 @@ public actor SessionActor {
         self.logger = logger
         self.random = random
         self.jar = CookieJar(policy: cookiePolicy)
-        self.cookieOrigin = CookieRequest(url: endpoint.tokenURL)
         self.deliveryDeadline = deliveryDeadline
         self.checkpoint = checkpoint
         self.record = SessionRecord(phase: .loginRequired, reason: "not logged in yet: log in with `tokenctl login`")
@@ -92,6 +99,7 @@ public actor SessionActor {
             logger.warning("previous process stopped during a refresh; retrying once with the stored refresh token")
             inFlight = Task { try await self.performRefresh(afterCrash: true) }
         }
+        startDiscovery()
         reschedule()
     }
 
@@ -103,6 +111,8 @@ public actor SessionActor {
         scheduler = nil
         cookieTimer?.cancel()
         cookieTimer = nil
+        discovery?.cancel()
+        discovery = nil
         if let inFlight { _ = try? await inFlight.value }
         for continuation in subscribers.values { continuation.finish() }
         subscribers.removeAll()

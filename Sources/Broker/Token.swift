@@ -28,12 +28,18 @@ public struct SessionStatus: Sendable, Equatable {
     /// Cookies in the jar, and the jar's version.
     public var cookieCount: Int
     public var cookieVersion: Int
+    /// Who is logged in, when the provider said (OpenID Connect).
+    public var subject: String?
+    public var username: String?
+    public var email: String?
+    /// Logins begun and not yet finished.
+    public var pendingLogins: Int = 0
 }
 
 /// A change subscribers are told about.
 public struct SessionEvent: Sendable {
     public enum Kind: String, Sendable {
-        case loggedIn, refreshed, loginRequired, loggedOut, cookies
+        case loginPending, loggedIn, refreshed, loginRequired, loggedOut, cookies
     }
     public var kind: Kind
     public var session: String
@@ -46,6 +52,8 @@ public struct SessionEvent: Sendable {
     public var changes: [CookieChange] = []
     /// For `cookies`: `changes` is the whole jar (all "set"), replacing what the subscriber had.
     public var snapshot = false
+    /// For `loginPending`: the flow, "device" or "browser".
+    public var loginFlow: String?
     /// When set, the consumer calls `delivered()` once the event has left for its client.
     public var receipt: DeliveryReceipt?
 }
@@ -56,6 +64,16 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case noSuchSession
         case loginRequired
         case upstreamUnavailable
+        /// No pending login has that id (never begun, finished, cancelled, or begun by another user).
+        case noSuchLogin
+        /// The user or the server refused the login.
+        case loginDenied
+        /// The login ran out of time.
+        case loginExpired
+        /// A browser callback that does not answer this login; the login stays pending.
+        case invalidCallback
+        /// The login could not be completed (grant refused, ID token invalid, no refresh token).
+        case loginFailed
     }
     public let code: Code
     public let session: String
@@ -70,6 +88,13 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
     }
     public static func upstreamUnavailable(_ session: String, _ reason: String, retryAfter: Int?) -> BrokerError {
         BrokerError(code: .upstreamUnavailable, session: session, reason: reason, retryAfter: retryAfter)
+    }
+
+    public static func noSuchLogin(_ session: String, id: String) -> BrokerError {
+        BrokerError(code: .noSuchLogin, session: session, reason: id, retryAfter: nil)
+    }
+    public static func login(_ code: Code, _ session: String, _ reason: String) -> BrokerError {
+        BrokerError(code: code, session: session, reason: reason, retryAfter: nil)
     }
 
     public var description: String { "\(session): \(reason)" }

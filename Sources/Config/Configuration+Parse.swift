@@ -25,11 +25,11 @@ extension Configuration {
         } catch {
             throw ConfigError(file: file, key: nil, problem: "not valid TOML")
         }
-        var reader = TableReader(file: file, table: root, path: "")
+        let reader = TableReader(file: file, table: root, path: "")
         try reader.allowOnly(["daemon", "access", "sessions"])
         var daemon = DaemonSettings()
         if let table = try reader.table("daemon") {
-            var r = TableReader(file: file, table: table, path: "daemon")
+            let r = TableReader(file: file, table: table, path: "daemon")
             try r.allowOnly([
                 "socket", "state-directory", "state-key-file", "socket-mode", "log-level", "log-target",
                 "max-connections", "idle-timeout", "frame-timeout", "write-timeout", "forced-refreshes-per-minute",
@@ -91,13 +91,24 @@ extension Configuration {
 extension TableReader {
     mutating func session(name: String, environment: [String: String]) throws(ConfigError) -> SessionSettings {
         try allowOnly([
-            "token-endpoint", "revocation-endpoint", "client-id", "client-secret-file", "client-auth", "scope",
-            "refresh-margin", "min-valid", "upstream-timeout", "default-lifetime", "access",
+            "issuer", "token-endpoint", "revocation-endpoint", "authorization-endpoint", "device-authorization-endpoint",
+            "client-id", "client-secret-file", "client-auth", "scope", "refresh-margin", "min-valid", "upstream-timeout",
+            "default-lifetime", "access",
         ])
-        guard let endpoint = try url("token-endpoint") else { throw missing("token-endpoint") }
+        let issuer = try url("issuer")
+        if let issuer, issuer.query != nil || issuer.fragment != nil {
+            throw problem("issuer", "must be a URL without query or fragment (OpenID Connect Discovery §2)")
+        }
+        let endpoint = try url("token-endpoint")
+        guard endpoint != nil || issuer != nil else {
+            throw problem("token-endpoint", "is required (or set issuer, and tokend discovers it)")
+        }
         guard let clientID = try string("client-id"), !clientID.isEmpty else { throw missing("client-id") }
         var session = SessionSettings(name: name, tokenEndpoint: endpoint, clientID: clientID)
+        session.issuer = try string("issuer")
         session.revocationEndpoint = try url("revocation-endpoint")
+        session.authorizationEndpoint = try url("authorization-endpoint")
+        session.deviceAuthorizationEndpoint = try url("device-authorization-endpoint")
         if let auth = try oneOf("client-auth", ClientAuth.allCases.map(\.rawValue)) {
             session.clientAuth = ClientAuth(rawValue: auth)!
         }

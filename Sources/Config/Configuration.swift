@@ -71,8 +71,13 @@ public enum ClientAuth: String, Sendable, Equatable, CaseIterable {
 
 public struct SessionSettings: Sendable, Equatable {
     public var name: String
-    public var tokenEndpoint: URL
+    /// The provider's issuer: endpoints not set here come from its discovery document.
+    public var issuer: String?
+    /// Required unless `issuer` is set.
+    public var tokenEndpoint: URL?
     public var revocationEndpoint: URL?
+    public var authorizationEndpoint: URL?
+    public var deviceAuthorizationEndpoint: URL?
     public var clientID: String
     /// Where the client secret is read from, already resolved (config key or
     /// `$CREDENTIALS_DIRECTORY/NAME.client-secret`); nil for none.
@@ -87,7 +92,7 @@ public struct SessionSettings: Sendable, Equatable {
     /// does not set come from the global [access]).
     public var access: AccessSettings?
 
-    public init(name: String, tokenEndpoint: URL, clientID: String) {
+    public init(name: String, tokenEndpoint: URL?, clientID: String) {
         self.name = name
         self.tokenEndpoint = tokenEndpoint
         self.clientID = clientID

@@ -2,15 +2,58 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import Secrets
+import Synchronization
 
-/// The authorization server's token and revocation endpoints, as the broker sees them.
+/// The authorization server's endpoints, as the broker sees them. The login
+/// members have defaults for endpoints that only refresh (test fakes).
 public protocol TokenEndpoint: Sendable {
-    /// The token endpoint: the request URL for the session's cookies.
-    var tokenURL: URL { get }
+    /// The token endpoint (the request URL for the session's cookies); nil
+    /// while discovery has not found it yet.
+    var tokenURL: URL? { get }
     /// Exchanges a refresh token, sending `cookieHeader` (when not empty) as the Cookie header.
     func refresh(refreshToken: Secret, cookieHeader: String) async -> RefreshAnswer
     /// Revokes a token (RFC 7009). Throws TokenEndpointError.transient when unreachable.
     func revoke(token: Secret) async throws(TokenEndpointError)
+
+    /// The configured issuer, when endpoints come from discovery.
+    var issuer: String? { get }
+    /// Reads the issuer's discovery document and starts using it.
+    func discover() async throws(DiscoveryError) -> ProviderMetadata
+    /// Starts using a document kept from an earlier discovery.
+    func restore(_ metadata: ProviderMetadata)
+    /// Begins a device login (RFC 8628 §3.1).
+    func deviceAuthorization() async throws(TokenEndpointError) -> DeviceAuthorization
+    /// The URL that begins an authorization-code login in the user's browser.
+    func authorizationURL(for login: AuthorizationCodeLogin) throws(TokenEndpointError) -> URL
+    /// Redeems a login grant at the token endpoint.
+    func redeem(_ grant: LoginGrant, cookieHeader: String) async -> RefreshAnswer
+    /// Who logged in: the verified ID token, else the userinfo endpoint; nil
+    /// when the session does not ask for `openid`.
+    func identity(of response: TokenResponse, nonce: String?) async throws(IDTokenError) -> Identity?
+}
+
+/// A grant that starts a session.
+public enum LoginGrant: Sendable {
+    case authorizationCode(Secret, AuthorizationCodeLogin)
+    case deviceCode(Secret)
+}
+
+extension TokenEndpoint {
+    public var issuer: String? { nil }
+    public func discover() async throws(DiscoveryError) -> ProviderMetadata {
+        throw DiscoveryError("no issuer is configured")
+    }
+    public func restore(_ metadata: ProviderMetadata) {}
+    public func deviceAuthorization() async throws(TokenEndpointError) -> DeviceAuthorization {
+        throw .transient("no device authorization endpoint")
+    }
+    public func authorizationURL(for login: AuthorizationCodeLogin) throws(TokenEndpointError) -> URL {
+        throw .transient("no authorization endpoint")
+    }
+    public func redeem(_ grant: LoginGrant, cookieHeader: String) async -> RefreshAnswer {
+        RefreshAnswer(result: .failure(.transient("this endpoint cannot redeem login grants")))
+    }
+    public func identity(of response: TokenResponse, nonce: String?) async throws(IDTokenError) -> Identity? { nil }
 }
 
 /// What one refresh request brought back: the classified result and the
@@ -25,31 +68,52 @@ public struct RefreshAnswer: Sendable {
     }
 }
 
-/// The real endpoints over HTTP(S), through AsyncHTTPClient (system trust store).
-public struct HTTPTokenEndpoint: TokenEndpoint {
-    public var tokenURL: URL
-    public var revocationURL: URL?
-    public var credentials: ClientCredentials
-    public var scope: String?
-    public var timeout: Duration
-    /// Largest token-endpoint body accepted.
-    public var maximumBodySize = 256 * 1024
+/// The real endpoints over HTTP(S), through AsyncHTTPClient (system trust
+/// store). Configured endpoints win; with an issuer, discovery fills the rest.
+public final class HTTPTokenEndpoint: TokenEndpoint {
+    public let configured: ProviderEndpoints
+    public let credentials: ClientCredentials
+    public let scope: String?
+    public let timeout: Duration
+    /// Largest body accepted from any endpoint.
+    public let maximumBodySize = 256 * 1024
     let client: HTTPClient
+    let endpoints: Mutex<ProviderEndpoints>
 
     public init(
-        tokenURL: URL, revocationURL: URL?, credentials: ClientCredentials, scope: String?,
-        timeout: Duration, client: HTTPClient = .shared
+        endpoints: ProviderEndpoints, credentials: ClientCredentials, scope: String?, timeout: Duration,
+        client: HTTPClient = .shared
     ) {
-        self.tokenURL = tokenURL
-        self.revocationURL = revocationURL
+        self.configured = endpoints
+        self.endpoints = Mutex(endpoints)
         self.credentials = credentials
         self.scope = scope
         self.timeout = timeout
         self.client = client
     }
 
+    public var current: ProviderEndpoints { endpoints.withLock { $0 } }
+    public var tokenURL: URL? { current.token }
+    public var issuer: String? { configured.issuer }
+
     public func refresh(refreshToken: Secret, cookieHeader: String) async -> RefreshAnswer {
-        var form = FormRequest.refresh(refreshToken: refreshToken, scope: scope, credentials: credentials)
+        await exchange(FormRequest.refresh(refreshToken: refreshToken, scope: scope, credentials: credentials), cookieHeader)
+    }
+
+    public func revoke(token: Secret) async throws(TokenEndpointError) {
+        guard let revocationURL = current.revocation else { return }
+        let form = FormRequest.revoke(token: token, hint: "refresh_token", credentials: credentials)
+        let status = try await post(form, to: revocationURL).status
+        // RFC 7009 §2.2: 200 whether or not the token was valid.
+        guard (200..<300).contains(status) else {
+            throw .transient("revocation endpoint answered HTTP \(status)")
+        }
+    }
+
+    /// Posts a grant to the token endpoint and classifies the answer.
+    func exchange(_ form: FormRequest, _ cookieHeader: String) async -> RefreshAnswer {
+        guard let tokenURL else { return RefreshAnswer(result: .failure(unknownEndpoint("token"))) }
+        var form = form
         if !cookieHeader.isEmpty { form.headers.append(("Cookie", cookieHeader)) }
         do {
             let answer = try await post(form, to: tokenURL)
@@ -61,14 +125,11 @@ public struct HTTPTokenEndpoint: TokenEndpoint {
         }
     }
 
-    public func revoke(token: Secret) async throws(TokenEndpointError) {
-        guard let revocationURL else { return }
-        let form = FormRequest.revoke(token: token, hint: "refresh_token", credentials: credentials)
-        let status = try await post(form, to: revocationURL).status
-        // RFC 7009 §2.2: 200 whether or not the token was valid.
-        guard (200..<300).contains(status) else {
-            throw .transient("revocation endpoint answered HTTP \(status)")
+    func unknownEndpoint(_ which: String) -> TokenEndpointError {
+        if let issuer = configured.issuer {
+            return .transient("the \(which) endpoint is not known yet: discovery from \(issuer) has not succeeded")
         }
+        return .transient("no \(which) endpoint is configured")
     }
 
     struct HTTPAnswer {
@@ -83,6 +144,17 @@ public struct HTTPTokenEndpoint: TokenEndpoint {
         request.method = .POST
         for (name, value) in form.headers { request.headers.add(name: name, value: value) }
         request.body = .bytes(ByteBuffer(string: form.body.reveal()))
+        return try await send(request)
+    }
+
+    func get(_ url: URL, bearer: Secret? = nil) async throws(TokenEndpointError) -> HTTPAnswer {
+        var request = HTTPClientRequest(url: url.absoluteString)
+        request.headers.add(name: "Accept", value: "application/json")
+        if let bearer { request.headers.add(name: "Authorization", value: "Bearer \(bearer.reveal())") }
+        return try await send(request)
+    }
+
+    func send(_ request: HTTPClientRequest) async throws(TokenEndpointError) -> HTTPAnswer {
         let deadline = NIODeadline.now() + TimeAmount.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000
             + Int64(timeout.components.attoseconds / 1_000_000_000))
         let (client, maximumBodySize, timeout, prepared) = (self.client, self.maximumBodySize, self.timeout, request)
@@ -107,11 +179,11 @@ public struct HTTPTokenEndpoint: TokenEndpoint {
             }
         } catch let error as NIOTooManyBytesError {
             _ = error
-            throw .transient("token endpoint answer is larger than \(maximumBodySize) bytes")
+            throw .transient("\(request.url) answered with more than \(maximumBodySize) bytes")
         } catch let error as HTTPClientError where error == .deadlineExceeded {
-            throw .transient("token endpoint did not answer within \(timeout.components.seconds) s")
+            throw .transient("\(request.url) did not answer within \(timeout.components.seconds) s")
         } catch {
-            throw .transient("token endpoint unreachable: \(String(describing: error).prefix(200))")
+            throw .transient("\(request.url) unreachable: \(String(describing: error).prefix(200))")
         }
     }
 }

@@ -36,12 +36,37 @@ public struct FormRequest: Sendable {
         return build(fields, credentials)
     }
 
+    /// The authorization code with its PKCE verifier (RFC 6749 §4.1.3, RFC 7636 §4.5).
+    public static func authorizationCode(
+        code: Secret, redirectURI: String, verifier: Secret, credentials: ClientCredentials
+    ) -> FormRequest {
+        build(
+            [("grant_type", "authorization_code"), ("code", code.reveal()), ("redirect_uri", redirectURI),
+             ("code_verifier", verifier.reveal())], credentials, clientIDAlways: true)
+    }
+
+    /// Starts a device login (RFC 8628 §3.1).
+    public static func deviceAuthorization(scope: String?, credentials: ClientCredentials) -> FormRequest {
+        build(scope.map { [("scope", $0)] } ?? [], credentials, clientIDAlways: true)
+    }
+
+    /// Asks whether the user has approved the device login (RFC 8628 §3.4).
+    public static func deviceCode(_ deviceCode: Secret, credentials: ClientCredentials) -> FormRequest {
+        build(
+            [("grant_type", "urn:ietf:params:oauth:grant-type:device_code"), ("device_code", deviceCode.reveal())],
+            credentials, clientIDAlways: true)
+    }
+
     /// Token revocation (RFC 7009 §2.1).
     public static func revoke(token: Secret, hint: String, credentials: ClientCredentials) -> FormRequest {
         build([("token", token.reveal()), ("token_type_hint", hint)], credentials)
     }
 
-    static func build(_ fields: [(String, String)], _ credentials: ClientCredentials) -> FormRequest {
+    /// `clientIDAlways`: name the client in the body also with Basic authentication
+    /// (the code and device grants identify the client that began them).
+    static func build(
+        _ fields: [(String, String)], _ credentials: ClientCredentials, clientIDAlways: Bool = false
+    ) -> FormRequest {
         var fields = fields
         var headers = [
             ("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json"),
@@ -52,6 +77,7 @@ public struct FormRequest: Sendable {
             let password = formEncode(credentials.secret?.reveal() ?? "")
             let token = Data("\(user):\(password)".utf8).base64EncodedString()
             headers.append(("Authorization", "Basic \(token)"))
+            if clientIDAlways { fields.append(("client_id", credentials.clientID)) }
         case .post:
             fields.append(("client_id", credentials.clientID))
             if let secret = credentials.secret { fields.append(("client_secret", secret.reveal())) }

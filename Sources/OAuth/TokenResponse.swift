@@ -10,13 +10,19 @@ public struct TokenResponse: Sendable {
     /// Present when the server rotated the refresh token.
     public var refreshToken: Secret?
     public var scope: String?
+    /// The OpenID Connect ID token, when the server sent one.
+    public var idToken: Secret?
 
-    public init(accessToken: Secret, tokenType: String, expiresIn: Int?, refreshToken: Secret?, scope: String?) {
+    public init(
+        accessToken: Secret, tokenType: String, expiresIn: Int?, refreshToken: Secret?, scope: String?,
+        idToken: Secret? = nil
+    ) {
         self.accessToken = accessToken
         self.tokenType = tokenType
         self.expiresIn = expiresIn
         self.refreshToken = refreshToken
         self.scope = scope
+        self.idToken = idToken
     }
 }
 
@@ -98,7 +104,8 @@ extension TokenResponse {
         return .success(
             TokenResponse(
                 accessToken: Secret(access), tokenType: (json["token_type"] as? String) ?? "Bearer",
-                expiresIn: expiresIn, refreshToken: refresh, scope: json["scope"] as? String))
+                expiresIn: expiresIn, refreshToken: refresh, scope: json["scope"] as? String,
+                idToken: (json["id_token"] as? String).flatMap { $0.isEmpty ? nil : Secret($0) }))
     }
 
     /// Retry-After as delay-seconds or an HTTP-date (RFC 9110 §10.2.3).

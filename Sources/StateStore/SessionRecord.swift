@@ -32,12 +32,19 @@ public struct SessionRecord: Sendable, Equatable {
     /// The session's cookie jar and its version (persistent and session cookies alike).
     public var cookies: [Cookie]
     public var cookieVersion: Int
+    /// Who logged in (OpenID Connect `sub`, `preferred_username`, `email`).
+    public var subject: String?
+    public var username: String?
+    public var email: String?
+    /// The last good discovery document (JSON), reused when the issuer is
+    /// unreachable at the next start. Kept across logins and logouts.
+    public var providerMetadata: String?
 
     public init(
         phase: Phase, reason: String? = nil, refreshToken: Secret? = nil, accessToken: Secret? = nil,
         tokenType: String? = nil, scope: String? = nil, expiresAt: Int? = nil, expirySource: String? = nil,
         generation: Int = 0, lastRefreshAt: Int? = nil, refreshStartedAt: Int? = nil, cookies: [Cookie] = [],
-        cookieVersion: Int = 0
+        cookieVersion: Int = 0, subject: String? = nil, username: String? = nil, email: String? = nil
     ) {
         self.phase = phase
         self.reason = reason
@@ -52,6 +59,9 @@ public struct SessionRecord: Sendable, Equatable {
         self.refreshStartedAt = refreshStartedAt
         self.cookies = cookies
         self.cookieVersion = cookieVersion
+        self.subject = subject
+        self.username = username
+        self.email = email
     }
 }
 
@@ -71,6 +81,10 @@ struct StoredRecord: Codable {
     /// Absent in files written before cookies existed.
     var cookies: [Cookie]?
     var cookieVersion: Int?
+    var subject: String?
+    var username: String?
+    var email: String?
+    var providerMetadata: String?
 
     init(_ record: SessionRecord) {
         phase = record.phase
@@ -86,14 +100,21 @@ struct StoredRecord: Codable {
         refreshStartedAt = record.refreshStartedAt
         cookies = record.cookies
         cookieVersion = record.cookieVersion
+        subject = record.subject
+        username = record.username
+        email = record.email
+        providerMetadata = record.providerMetadata
     }
 
     var record: SessionRecord {
-        SessionRecord(
+        var record = SessionRecord(
             phase: phase, reason: reason, refreshToken: refreshToken.map(Secret.init),
             accessToken: accessToken.map(Secret.init), tokenType: tokenType, scope: scope, expiresAt: expiresAt,
             expirySource: expirySource, generation: generation, lastRefreshAt: lastRefreshAt,
-            refreshStartedAt: refreshStartedAt, cookies: cookies ?? [], cookieVersion: cookieVersion ?? 0)
+            refreshStartedAt: refreshStartedAt, cookies: cookies ?? [], cookieVersion: cookieVersion ?? 0,
+            subject: subject, username: username, email: email)
+        record.providerMetadata = providerMetadata
+        return record
     }
 }
 

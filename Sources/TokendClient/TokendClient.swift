@@ -58,6 +58,27 @@ public final class TokendClient: Sendable {
         return try SessionStatus(reply["status"])
     }
 
+    /// Begins a device login (`redirectURI` nil) or a browser login (a loopback
+    /// redirect URI where the caller listens for the browser).
+    public func beginLogin(
+        session: String? = nil, flow: String, redirectURI: String? = nil
+    ) async throws(TokendClientError) -> PendingLogin {
+        let reply = try await call(
+            "BeginLogin", ["session": .optional(session), "flow": .string(flow), "redirectUri": .optional(redirectURI)])
+        return try PendingLogin(reply["login"])
+    }
+
+    /// Waits for the user's approval (device) or hands over the browser's
+    /// callback URL (browser); returns the logged-in session's status.
+    public func finishLogin(id: String, callbackURL: String? = nil) async throws(TokendClientError) -> SessionStatus {
+        let reply = try await call("FinishLogin", ["id": .string(id), "callbackUrl": .optional(callbackURL)])
+        return try SessionStatus(reply["status"])
+    }
+
+    public func cancelLogin(id: String) async throws(TokendClientError) {
+        _ = try await call("CancelLogin", ["id": .string(id)])
+    }
+
     public func logout(session: String? = nil, revoke: Bool = true) async throws(TokendClientError) {
         _ = try await call("Logout", ["session": .optional(session), "revoke": .bool(revoke)])
     }

@@ -16,6 +16,13 @@ public enum TokendClientError: Error, CustomStringConvertible {
     case tooManyConnections(limit: Int)
     case failed(VarlinkError)
     case malformedReply(String)
+    /// The login id is unknown: finished, cancelled, expired, or another user's.
+    case noSuchLogin(id: String)
+    case loginDenied(reason: String)
+    case loginExpired(reason: String)
+    /// The callback does not answer this login; it stays pending.
+    case invalidCallback(reason: String)
+    case loginFailed(reason: String)
 
     init(_ error: VarlinkError) {
         let p = error.parameters
@@ -36,6 +43,16 @@ public enum TokendClientError: Error, CustomStringConvertible {
             self = .tooManyConnections(limit: p["limit"]?.intValue ?? 0)
         case BrokerInterface.Error.invalidURL:
             self = .invalidURL(p["url"]?.stringValue ?? "")
+        case BrokerInterface.Error.noSuchLogin:
+            self = .noSuchLogin(id: p["id"]?.stringValue ?? "")
+        case BrokerInterface.Error.loginDenied:
+            self = .loginDenied(reason: p["reason"]?.stringValue ?? "")
+        case BrokerInterface.Error.loginExpired:
+            self = .loginExpired(reason: p["reason"]?.stringValue ?? "")
+        case BrokerInterface.Error.invalidCallback:
+            self = .invalidCallback(reason: p["reason"]?.stringValue ?? "")
+        case BrokerInterface.Error.loginFailed:
+            self = .loginFailed(reason: p["reason"]?.stringValue ?? "")
         case "org.varlink.service.InvalidParameter":
             self = .invalidParameter(p["parameter"]?.stringValue ?? "")
         default:
@@ -59,6 +76,11 @@ public enum TokendClientError: Error, CustomStringConvertible {
         case .invalidURL(let url): "\(url) is not an http:// or https:// URL with a host"
         case .failed(let error): "tokend answered \(error)"
         case .malformedReply(let what): "tokend sent a malformed \(what)"
+        case .noSuchLogin: "no such login is pending (finished, cancelled, expired, or begun by another user)"
+        case .loginDenied(let reason): "the login was refused: \(reason)"
+        case .loginExpired(let reason): "the login expired: \(reason)"
+        case .invalidCallback(let reason): "the browser's answer was not accepted: \(reason)"
+        case .loginFailed(let reason): "the login failed: \(reason)"
         }
     }
 }

@@ -35,6 +35,10 @@ public struct SessionStatus: Sendable {
     public var coalesced: Int
     public var failures: Int
     public var lastError: String?
+    /// Who is logged in, when the provider said (OpenID Connect).
+    public var subject: String?
+    public var username: String?
+    public var email: String?
     public var json: JSONValue
 
     init(_ json: JSONValue?) throws(TokendClientError) {
@@ -51,7 +55,38 @@ public struct SessionStatus: Sendable {
         self.coalesced = object["coalesced"]?.intValue ?? 0
         self.failures = object["failures"]?.intValue ?? 0
         self.lastError = object["lastError"]?.stringValue
+        self.subject = object["subject"]?.stringValue
+        self.username = object["username"]?.stringValue
+        self.email = object["email"]?.stringValue
         self.json = json
+    }
+}
+
+/// A login begun with BeginLogin: what the user needs to approve it.
+public struct PendingLogin: Sendable {
+    public var id: String
+    public var session: String
+    public var flow: String
+    public var expiresAt: Int
+    public var userCode: String?
+    public var verificationURI: String?
+    public var verificationURIComplete: String?
+    public var interval: Int?
+    public var authorizationURL: String?
+
+    init(_ json: JSONValue?) throws(TokendClientError) {
+        guard let o = json?.objectValue, let id = o["id"]?.stringValue, let flow = o["flow"]?.stringValue,
+            let expiresAt = o["expiresAt"]?.intValue
+        else { throw .malformedReply("pending login") }
+        self.id = id
+        self.session = o["session"]?.stringValue ?? ""
+        self.flow = flow
+        self.expiresAt = expiresAt
+        self.userCode = o["userCode"]?.stringValue
+        self.verificationURI = o["verificationUri"]?.stringValue
+        self.verificationURIComplete = o["verificationUriComplete"]?.stringValue
+        self.interval = o["interval"]?.intValue
+        self.authorizationURL = o["authorizationUrl"]?.stringValue
     }
 }
 

@@ -20,6 +20,11 @@ public enum BrokerInterface {
         public static let tooManyConnections = "io.tokend.Broker.TooManyConnections"
         public static let requestTooLarge = "io.tokend.Broker.RequestTooLarge"
         public static let internalError = "io.tokend.Broker.InternalError"
+        public static let noSuchLogin = "io.tokend.Broker.NoSuchLogin"
+        public static let loginDenied = "io.tokend.Broker.LoginDenied"
+        public static let loginExpired = "io.tokend.Broker.LoginExpired"
+        public static let invalidCallback = "io.tokend.Broker.InvalidCallback"
+        public static let loginFailed = "io.tokend.Broker.LoginFailed"
     }
 
     public static func method(_ name: String) -> String { "\(Self.name).\(name)" }

@@ -63,7 +63,7 @@ struct AccessPolicy: Sendable {
 
     static func methodClass(_ member: String) -> MethodClass {
         switch member {
-        case "Login", "Logout": .admin
+        case "Login", "Logout", "BeginLogin", "FinishLogin", "CancelLogin": .admin
         case "ImportCookies": .cookiesWrite
         default: .read
         }

@@ -29,7 +29,12 @@ func guarded(
         let wanted = AccessPolicy.methodClass(name)
         let check: @Sendable (JSONObject, CallContext) throws -> Void = { parameters, context in
             // ListSessions names no session: the global rules decide, and it lists only readable sessions.
-            let session = name == "ListSessions" ? nil : (parameters["session"]?.stringValue ?? Broker.defaultSession)
+            // A login id names its session.
+            let session: String? = switch name {
+            case "ListSessions": nil
+            case "FinishLogin", "CancelLogin": Broker.sessionName(ofLogin: parameters["id"]?.stringValue ?? "")
+            default: parameters["session"]?.stringValue ?? Broker.defaultSession
+            }
             guard policy().allows(context.peer, wanted, session: session) else {
                 logger.warning(
                     "permission denied",
@@ -95,6 +100,27 @@ func brokerMethods(
                 guard !refreshToken.isEmpty else { throw VarlinkError.invalidParameter("refreshToken") }
                 logger.notice("login requested", metadata: context.metadata(session.name))
                 return ["status": try await session.login(refreshToken: Secret(refreshToken)).json]
+            },
+            "BeginLogin": .call { parameters, context in
+                let session = try broker.session(try parameters.optionalString("session"))
+                let flow = try parameters.string("flow")
+                guard flow == "device" || flow == "browser" else { throw VarlinkError.invalidParameter("flow") }
+                let redirect = try parameters.optionalString("redirectUri")
+                logger.notice("login requested", metadata: context.metadata(session.name).merging(["flow": "\(flow)"]) { a, _ in a })
+                let ticket = try await session.beginLogin(flow: flow, redirectURI: redirect, owner: context.peer?.uid)
+                return ["login": ticket.json]
+            },
+            "FinishLogin": .call { parameters, context in
+                let id = try parameters.string("id")
+                let session = try broker.session(forLogin: id)
+                let callback = try parameters.optionalString("callbackUrl")
+                let status = try await session.finishLogin(id: id, callbackURL: callback, caller: context.peer?.uid)
+                return ["status": status.json]
+            },
+            "CancelLogin": .call { parameters, context in
+                let id = try parameters.string("id")
+                try await broker.session(forLogin: id).cancelLogin(id: id, caller: context.peer?.uid)
+                return [:]
             },
             "Logout": .call { parameters, context in
                 let session = try broker.session(try parameters.optionalString("session"))

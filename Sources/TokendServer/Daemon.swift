@@ -215,7 +215,9 @@ extension SessionSettings {
         }
         let auth = OAuth.ClientAuthentication(rawValue: clientAuth.rawValue)!
         return HTTPTokenEndpoint(
-            tokenURL: tokenEndpoint, revocationURL: revocationEndpoint,
+            endpoints: ProviderEndpoints(
+                issuer: issuer, token: tokenEndpoint, revocation: revocationEndpoint,
+                authorization: authorizationEndpoint, deviceAuthorization: deviceAuthorizationEndpoint),
             credentials: ClientCredentials(clientID: clientID, secret: secret, authentication: auth),
             scope: scope, timeout: .seconds(upstreamTimeout))
     }

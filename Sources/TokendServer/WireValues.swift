@@ -20,6 +20,19 @@ extension SessionStatus {
             "lastRefreshAt": .optional(lastRefreshAt), "nextRefreshAt": .optional(nextRefreshAt),
             "refreshes": .int(refreshes), "coalesced": .int(coalesced), "failures": .int(failures),
             "lastError": .optional(lastError), "cookies": .int(cookieCount), "cookieVersion": .int(cookieVersion),
+            "subject": .optional(subject), "username": .optional(username), "email": .optional(email),
+            "pendingLogins": .int(pendingLogins),
+        ]
+    }
+}
+
+extension LoginTicket {
+    var json: JSONValue {
+        [
+            "id": .string(id), "session": .string(session), "flow": .string(flow), "expiresAt": .int(expiresAt),
+            "userCode": .optional(userCode), "verificationUri": .optional(verificationURI),
+            "verificationUriComplete": .optional(verificationURIComplete), "interval": .optional(interval),
+            "authorizationUrl": .optional(authorizationURL),
         ]
     }
 }
@@ -35,6 +48,7 @@ extension SessionEvent {
                 changes.map { ["action": .string($0.action.rawValue), "cookie": $0.cookie.json] })
             if snapshot { parameters["snapshot"] = true }
         }
+        if let loginFlow { parameters["login"] = .string(loginFlow) }
         return parameters
     }
 }
@@ -60,6 +74,16 @@ extension BrokerError: VarlinkErrorConvertible {
             VarlinkError(
                 BrokerInterface.Error.upstreamUnavailable,
                 ["session": .string(session), "reason": .string(reason), "retryAfter": .optional(retryAfter)])
+        case .noSuchLogin:
+            VarlinkError(BrokerInterface.Error.noSuchLogin, ["id": .string(reason)])
+        case .loginDenied:
+            VarlinkError(BrokerInterface.Error.loginDenied, ["session": .string(session), "reason": .string(reason)])
+        case .loginExpired:
+            VarlinkError(BrokerInterface.Error.loginExpired, ["session": .string(session), "reason": .string(reason)])
+        case .invalidCallback:
+            VarlinkError(BrokerInterface.Error.invalidCallback, ["session": .string(session), "reason": .string(reason)])
+        case .loginFailed:
+            VarlinkError(BrokerInterface.Error.loginFailed, ["session": .string(session), "reason": .string(reason)])
         }
     }
 }

@@ -14,6 +14,11 @@ func jsonText(_ value: JSONValue) -> String { JSONWriter.string(value) }
 func printStatus(_ status: SessionStatus) {
     print("session:      \(status.session)")
     print("state:        \(status.state)")
+    if let subject = status.subject {
+        let name = status.username.map { "\($0) " } ?? ""
+        let email = status.email.map { "<\($0)> " } ?? ""
+        print("user:         \(name)\(email)(subject \(subject))")
+    }
     print("generation:   \(status.generation)")
     if let expiresAt = status.expiresAt { print("expires:      \(formatTime(expiresAt))") }
     if let last = status.lastRefreshAt { print("last refresh: \(formatTime(last))") }

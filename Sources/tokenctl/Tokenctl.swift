@@ -15,6 +15,10 @@ enum Exit {
     static let noSuchSession: Int32 = 5
     static let permissionDenied: Int32 = 6
     static let rateLimited: Int32 = 7
+    /// The login was refused, expired or could not be completed.
+    static let loginFailed: Int32 = 8
+    /// Interrupted (Ctrl-C): the pending login was cancelled.
+    static let interrupted: Int32 = 130
 }
 
 struct Common: ParsableArguments {
@@ -46,7 +50,7 @@ struct Common: ParsableArguments {
             return (Exit.unreachable,
                 "Start it with `systemctl start tokend.socket` (or `systemctl --user start tokend.socket`), or point --socket / TOKEND_SOCKET at the running tokend.")
         case .loginRequired:
-            return (Exit.loginRequired, "Log in with: tokenctl login\(sessionFlag) --refresh-token-file FILE")
+            return (Exit.loginRequired, "Log in with: tokenctl login\(sessionFlag) --device (or --browser)")
         case .upstreamUnavailable:
             return (Exit.upstreamUnavailable, "tokend keeps retrying; `tokenctl status\(sessionFlag)` shows the last error.")
         case .noSuchSession:
@@ -56,6 +60,12 @@ struct Common: ParsableArguments {
         case .rateLimited:
             return (Exit.rateLimited,
                 "Pass --stale-generation N (the generation of the token you hold): compare-and-refresh is not limited.")
+        case .loginDenied, .loginExpired, .noSuchLogin:
+            return (Exit.loginFailed, "Start again with: tokenctl login\(sessionFlag) --device (or --browser)")
+        case .loginFailed:
+            return (Exit.loginFailed, "`tokenctl status\(sessionFlag)` and tokend's journal say more.")
+        case .invalidCallback:
+            return (Exit.loginFailed, "The browser was sent back with an answer to another login; start again.")
         case .tooManyConnections:
             return (Exit.unreachable, "Retry shortly; the limit is daemon.max-connections in tokend's configuration.")
         default:
@@ -129,37 +139,6 @@ struct SessionsCommand: AsyncParsableCommand {
                 print("\(status.session)\t\(status.state)\tgeneration \(status.generation)\t\(expiry)")
             }
         }
-    }
-}
-
-struct LoginCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "login",
-        abstract: "Hand tokend a refresh token (read from a file or standard input, never from the command line).")
-    @OptionGroup var common: Common
-    @Option(help: "File holding the refresh token (default: standard input).")
-    var refreshTokenFile: String?
-
-    func run() async throws {
-        let text: String
-        if let refreshTokenFile {
-            guard let data = FileManager.default.contents(atPath: refreshTokenFile) else {
-                FileHandle.standardError.write(Data("tokenctl: cannot read \(refreshTokenFile)\n".utf8))
-                throw ExitCode(Exit.failure)
-            }
-            text = String(decoding: data, as: UTF8.self)
-        } else {
-            if isatty(0) != 0 { FileHandle.standardError.write(Data("Refresh token (then Enter): ".utf8)) }
-            text = readLine(strippingNewline: true) ?? ""
-        }
-        let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard !token.isEmpty else {
-            FileHandle.standardError.write(Data("tokenctl: no refresh token given (pipe it in or use --refresh-token-file)\n".utf8))
-            throw ExitCode(Exit.failure)
-        }
-        let client = try await common.connect()
-        let status = try await common.run { try await client.login(session: common.session, refreshToken: token) }
-        printStatus(status)
     }
 }
 
@@ -237,7 +216,8 @@ struct Tokenctl: AsyncParsableCommand {
         abstract: "Ask tokend for tokens and manage its sessions.",
         discussion: """
             Exit codes: 0 success, 1 failure, 2 login required, 3 tokend unreachable, \
-            4 token endpoint unavailable (tokend retries), 5 no such session, 6 permission denied, 7 rate limited, 64 usage error.
+            4 token endpoint unavailable (tokend retries), 5 no such session, 6 permission denied, 7 rate limited, \
+            8 login refused, expired or failed, 64 usage error, 130 interrupted.
             """,
         subcommands: [
             TokenCommand.self, RefreshCommand.self, StatusCommand.self, SessionsCommand.self, LoginCommand.self,

@@ -75,7 +75,7 @@ final class FakeEndpoint: TokenEndpoint {
     var calls: Int { state.withLock { $0.calls } }
     var seenRefreshTokens: [String] { state.withLock { $0.seenRefreshTokens } }
     var seenCookieHeaders: [String] { state.withLock { $0.seenCookieHeaders } }
-    let tokenURL = URL(string: "https://auth.example.com/oauth/token")!
+    let tokenURL: URL? = URL(string: "https://auth.example.com/oauth/token")!
 
     /// Set-Cookie headers for the next answers, one list per call.
     func scriptCookies(_ lists: [String]...) { state.withLock { $0.cookieScript += lists } }

@@ -1,11 +1,18 @@
 """Starts the test authorization server on 127.0.0.1 and prepares it.
 
     python serve.py DIR PORT [--grace S] [--access-ttl S] [--workers N] [--oidc]
+                    [--device-expires S] [--slow-down N]
 
 Creates DIR/db.sqlite3, a user "alice" (password "alice-password") and a
 confidential client "tokend-test" (secret "tokend-test-secret", stored
 unhashed so tests are not slowed by PBKDF2), then runs gunicorn in the
 foreground. Writes DIR/ready when it answers.
+
+For interactive logins it also registers two public clients whose logins the
+user approves on the server's pages (sign in at /accounts/login/):
+"tokend-device" (device grant, verification at /o/device/) and
+"tokend-browser" (authorization code with PKCE, redirect
+http://127.0.0.1/callback on any port).
 """
 import argparse
 import os
@@ -18,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENT_ID = "tokend-test"
 CLIENT_SECRET = "tokend-test-secret"
 USER, PASSWORD = "alice", "alice-password"
+DEVICE_CLIENT, BROWSER_CLIENT = "tokend-device", "tokend-browser"
 
 
 def prepare(directory):
@@ -30,7 +38,20 @@ def prepare(directory):
     from oauth2_provider.models import Application
 
     if not User.objects.filter(username=USER).exists():
-        User.objects.create_user(USER, password=PASSWORD)
+        User.objects.create_user(USER, email="alice@example.test", password=PASSWORD)
+    rs256 = Application.RS256_ALGORITHM if os.environ.get("AUTHSERVER_OIDC") == "1" else ""
+    Application.objects.update_or_create(
+        client_id=DEVICE_CLIENT,
+        defaults=dict(name="tokend (device login)", client_type=Application.CLIENT_PUBLIC,
+                      authorization_grant_type=Application.GRANT_DEVICE_CODE, algorithm=rs256,
+                      client_secret="", redirect_uris="", skip_authorization=False),
+    )
+    Application.objects.update_or_create(
+        client_id=BROWSER_CLIENT,
+        defaults=dict(name="tokend (browser login)", client_type=Application.CLIENT_PUBLIC,
+                      authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE, algorithm=rs256,
+                      client_secret="", redirect_uris="http://127.0.0.1/callback", skip_authorization=False),
+    )
     Application.objects.update_or_create(
         client_id=CLIENT_ID,
         defaults=dict(
@@ -53,6 +74,8 @@ def main():
     parser.add_argument("--access-ttl", type=int, default=3600)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--oidc", action="store_true", help="enable OpenID Connect (RS256 id tokens)")
+    parser.add_argument("--device-expires", type=int, default=1800, help="device code lifetime (s)")
+    parser.add_argument("--slow-down", type=int, default=0, help="answer slow_down to the first N polls of a device code")
     args = parser.parse_args()
     directory = os.path.abspath(args.directory)
     os.makedirs(directory, exist_ok=True)
@@ -67,6 +90,8 @@ def main():
         os.environ["AUTHSERVER_OIDC"] = "1"
     env = dict(os.environ, AUTHSERVER_DIR=directory, AUTHSERVER_GRACE=str(args.grace),
                AUTHSERVER_ACCESS_TTL=str(args.access_ttl), DJANGO_SETTINGS_MODULE="authserver.settings",
+               AUTHSERVER_BASE=f"http://127.0.0.1:{args.port}", AUTHSERVER_DEVICE_EXPIRES=str(args.device_expires),
+               AUTHSERVER_SLOW_DOWN=str(args.slow_down),
                PYTHONPATH=HERE)
     os.environ.update(env)
     sys.path.insert(0, HERE)

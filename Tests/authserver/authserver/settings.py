@@ -15,12 +15,22 @@ USE_TZ = True
 INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
+    "django.contrib.sessions",
     "oauth2_provider",
+    "authserver",
 ]
 MIDDLEWARE = [
     "authserver.middleware.GrantLog",
     "authserver.middleware.SessionCookies",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "authserver.login.DevicePolling",
 ]
+# The user's side of device and browser logins: a sign-in page, then DOT's
+# approval pages (its own templates).
+TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}]
+LOGIN_URL = "/accounts/login/"
 ROOT_URLCONF = "authserver.urls"
 DATABASES = {
     "default": {
@@ -38,8 +48,14 @@ OAUTH2_PROVIDER = {
     "REFRESH_TOKEN_REUSE_PROTECTION": True,
     "REFRESH_TOKEN_GRACE_PERIOD_SECONDS": int(os.environ.get("AUTHSERVER_GRACE", "0")),
     "ACCESS_TOKEN_EXPIRE_SECONDS": int(os.environ.get("AUTHSERVER_ACCESS_TTL", "3600")),
-    "SCOPES": {"read": "read", "write": "write", "offline_access": "offline access"},
+    "SCOPES": {"read": "read", "write": "write", "offline_access": "offline access", "profile": "profile",
+               "email": "email"},
     "DEFAULT_SCOPES": ["read"],
+    "OAUTH2_VALIDATOR_CLASS": "authserver.login.Validator",
+    "OAUTH_DEVICE_VERIFICATION_URI": os.environ.get("AUTHSERVER_BASE", "") + "/o/device/",
+    "OAUTH_DEVICE_VERIFICATION_URI_COMPLETE":
+        lambda user_code: os.environ.get("AUTHSERVER_BASE", "") + "/o/device/?user_code=" + user_code,
+    "DEVICE_FLOW_INTERVAL": int(os.environ.get("AUTHSERVER_DEVICE_INTERVAL", "1")),
 }
 
 # OpenID Connect (for oidc-agent in the benchmark): discovery at

@@ -1,0 +1,246 @@
+import Foundation
+import CookieJar
+import OAuth
+import Secrets
+import StateStore
+
+/// A login begun and not yet finished. Its secrets (the device code, the PKCE
+/// verifier) stay in this actor's memory only.
+struct PendingLogin {
+    enum Grant {
+        case device(DeviceAuthorization)
+        case browser(AuthorizationCodeLogin, authorizationURL: URL)
+    }
+    let ticket: LoginTicket
+    let grant: Grant
+    /// Who began it: only that user (or root) may finish or cancel it.
+    let owner: UInt32?
+    /// Seconds between polls; grows by 5 with every slow_down (RFC 8628 §3.5).
+    var interval: Int
+    /// Set while a FinishLogin is polling for it.
+    var polling = false
+}
+
+/// What BeginLogin hands back: enough for the user's part, no secret.
+public struct LoginTicket: Sendable, Equatable {
+    public var id: String
+    public var session: String
+    public var flow: String
+    public var expiresAt: Int
+    public var userCode: String?
+    public var verificationURI: String?
+    public var verificationURIComplete: String?
+    public var interval: Int?
+    public var authorizationURL: String?
+}
+
+extension SessionActor {
+    static let maximumPendingLogins = 8
+    /// How long a browser login may take from BeginLogin to the callback.
+    static let browserLoginLifetime = 600.0
+
+    /// Begins a device or browser login and returns what the user needs.
+    public func beginLogin(flow: String, redirectURI: String?, owner: UInt32?) async throws -> LoginTicket {
+        guard !stopping else { throw BrokerError.upstreamUnavailable(name, "tokend is shutting down", retryAfter: 1) }
+        dropExpiredLogins()
+        guard pendingLogins.count < Self.maximumPendingLogins else {
+            throw BrokerError.login(
+                .loginFailed, name, "\(Self.maximumPendingLogins) logins are already pending for this session; finish or cancel one")
+        }
+        if endpoint.issuer != nil, providerMetadata == nil { await discoverOnce() }
+        let id = "\(name)/\(randomToken())"
+        let now = clock.now()
+        let login: PendingLogin
+        switch flow {
+        case "device":
+            let device: DeviceAuthorization
+            do {
+                device = try await endpoint.deviceAuthorization()
+            } catch {
+                throw error.kind == .rejected
+                    ? BrokerError.login(.loginFailed, name, error.reason)
+                    : BrokerError.upstreamUnavailable(name, error.reason, retryAfter: nil)
+            }
+            let ticket = LoginTicket(
+                id: id, session: name, flow: flow, expiresAt: Int(now) + device.expiresIn, userCode: device.userCode,
+                verificationURI: device.verificationURI, verificationURIComplete: device.verificationURIComplete,
+                interval: device.interval)
+            login = PendingLogin(ticket: ticket, grant: .device(device), owner: owner, interval: device.interval)
+        case "browser":
+            guard let redirectURI, Self.isLoopbackRedirect(redirectURI) else {
+                throw BrokerError.login(
+                    .invalidCallback, name,
+                    "a browser login needs redirectUri http://127.0.0.1:PORT/PATH (or [::1]) where the caller listens")
+            }
+            let code = AuthorizationCodeLogin(redirectURI: redirectURI)
+            let url: URL
+            do {
+                url = try endpoint.authorizationURL(for: code)
+            } catch {
+                throw BrokerError.upstreamUnavailable(name, error.reason, retryAfter: nil)
+            }
+            let ticket = LoginTicket(
+                id: id, session: name, flow: flow, expiresAt: Int(now + Self.browserLoginLifetime),
+                authorizationURL: url.absoluteString)
+            login = PendingLogin(ticket: ticket, grant: .browser(code, authorizationURL: url), owner: owner, interval: 0)
+        default:
+            throw BrokerError.login(.loginFailed, name, "unknown login flow \"\(flow)\": use \"device\" or \"browser\"")
+        }
+        pendingLogins[id] = login
+        var pending = event(.loginPending)
+        pending.loginFlow = flow
+        await publish([pending], waitForDelivery: false)
+        return login.ticket
+    }
+
+    /// Ends a pending login: polls the token endpoint until the user approves
+    /// (device), or checks the browser's callback and redeems its code.
+    public func finishLogin(id: String, callbackURL: String?, caller: UInt32?) async throws -> SessionStatus {
+        dropExpiredLogins()
+        guard let login = pendingLogins[id], Self.may(caller, act: login), !login.polling else {
+            throw BrokerError.noSuchLogin(name, id: id)
+        }
+        switch login.grant {
+        case .browser(let code, _):
+            guard let callbackURL else {
+                throw BrokerError.login(.invalidCallback, name, "a browser login is finished with the callback URL")
+            }
+            let authorizationCode: Secret
+            do {
+                authorizationCode = try code.code(
+                    fromCallback: callbackURL, issuer: endpointIssuer, issRequired: issParameterPromised)
+            } catch .invalid(let reason) {
+                logger.warning("login callback refused", metadata: ["reason": "\(reason)"])
+                throw BrokerError.login(.invalidCallback, name, reason)
+            } catch .denied(_, let reason) {
+                pendingLogins[id] = nil
+                throw BrokerError.login(.loginDenied, name, reason)
+            }
+            // The state is spent: a replayed callback finds no login.
+            pendingLogins[id] = nil
+            let answer = await endpoint.redeem(.authorizationCode(authorizationCode, code), cookieHeader: cookieHeaderForEndpoint())
+            return try await completeLogin(answer, nonce: code.nonce, flow: "browser")
+        case .device(let device):
+            pendingLogins[id]?.polling = true
+            defer { pendingLogins[id]?.polling = false }
+            return try await pollDeviceLogin(id: id, device: device)
+        }
+    }
+
+    /// Stops a pending login (tokenctl on Ctrl-C); a FinishLogin polling for it ends with NoSuchLogin.
+    public func cancelLogin(id: String, caller: UInt32?) throws {
+        guard let login = pendingLogins[id], Self.may(caller, act: login) else { throw BrokerError.noSuchLogin(name, id: id) }
+        pendingLogins[id] = nil
+        logger.notice("login cancelled", metadata: ["flow": "\(login.ticket.flow)"])
+    }
+
+    func pollDeviceLogin(id: String, device: DeviceAuthorization) async throws -> SessionStatus {
+        while true {
+            guard let login = pendingLogins[id] else { throw BrokerError.noSuchLogin(name, id: id) }
+            let expiresAt = Double(login.ticket.expiresAt)
+            let next = clock.now() + Double(login.interval)
+            guard next < expiresAt else {
+                pendingLogins[id] = nil
+                throw BrokerError.login(.loginExpired, name, "the device code expired before the user approved it")
+            }
+            try? await clock.sleep(until: next)
+            guard pendingLogins[id] != nil else { throw BrokerError.noSuchLogin(name, id: id) }
+            let answer = await endpoint.redeem(.deviceCode(device.deviceCode), cookieHeader: cookieHeaderForEndpoint())
+            guard case .failure(let error) = answer.result else {
+                pendingLogins[id] = nil
+                return try await completeLogin(answer, nonce: nil, flow: "device")
+            }
+            switch error.code {
+            case "authorization_pending":
+                continue
+            case "slow_down":
+                pendingLogins[id]?.interval += 5
+                logger.info("device login: server asked to slow down", metadata: ["interval": "\(login.interval + 5)"])
+            case "access_denied":
+                pendingLogins[id] = nil
+                throw BrokerError.login(.loginDenied, name, "the user refused the device login")
+            case "expired_token":
+                pendingLogins[id] = nil
+                throw BrokerError.login(.loginExpired, name, "the device code expired before the user approved it")
+            default:
+                if error.kind == .rejected {
+                    pendingLogins[id] = nil
+                    throw BrokerError.login(.loginFailed, name, error.reason)
+                }
+                // Unreachable or a passing server error: keep polling until the code expires.
+                logger.warning("device login poll failed", metadata: ["reason": "\(error.reason)"])
+            }
+        }
+    }
+
+    /// A redeemed login grant becomes the session: checked (identity), on
+    /// disk, in memory, then announced (`loggedIn`).
+    func completeLogin(_ answer: RefreshAnswer, nonce: String?, flow: String) async throws -> SessionStatus {
+        let cookieChanges = receiveEndpointCookies(answer.setCookie)
+        let response: TokenResponse
+        switch answer.result {
+        case .success(let success):
+            response = success
+        case .failure(let error):
+            throw error.kind == .rejected
+                ? BrokerError.login(.loginFailed, name, "the token endpoint refused the login: \(error.reason)")
+                : BrokerError.upstreamUnavailable(name, error.reason, retryAfter: error.retryAfter)
+        }
+        guard let refreshToken = response.refreshToken else {
+            throw BrokerError.login(
+                .loginFailed, name,
+                "the server issued no refresh token, which tokend needs to keep the session (does scope need offline_access?)")
+        }
+        var identity: Identity?
+        do {
+            identity = try await endpoint.identity(of: response, nonce: nonce)
+        } catch where error.refusesLogin {
+            logger.error("login refused: ID token invalid", metadata: ["problem": "\(error.description)"])
+            throw BrokerError.login(.loginFailed, name, error.description)
+        } catch {
+            logger.warning("identity unknown", metadata: ["problem": "\(error.description)"])
+        }
+        await settle()
+        var next = SessionRecord(
+            phase: .active, refreshToken: refreshToken, generation: record.generation, subject: identity?.subject,
+            username: identity?.username, email: identity?.email)
+        next = applying(response, to: next, issuedAt: Int(clock.now()))
+        await persist(next, what: "login")
+        record = next
+        backoff.reset()
+        lastError = nil
+        reschedule()
+        logger.notice("logged in", metadata: ["flow": "\(flow)", "subject": "\(identity?.subject ?? "unknown")"])
+        var events = cookieChanges.isEmpty ? [] : [event(.cookies, changes: cookieChanges)]
+        events.append(event(.loggedIn))
+        await publish(events, waitForDelivery: true)
+        return status()
+    }
+
+    func dropExpiredLogins() {
+        let now = Int(clock.now())
+        for (id, login) in pendingLogins where login.ticket.expiresAt <= now && !login.polling {
+            pendingLogins[id] = nil
+        }
+    }
+
+    static func may(_ caller: UInt32?, act login: PendingLogin) -> Bool {
+        login.owner == nil || caller == 0 || caller == login.owner
+    }
+
+    /// RFC 8252 §7.3: http to a loopback IP literal (any port); `localhost` is allowed too (§8.3 advises against it).
+    static func isLoopbackRedirect(_ uri: String) -> Bool {
+        guard let url = URLComponents(string: uri), url.scheme == "http", let host = url.host, url.port != nil,
+            url.query == nil, url.fragment == nil
+        else { return false }
+        return host == "127.0.0.1" || host == "::1" || host == "[::1]" || host == "localhost"
+    }
+
+    var endpointIssuer: String? {
+        providerMetadata.flatMap(ProviderMetadata.decode)?.issuer ?? endpoint.issuer
+    }
+
+    var issParameterPromised: Bool {
+        providerMetadata.flatMap(ProviderMetadata.decode)?.issParameterSupported ?? false
+    }
+}

@@ -1,0 +1,62 @@
+import Foundation
+import Secrets
+
+/// The device authorization endpoint's answer (RFC 8628 §3.2).
+public struct DeviceAuthorization: Sendable {
+    /// Only tokend polls with it; it never leaves tokend.
+    public var deviceCode: Secret
+    public var userCode: String
+    public var verificationURI: String
+    public var verificationURIComplete: String?
+    public var expiresIn: Int
+    /// Seconds between polls (default 5, §3.2).
+    public var interval: Int
+
+    public init(
+        deviceCode: Secret, userCode: String, verificationURI: String, verificationURIComplete: String?,
+        expiresIn: Int, interval: Int
+    ) {
+        self.deviceCode = deviceCode
+        self.userCode = userCode
+        self.verificationURI = verificationURI
+        self.verificationURIComplete = verificationURIComplete
+        self.expiresIn = expiresIn
+        self.interval = interval
+    }
+
+    public static func parse(status: Int, body: [UInt8]) throws(TokenEndpointError) -> DeviceAuthorization {
+        let json = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any]
+        if let code = json?["error"] as? String {
+            let description = (json?["error_description"] as? String).map { ": \(TokenResponse.sanitize($0))" } ?? ""
+            let reason = "device authorization endpoint answered \(TokenResponse.sanitize(code))\(description)"
+            // A refused client or scope is a configuration problem: retrying cannot help.
+            if ["invalid_client", "unauthorized_client", "invalid_scope", "invalid_request"].contains(code) {
+                throw .rejected(code: code, reason: reason)
+            }
+            throw .transient(reason, code: code)
+        }
+        guard (200..<300).contains(status), let json else {
+            throw .transient("device authorization endpoint answered HTTP \(status)")
+        }
+        // RFC 8628 names it verification_uri; some servers still send Google's verification_url.
+        guard let deviceCode = json["device_code"] as? String, !deviceCode.isEmpty,
+            let userCode = json["user_code"] as? String, !userCode.isEmpty,
+            let verification = (json["verification_uri"] ?? json["verification_url"]) as? String
+        else {
+            throw .transient("device authorization answer lacks device_code, user_code or verification_uri")
+        }
+        return DeviceAuthorization(
+            deviceCode: Secret(deviceCode), userCode: TokenResponse.sanitize(userCode),
+            verificationURI: TokenResponse.sanitize(verification),
+            verificationURIComplete: (json["verification_uri_complete"] as? String).map(TokenResponse.sanitize),
+            expiresIn: integer(json["expires_in"]) ?? 600, interval: max(1, integer(json["interval"]) ?? 5))
+    }
+
+    static func integer(_ value: Any?) -> Int? {
+        switch value {
+        case let number as NSNumber where !(number is Bool): number.intValue
+        case let text as String: Int(text)
+        default: nil
+        }
+    }
+}

@@ -1,0 +1,112 @@
+import Foundation
+import Secrets
+
+extension HTTPTokenEndpoint {
+    /// Tries OpenID Connect discovery, then RFC 8414; the first document that
+    /// names the configured issuer and only safe endpoints is used.
+    public func discover() async throws(DiscoveryError) -> ProviderMetadata {
+        guard let issuer = configured.issuer else { throw DiscoveryError("no issuer is configured") }
+        var problems: [String] = []
+        for url in ProviderMetadata.discoveryURLs(issuer: issuer) {
+            do {
+                let answer = try await get(url)
+                guard answer.status == 200 else {
+                    problems.append("\(url) answered HTTP \(answer.status)")
+                    continue
+                }
+                let metadata = try ProviderMetadata.parse(answer.body, expectedIssuer: issuer)
+                try Self.checkSafe(metadata)
+                restore(metadata)
+                return metadata
+            } catch let error as TokenEndpointError {
+                problems.append(error.reason)
+            } catch let error as DiscoveryError {
+                throw error  // a document that answers wrongly is not retried elsewhere
+            } catch {
+                problems.append("\(error)")
+            }
+        }
+        throw DiscoveryError("discovery from \(issuer) failed: \(problems.joined(separator: "; "))")
+    }
+
+    public func restore(_ metadata: ProviderMetadata) {
+        guard metadata.issuer == configured.issuer else { return }
+        let merged = configured.filled(from: metadata)
+        endpoints.withLock { $0 = merged }
+    }
+
+    /// Every endpoint in a document is https, or http to a loopback address.
+    static func checkSafe(_ metadata: ProviderMetadata) throws(DiscoveryError) {
+        let urls = [
+            metadata.tokenEndpoint, metadata.revocationEndpoint, metadata.authorizationEndpoint,
+            metadata.deviceAuthorizationEndpoint, metadata.userinfoEndpoint, metadata.jwksURI,
+        ].compactMap { $0 }
+        for url in urls where !isSafeEndpoint(url) {
+            throw DiscoveryError("the discovery document names \(url), which is neither https nor loopback http")
+        }
+    }
+
+    public func deviceAuthorization() async throws(TokenEndpointError) -> DeviceAuthorization {
+        guard let url = current.deviceAuthorization else { throw unknownEndpoint("device authorization") }
+        let answer = try await post(FormRequest.deviceAuthorization(scope: scope, credentials: credentials), to: url)
+        return try DeviceAuthorization.parse(status: answer.status, body: answer.body)
+    }
+
+    public func authorizationURL(for login: AuthorizationCodeLogin) throws(TokenEndpointError) -> URL {
+        guard let endpoint = current.authorization else { throw unknownEndpoint("authorization") }
+        guard let url = login.authorizationURL(endpoint: endpoint, clientID: credentials.clientID, scope: scope) else {
+            throw .transient("the authorization endpoint \(endpoint) cannot take query parameters")
+        }
+        return url
+    }
+
+    public func redeem(_ grant: LoginGrant, cookieHeader: String) async -> RefreshAnswer {
+        switch grant {
+        case .authorizationCode(let code, let login):
+            let form = FormRequest.authorizationCode(
+                code: code, redirectURI: login.redirectURI, verifier: login.verifier, credentials: credentials)
+            return await exchange(form, cookieHeader)
+        case .deviceCode(let deviceCode):
+            return await exchange(FormRequest.deviceCode(deviceCode, credentials: credentials), cookieHeader)
+        }
+    }
+
+    public func identity(of response: TokenResponse, nonce: String?) async throws(IDTokenError) -> Identity? {
+        let scope = response.scope ?? self.scope ?? ""
+        guard AuthorizationCodeLogin.asksForOpenID(scope) || response.idToken != nil else { return nil }
+        let endpoints = current
+        if let idToken = response.idToken {
+            guard let issuer = endpoints.issuer, let jwks = endpoints.jwks else {
+                throw IDTokenError("an ID token arrived but the issuer's JWKS is unknown (set issuer to verify it)")
+            }
+            let keys: HTTPAnswer
+            do {
+                keys = try await get(jwks)
+            } catch {
+                throw IDTokenError("the issuer's JWKS could not be read: \(error.reason)")
+            }
+            guard keys.status == 200 else { throw IDTokenError("the issuer's JWKS answered HTTP \(keys.status)") }
+            return try await IDTokenVerifier(issuer: issuer, clientID: credentials.clientID, jwks: keys.body)
+                .verify(idToken, nonce: nonce)
+        }
+        // No ID token (a device grant at some servers): ask userinfo with the new access token.
+        guard let userinfo = endpoints.userinfo else { return nil }
+        let answer: HTTPAnswer
+        do {
+            answer = try await get(userinfo, bearer: response.accessToken)
+        } catch {
+            throw IDTokenError("the userinfo endpoint could not be read: \(error.reason)", refusesLogin: false)
+        }
+        guard answer.status == 200, let identity = Identity.fromUserInfo(answer.body) else {
+            throw IDTokenError("the userinfo endpoint answered HTTP \(answer.status) without a subject", refusesLogin: false)
+        }
+        return identity
+    }
+}
+
+/// https, or plain http to a loopback address (where no network can read tokens).
+public func isSafeEndpoint(_ url: URL) -> Bool {
+    guard let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty else { return false }
+    if scheme == "https" { return true }
+    return scheme == "http" && (["localhost", "::1", "[::1]"].contains(host) || host.hasPrefix("127."))
+}

@@ -1,0 +1,110 @@
+import Foundation
+import JWTKit
+import Secrets
+
+/// Who logged in, as the provider vouches for it.
+public struct Identity: Sendable, Equatable, Codable {
+    public var subject: String
+    /// preferred_username
+    public var username: String?
+    public var email: String?
+
+    public init(subject: String, username: String? = nil, email: String? = nil) {
+        self.subject = subject
+        self.username = username
+        self.email = email
+    }
+
+    /// From a userinfo answer (OpenID Connect Core §5.3.2); nil without `sub`.
+    public static func fromUserInfo(_ body: [UInt8]) -> Identity? {
+        guard let json = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any],
+            let subject = json["sub"] as? String, !subject.isEmpty
+        else { return nil }
+        return Identity(
+            subject: TokenResponse.sanitize(subject),
+            username: (json["preferred_username"] as? String).map(TokenResponse.sanitize),
+            email: (json["email"] as? String).map(TokenResponse.sanitize))
+    }
+}
+
+/// Checks an ID token (OpenID Connect Core §3.1.3.7) with jwt-kit: the
+/// signature against the issuer's JWKS, then `iss`, `aud` (and `azp` when
+/// there are several audiences), `exp`, and `nonce` when one was sent.
+public struct IDTokenVerifier: Sendable {
+    public var issuer: String
+    public var clientID: String
+    /// The JWKS document's bytes.
+    public var jwks: [UInt8]
+
+    public init(issuer: String, clientID: String, jwks: [UInt8]) {
+        self.issuer = issuer
+        self.clientID = clientID
+        self.jwks = jwks
+    }
+
+    public func verify(_ idToken: Secret, nonce: String?) async throws(IDTokenError) -> Identity {
+        let keys = JWTKeyCollection()
+        guard let set = try? JSONDecoder().decode(JWKS.self, from: Data(jwks)) else {
+            throw IDTokenError("the issuer's JWKS is not a valid key set")
+        }
+        var usable = 0
+        for key in set.keys where (try? await keys.add(jwk: key)) != nil { usable += 1 }
+        guard usable > 0 else { throw IDTokenError("the issuer's JWKS has no key tokend can use") }
+        let claims: IDTokenClaims
+        do {
+            claims = try await keys.verify(idToken.reveal(), as: IDTokenClaims.self)
+        } catch let error as JWTError where error.errorType == .claimVerificationFailure {
+            throw IDTokenError("the ID token has expired")
+        } catch {
+            throw IDTokenError("the ID token's signature does not verify against the issuer's keys")
+        }
+        guard claims.iss.value == issuer else {
+            throw IDTokenError("the ID token's issuer is \"\(TokenResponse.sanitize(claims.iss.value))\", not \"\(issuer)\"")
+        }
+        guard claims.aud.value.contains(clientID) else { throw IDTokenError("the ID token is not meant for this client") }
+        if claims.aud.value.count > 1, let azp = claims.azp, azp != clientID {
+            throw IDTokenError("the ID token was issued to another party (azp)")
+        }
+        if let nonce {
+            guard let received = claims.nonce, constantTimeEqual(received, nonce) else {
+                throw IDTokenError("the ID token's nonce does not match this login")
+            }
+        }
+        return Identity(
+            subject: TokenResponse.sanitize(claims.sub.value),
+            username: claims.preferredUsername.map(TokenResponse.sanitize),
+            email: claims.email.map(TokenResponse.sanitize))
+    }
+}
+
+public struct IDTokenError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let description: String
+    /// A token that fails verification refuses the login; a userinfo endpoint
+    /// that cannot be read only leaves the identity unknown.
+    public let refusesLogin: Bool
+    public init(_ description: String, refusesLogin: Bool = true) {
+        self.description = description
+        self.refusesLogin = refusesLogin
+    }
+}
+
+struct IDTokenClaims: JWTPayload {
+    var iss: IssuerClaim
+    var sub: SubjectClaim
+    var aud: AudienceClaim
+    var exp: ExpirationClaim
+    var azp: String?
+    var nonce: String?
+    var preferredUsername: String?
+    var email: String?
+
+    enum CodingKeys: String, CodingKey {
+        case iss, sub, aud, exp, azp, nonce, email
+        case preferredUsername = "preferred_username"
+    }
+
+    /// `exp` with a minute's allowance for clock skew.
+    func verify(using algorithm: some JWTAlgorithm) async throws {
+        try exp.verifyNotExpired(currentDate: Date().addingTimeInterval(-60))
+    }
+}

@@ -1,0 +1,118 @@
+import Foundation
+
+/// What an authorization server publishes about itself (OpenID Connect
+/// Discovery 1.0 §3, RFC 8414 §2): the members tokend uses.
+public struct ProviderMetadata: Sendable, Equatable, Codable {
+    public var issuer: String
+    public var tokenEndpoint: URL?
+    public var revocationEndpoint: URL?
+    public var authorizationEndpoint: URL?
+    public var deviceAuthorizationEndpoint: URL?
+    public var userinfoEndpoint: URL?
+    public var jwksURI: URL?
+    public var codeChallengeMethods: [String]?
+    /// RFC 9207: the server adds `iss` to authorization responses.
+    public var issParameterSupported: Bool?
+
+    enum CodingKeys: String, CodingKey {
+        case issuer
+        case tokenEndpoint = "token_endpoint"
+        case revocationEndpoint = "revocation_endpoint"
+        case authorizationEndpoint = "authorization_endpoint"
+        case deviceAuthorizationEndpoint = "device_authorization_endpoint"
+        case userinfoEndpoint = "userinfo_endpoint"
+        case jwksURI = "jwks_uri"
+        case codeChallengeMethods = "code_challenge_methods_supported"
+        case issParameterSupported = "authorization_response_iss_parameter_supported"
+    }
+
+    public init(issuer: String) {
+        self.issuer = issuer
+    }
+
+    /// Parses a discovery document and checks that it speaks for `issuer`
+    /// (OpenID Connect Discovery §4.3, RFC 8414 §3.3): an attacker's document
+    /// must not redirect tokens elsewhere.
+    public static func parse(_ body: [UInt8], expectedIssuer: String) throws(DiscoveryError) -> ProviderMetadata {
+        let metadata: ProviderMetadata
+        do {
+            metadata = try JSONDecoder().decode(ProviderMetadata.self, from: Data(body))
+        } catch {
+            throw DiscoveryError("the discovery document is not valid JSON with an \"issuer\" member")
+        }
+        guard metadata.issuer == expectedIssuer else {
+            throw DiscoveryError(
+                "the discovery document names issuer \"\(TokenResponse.sanitize(metadata.issuer))\", not the configured \"\(expectedIssuer)\"")
+        }
+        return metadata
+    }
+
+    /// The document as JSON, to keep with the session state.
+    public func encoded() -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: (try? encoder.encode(self)) ?? Data(), as: UTF8.self)
+    }
+
+    /// A document kept by `encoded()`; nil when it cannot be read.
+    public static func decode(_ text: String) -> ProviderMetadata? {
+        try? JSONDecoder().decode(ProviderMetadata.self, from: Data(text.utf8))
+    }
+
+    /// Where to look, in order: OpenID Connect's `ISSUER/.well-known/openid-configuration`,
+    /// then RFC 8414's `/.well-known/oauth-authorization-server` inserted before the issuer's path.
+    public static func discoveryURLs(issuer: String) -> [URL] {
+        var trimmed = issuer
+        while trimmed.hasSuffix("/") { trimmed.removeLast() }
+        var urls: [URL] = []
+        if let oidc = URL(string: trimmed + "/.well-known/openid-configuration") { urls.append(oidc) }
+        if var components = URLComponents(string: trimmed) {
+            let path = components.path == "/" ? "" : components.path
+            components.path = "/.well-known/oauth-authorization-server" + path
+            if let rfc8414 = components.url { urls.append(rfc8414) }
+        }
+        return urls
+    }
+}
+
+/// Why discovery did not give a usable document; never contains a secret.
+public struct DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// The endpoints a session uses: configured ones win over discovered ones.
+public struct ProviderEndpoints: Sendable, Equatable {
+    public var issuer: String?
+    public var token: URL?
+    public var revocation: URL?
+    public var authorization: URL?
+    public var deviceAuthorization: URL?
+    public var userinfo: URL?
+    public var jwks: URL?
+    public var issParameterSupported = false
+
+    public init(
+        issuer: String? = nil, token: URL? = nil, revocation: URL? = nil, authorization: URL? = nil,
+        deviceAuthorization: URL? = nil
+    ) {
+        self.issuer = issuer
+        self.token = token
+        self.revocation = revocation
+        self.authorization = authorization
+        self.deviceAuthorization = deviceAuthorization
+    }
+
+    /// These endpoints, with the gaps filled from a discovery document.
+    public func filled(from metadata: ProviderMetadata) -> ProviderEndpoints {
+        var merged = self
+        merged.token = token ?? metadata.tokenEndpoint
+        merged.revocation = revocation ?? metadata.revocationEndpoint
+        merged.authorization = authorization ?? metadata.authorizationEndpoint
+        merged.deviceAuthorization = deviceAuthorization ?? metadata.deviceAuthorizationEndpoint
+        merged.userinfo = userinfo ?? metadata.userinfoEndpoint
+        merged.jwks = jwks ?? metadata.jwksURI
+        merged.issParameterSupported = metadata.issParameterSupported ?? false
+        return merged
+    }
+}

@@ -1,0 +1,180 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import TokendClient
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct LoginCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "login",
+        abstract: "Log a session in: with a device code, in a browser, or with a refresh token you already hold.",
+        discussion: """
+            tokenctl login --device      shows a code to enter on another device (headless hosts, SSH).
+            tokenctl login --browser     opens the provider's sign-in page in this desktop's browser.
+            tokenctl login < token.txt   hands tokend a refresh token (standard input or --refresh-token-file).
+            With no flag: a refresh token when standard input is not a terminal, else --browser on a
+            desktop and --device elsewhere. tokend makes every exchange itself; the refresh token never
+            reaches tokenctl.
+            """)
+    @OptionGroup var common: Common
+    @Flag(help: "Device authorization grant (RFC 8628): print a code and a URL, wait for approval.")
+    var device = false
+    @Flag(help: "Authorization code with PKCE in a browser, back to a listener on 127.0.0.1.")
+    var browser = false
+    @Flag(help: "With --browser: print the URL only, do not start a browser.")
+    var noOpen = false
+    @Option(help: "File holding the refresh token (default: standard input).")
+    var refreshTokenFile: String?
+
+    func validate() throws {
+        if [device, browser, refreshTokenFile != nil].filter({ $0 }).count > 1 {
+            throw ValidationError("choose one of --device, --browser and --refresh-token-file")
+        }
+    }
+
+    func run() async throws {
+        let flow: String
+        if device {
+            flow = "device"
+        } else if browser {
+            flow = "browser"
+        } else if refreshTokenFile != nil || isatty(0) == 0 {
+            return try await loginWithRefreshToken()
+        } else {
+            flow = hasDesktop ? "browser" : "device"
+        }
+        let client = try await common.connect()
+        let status = flow == "device" ? try await deviceLogin(client) : try await browserLogin(client)
+        FileHandle.standardError.write(Data("Logged in.\n".utf8))
+        printStatus(status)
+    }
+
+    var hasDesktop: Bool {
+        let environment = ProcessInfo.processInfo.environment
+        return environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil
+    }
+
+    func deviceLogin(_ client: TokendClient) async throws -> SessionStatus {
+        let login = try await common.run { try await client.beginLogin(session: common.session, flow: "device") }
+        let cancel = cancelOnInterrupt(client, login)
+        defer { cancel.cancel() }
+        print("To log in, open \(login.verificationURI ?? "the provider's device page") and enter the code:")
+        print("")
+        print("    \(login.userCode ?? "")")
+        print("")
+        if let complete = login.verificationURIComplete { print("Or open \(complete)") }
+        print("The code expires \(formatTime(login.expiresAt)).")
+        fflush(nil)
+        let progress = showWaiting("Waiting for approval")
+        defer { progress.cancel() }
+        return try await common.run { try await client.finishLogin(id: login.id) }
+    }
+
+    func browserLogin(_ client: TokendClient) async throws -> SessionStatus {
+        let listener: LoopbackListener
+        do {
+            listener = try LoopbackListener()
+        } catch {
+            FileHandle.standardError.write(Data("tokenctl: \(error)\n  Use --device instead.\n".utf8))
+            throw ExitCode(Exit.failure)
+        }
+        let login = try await common.run {
+            try await client.beginLogin(session: common.session, flow: "browser", redirectURI: listener.redirectURI)
+        }
+        let cancel = cancelOnInterrupt(client, login)
+        defer { cancel.cancel() }
+        let url = login.authorizationURL ?? ""
+        print("Open this URL in a browser on this machine to log in:\n\n    \(url)\n")
+        fflush(nil)
+        if !noOpen, hasDesktop { openInBrowser(url) }
+        let progress = showWaiting("Waiting for the browser")
+        defer { progress.cancel() }
+        let deadline = Date(timeIntervalSince1970: TimeInterval(login.expiresAt))
+        while let (callback, connection) = await listener.nextCallback(until: deadline) {
+            do {
+                let status = try await client.finishLogin(id: login.id, callbackURL: callback)
+                let who = status.username ?? status.email ?? status.subject
+                LoopbackListener.respond(
+                    connection, status: "200 OK", title: "Logged in",
+                    message: "tokend holds the session\(who.map { " of \($0)" } ?? ""). You can close this tab.")
+                return status
+            } catch .invalidCallback(let reason) {
+                // Not the answer to this login (a stale tab, another program): keep waiting.
+                LoopbackListener.respond(
+                    connection, status: "400 Bad Request", title: "Not accepted", message: reason)
+                FileHandle.standardError.write(Data("\ntokenctl: ignored a callback: \(reason)\n".utf8))
+            } catch {
+                LoopbackListener.respond(
+                    connection, status: "200 OK", title: "Login failed", message: "\(error) You can close this tab.")
+                return try await common.run { throw error }
+            }
+        }
+        try? await client.cancelLogin(id: login.id)
+        return try await common.run { throw TokendClientError.loginExpired(reason: "the browser did not come back in time") }
+    }
+
+    func loginWithRefreshToken() async throws {
+        let text: String
+        if let refreshTokenFile {
+            guard let data = FileManager.default.contents(atPath: refreshTokenFile) else {
+                FileHandle.standardError.write(Data("tokenctl: cannot read \(refreshTokenFile)\n".utf8))
+                throw ExitCode(Exit.failure)
+            }
+            text = String(decoding: data, as: UTF8.self)
+        } else {
+            text = readLine(strippingNewline: true) ?? ""
+        }
+        let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !token.isEmpty else {
+            FileHandle.standardError.write(Data("tokenctl: no refresh token given (pipe it in or use --refresh-token-file)\n".utf8))
+            throw ExitCode(Exit.failure)
+        }
+        let client = try await common.connect()
+        let status = try await common.run { try await client.login(session: common.session, refreshToken: token) }
+        printStatus(status)
+    }
+
+    /// On Ctrl-C: cancel the pending login in tokend, then exit 130.
+    func cancelOnInterrupt(_ client: TokendClient, _ login: PendingLogin) -> DispatchSourceSignal {
+        signal(SIGINT, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .main)
+        source.setEventHandler {
+            Task {
+                try? await client.cancelLogin(id: login.id)
+                FileHandle.standardError.write(Data("\nLogin cancelled.\n".utf8))
+                Glibc.exit(Exit.interrupted)
+            }
+        }
+        source.resume()
+        return source
+    }
+
+    /// "Waiting for approval... 12 s" on a terminal, once per second; a single line otherwise.
+    func showWaiting(_ what: String) -> Task<Void, Never> {
+        guard isatty(2) != 0 else {
+            FileHandle.standardError.write(Data("\(what) (Ctrl-C cancels)...\n".utf8))
+            return Task {}
+        }
+        return Task {
+            var seconds = 0
+            while !Task.isCancelled {
+                FileHandle.standardError.write(Data("\r\(what) (Ctrl-C cancels)... \(seconds) s ".utf8))
+                try? await Task.sleep(for: .seconds(1))
+                seconds += 1
+            }
+            FileHandle.standardError.write(Data("\n".utf8))
+        }
+    }
+
+    func openInBrowser(_ url: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["xdg-open", url]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try? process.run()
+    }
+}

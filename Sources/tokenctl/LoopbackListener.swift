@@ -1,0 +1,111 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The redirect target of a browser login (RFC 8252 §7.3): an HTTP listener
+/// on 127.0.0.1 at a port the system picks, for the one request the browser
+/// makes when the provider sends it back.
+final class LoopbackListener: @unchecked Sendable {
+    let port: UInt16
+    private let fd: Int32
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw ListenerError("cannot create a socket: \(String(cString: strerror(errno)))") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(fd, 8) == 0 else {
+            close(fd)
+            throw ListenerError("cannot listen on 127.0.0.1: \(String(cString: strerror(errno)))")
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        self.fd = fd
+        port = UInt16(bigEndian: address.sin_port)
+    }
+
+    deinit { close(fd) }
+
+    var redirectURI: String { "http://127.0.0.1:\(port)/callback" }
+
+    /// The next request for /callback, with the connection to answer it on;
+    /// other requests (a favicon) get 404. nil when `deadline` passes.
+    func nextCallback(until deadline: Date) async -> (url: String, connection: Int32)? {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: self.waitForCallback(until: deadline)) }
+        }
+    }
+
+    private func waitForCallback(until deadline: Date) -> (url: String, connection: Int32)? {
+        while true {
+            let remaining = deadline.timeIntervalSinceNow
+            guard remaining > 0 else { return nil }
+            var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&entry, 1, Int32(min(remaining, 1) * 1000)) > 0 else { continue }
+            let connection = accept(fd, nil, nil)
+            guard connection >= 0 else { continue }
+            guard let target = Self.readRequestTarget(connection) else {
+                Self.respond(connection, status: "400 Bad Request", title: "Bad request", message: "")
+                continue
+            }
+            guard target.hasPrefix("/callback") else {
+                Self.respond(connection, status: "404 Not Found", title: "Not found", message: "")
+                continue
+            }
+            return ("http://127.0.0.1:\(port)\(target)", connection)
+        }
+    }
+
+    /// The target of a GET request line, read within 5 s and 16 KiB.
+    static func readRequestTarget(_ connection: Int32) -> String? {
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var data = [UInt8]()
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while data.count < 16384 {
+            let count = read(connection, &buffer, buffer.count)
+            guard count > 0 else { return nil }
+            data += buffer[0..<count]
+            if let end = data.firstRange(of: Array("\r\n\r\n".utf8)) {
+                let head = String(decoding: data[..<end.lowerBound], as: UTF8.self)
+                let words = head.split(separator: "\r\n").first?.split(separator: " ") ?? []
+                guard words.count == 3, words[0] == "GET" else { return nil }
+                return String(words[1])
+            }
+        }
+        return nil
+    }
+
+    /// A small page for the browser tab, then the connection is closed.
+    static func respond(_ connection: Int32, status: String, title: String, message: String) {
+        let escaped = { (text: String) in
+            text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
+                .replacingOccurrences(of: ">", with: "&gt;")
+        }
+        let body = """
+            <!doctype html><meta charset="utf-8"><title>tokend: \(escaped(title))</title>
+            <body style="font-family:sans-serif;margin:3em"><h1 id="result">\(escaped(title))</h1>
+            <p>\(escaped(message))</p></body>
+
+            """
+        let response = "HTTP/1.1 \(status)\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\n"
+            + "Cache-Control: no-store\r\nConnection: close\r\n\r\n" + body
+        let bytes = Array(response.utf8)
+        _ = bytes.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+        close(connection)
+    }
+}
+
+struct ListenerError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}

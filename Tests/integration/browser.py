@@ -1,0 +1,72 @@
+"""The user's part of a login, done as a user does it: Debian's chromium
+(headless) driven through chromium-driver signs in on the test server's page
+and approves (or denies) the request."""
+import os
+import shutil
+import tempfile
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+USER, PASSWORD = "alice", "alice-password"
+
+
+class Browser:
+    def __init__(self):
+        self.profile = tempfile.mkdtemp(prefix="tkb", dir="/tmp")
+        options = webdriver.ChromeOptions()
+        options.binary_location = "/usr/bin/chromium"
+        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     f"--user-data-dir={self.profile}", "--no-first-run", "--password-store=basic"):
+            options.add_argument(flag)
+        # Selenium must not look for a driver on the network: Debian's is given.
+        os.environ["SE_OFFLINE"] = "true"
+        self.driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+        self.driver.set_page_load_timeout(30)
+
+    def close(self):
+        try:
+            self.driver.quit()
+        finally:
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+    def wait(self, condition, timeout=20):
+        return WebDriverWait(self.driver, timeout).until(condition)
+
+    def sign_in_if_asked(self):
+        if self.driver.find_elements(By.ID, "id_username"):
+            self.driver.find_element(By.ID, "id_username").send_keys(USER)
+            self.driver.find_element(By.ID, "id_password").send_keys(PASSWORD)
+            self.driver.find_element(By.ID, "sign-in").click()
+
+    def decide(self, accept):
+        """Clicks Accept/Deny on the device page, or Authorize/Cancel on the authorization page."""
+        self.wait(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "button, input[type=submit]")))
+        if accept:
+            buttons = self.driver.find_elements(By.CSS_SELECTOR, "button[value=accept], input[name=allow]")
+        else:
+            buttons = self.driver.find_elements(By.CSS_SELECTOR, "button[value=deny], input[type=submit]:not([name=allow])")
+        assert buttons, f"no approval button on {self.driver.current_url}: {self.driver.page_source[:500]}"
+        buttons[0].click()
+
+    def approve_device(self, verification_uri_complete, accept=True):
+        """Opens the complete verification URI, signs in, submits the code and decides."""
+        self.driver.get(verification_uri_complete)
+        self.sign_in_if_asked()
+        self.wait(expected_conditions.presence_of_element_located((By.ID, "id_user_code")))
+        self.driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+        self.decide(accept)
+        self.wait(lambda d: "device-grant-status" in d.current_url or "device-confirm" not in d.current_url)
+
+    def authorize(self, authorization_url, accept=True):
+        """Opens the authorization URL, signs in and decides; returns the text of
+        the page the browser ends on (tokenctl's "you can close this tab")."""
+        self.driver.get(authorization_url)
+        self.sign_in_if_asked()
+        self.decide(accept)
+        self.wait(lambda d: d.current_url.startswith("http://127.0.0.1:") and "/callback" in d.current_url)
+        self.wait(expected_conditions.presence_of_element_located((By.TAG_NAME, "h1")))
+        return self.driver.find_element(By.TAG_NAME, "body").text
