@@ -11,14 +11,14 @@ UNITDIR ?= /etc/systemd/system
 USERUNITDIR ?= /etc/systemd/user
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 
-.PHONY: bench test-crash all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
+.PHONY: bench test-crash demo-login all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
 # System packages (Debian) the build and tests need; skipped when present.
 deps:
 	@missing=""; \
-	for p in python3-venv libsystemd-dev curl publicsuffix; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in python3-venv libsystemd-dev curl publicsuffix chromium chromium-driver; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -82,6 +82,10 @@ bench-startup: build
 
 demo: venv build
 	$(PY) demo/demo.py
+
+# The ways in: device login and browser login, the user's part played by headless Chromium.
+demo-login: venv build
+	$(PY) demo/demo_login.py
 
 # End to end under a real systemd in a Debian bookworm container (systemd-nspawn);
 # the root filesystem is built once with debootstrap and cached in $(E2E_CACHE).

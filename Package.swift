@@ -70,7 +70,10 @@ let package = Package(
             resources: [.embedInCode("org.varlink.certification.varlink")]
         ),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio]),
-        .testTarget(name: "OAuthTests", dependencies: ["OAuth", "Secrets"]),
+        .testTarget(name: "OAuthTests", dependencies: [
+            "OAuth", "Secrets", .product(name: "JWTKit", package: "jwt-kit"),
+            .product(name: "_CryptoExtras", package: "swift-crypto"),
+        ]),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "CookieJar", "Secrets"]),
         .testTarget(name: "BrokerTests", dependencies: ["Broker", "CookieJar", "OAuth", "Secrets", "StateStore"]),
         .testTarget(name: "CookieJarTests", dependencies: ["CookieJar"]),

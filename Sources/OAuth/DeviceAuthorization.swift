@@ -49,14 +49,6 @@ public struct DeviceAuthorization: Sendable {
             deviceCode: Secret(deviceCode), userCode: TokenResponse.sanitize(userCode),
             verificationURI: TokenResponse.sanitize(verification),
             verificationURIComplete: (json["verification_uri_complete"] as? String).map(TokenResponse.sanitize),
-            expiresIn: integer(json["expires_in"]) ?? 600, interval: max(1, integer(json["interval"]) ?? 5))
-    }
-
-    static func integer(_ value: Any?) -> Int? {
-        switch value {
-        case let number as NSNumber where !(number is Bool): number.intValue
-        case let text as String: Int(text)
-        default: nil
-        }
+            expiresIn: jsonInteger(json["expires_in"]) ?? 600, interval: max(1, jsonInteger(json["interval"]) ?? 5))
     }
 }

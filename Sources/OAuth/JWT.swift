@@ -10,8 +10,8 @@ public enum JWT {
         base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
         guard let data = Data(base64Encoded: base64),
             let claims = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
-            let exp = claims["exp"] as? NSNumber, !(exp is Bool)
+            let exp = claims["exp"] as? NSNumber, let seconds = jsonInteger(exp)
         else { return nil }
-        return exp.intValue
+        return seconds
     }
 }

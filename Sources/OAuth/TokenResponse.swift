@@ -94,12 +94,7 @@ extension TokenResponse {
         guard let access = json["access_token"] as? String, !access.isEmpty else {
             return .failure(.transient("token endpoint answer has no access_token"))
         }
-        let expiresIn: Int?
-        switch json["expires_in"] {
-        case let number as NSNumber where !(number is Bool): expiresIn = number.intValue
-        case let text as String: expiresIn = Int(text.trimmingCharacters(in: .whitespaces))
-        default: expiresIn = nil
-        }
+        let expiresIn = jsonInteger(json["expires_in"])
         let refresh = (json["refresh_token"] as? String).flatMap { $0.isEmpty ? nil : Secret($0) }
         return .success(
             TokenResponse(

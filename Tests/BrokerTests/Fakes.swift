@@ -69,6 +69,8 @@ final class FakeEndpoint: TokenEndpoint {
         var script: [Answer] = []
         var gate: [CheckedContinuation<Void, Never>] = []
         var held = false
+        var loginScript: [Answer] = []
+        var redeemed: [String] = []
     }
     private let state = Mutex(State())
 
@@ -125,6 +127,42 @@ final class FakeEndpoint: TokenEndpoint {
 
     func revoke(token: Secret) async throws(TokenEndpointError) {
         state.withLock { $0.revoked.append(token.reveal()) }
+    }
+
+    // MARK: Logins
+
+    /// Answers for the next login redemptions (device polls, code exchanges).
+    func scriptLogin(_ answers: Answer...) { state.withLock { $0.loginScript += answers } }
+    /// The grants redeemed so far: "device:CODE" or "code:CODE".
+    var redeemed: [String] { state.withLock { $0.redeemed } }
+
+    func deviceAuthorization() async throws(TokenEndpointError) -> DeviceAuthorization {
+        DeviceAuthorization(
+            deviceCode: Secret("device-code"), userCode: "ABCD-EFGH", verificationURI: "https://auth.example.com/device",
+            verificationURIComplete: nil, expiresIn: 60, interval: 2)
+    }
+
+    func authorizationURL(for login: AuthorizationCodeLogin) throws(TokenEndpointError) -> URL {
+        login.authorizationURL(endpoint: URL(string: "https://auth.example.com/authorize")!, clientID: "c", scope: "openid")!
+    }
+
+    func redeem(_ grant: LoginGrant, cookieHeader: String) async -> RefreshAnswer {
+        let (call, answer) = state.withLock { s in
+            switch grant {
+            case .deviceCode(let code): s.redeemed.append("device:\(code.reveal())")
+            case .authorizationCode(let code, _): s.redeemed.append("code:\(code.reveal())")
+            }
+            return (s.redeemed.count, s.loginScript.isEmpty ? Answer.token(expiresIn: 600, rotate: true) : s.loginScript.removeFirst())
+        }
+        switch answer {
+        case .token(let expiresIn, let rotate):
+            let response = TokenResponse(
+                accessToken: Secret("login-access-\(call)"), tokenType: "Bearer", expiresIn: expiresIn,
+                refreshToken: rotate ? Secret("login-refresh-\(call)") : nil, scope: "openid")
+            return RefreshAnswer(result: .success(response))
+        case .error(let error):
+            return RefreshAnswer(result: .failure(error))
+        }
     }
 }
 

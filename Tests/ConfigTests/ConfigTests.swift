@@ -5,7 +5,7 @@ import Testing
 @Suite struct ConfigTests {
     let secret: String = {
         let path = NSTemporaryDirectory() + "tokend-config-secret"
-        FileManager.default.createFile(atPath: path, contents: Data("s".utf8))
+        _ = FileManager.default.createFile(atPath: path, contents: Data("s".utf8))
         return path
     }()
 
@@ -31,6 +31,42 @@ import Testing
         let config = try parse(text, environment: ["CREDENTIALS_DIRECTORY": directory])
         #expect(config.daemon.logTarget == "auto")
         #expect(config.sessions.map(\.name) == ["default"])
+    }
+
+    @Test func issuerMakesTheTokenEndpointOptional() throws {
+        let config = try parse("""
+            [sessions.default]
+            issuer = "https://id.example.com/realms/x"
+            device-authorization-endpoint = "https://id.example.com/device"
+            client-id = "cli"
+            client-auth = "none"
+            """)
+        let session = try #require(config.sessions.first)
+        #expect(session.issuer == "https://id.example.com/realms/x")
+        #expect(session.tokenEndpoint == nil)
+        #expect(session.deviceAuthorizationEndpoint?.absoluteString == "https://id.example.com/device")
+        #expect(session.clientSecretFile == nil)
+    }
+
+    @Test func withoutIssuerTheTokenEndpointIsRequired() {
+        #expect(throws: ConfigError(
+            file: "t.toml", key: "sessions.default.token-endpoint",
+            problem: "is required (or set issuer, and tokend discovers it)"))
+        {
+            try parse("""
+                [sessions.default]
+                client-id = "cli"
+                client-auth = "none"
+                """)
+        }
+        #expect(throws: ConfigError.self) {
+            try parse("""
+                [sessions.default]
+                issuer = "http://id.example.com"
+                client-id = "cli"
+                client-auth = "none"
+                """)
+        }
     }
 
     @Test func sessionAccessOverridesOnlyTheKeysItSets() throws {

@@ -71,10 +71,10 @@ import Testing
     @Test func keyFilesAreBase64OrRawAndMustBePrivate() throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let path = directory + "/key"
-        FileManager.default.createFile(
+        _ = FileManager.default.createFile(
             atPath: path, contents: Data((StateKey.generate() + "\n").utf8), attributes: [.posixPermissions: 0o600])
         #expect(try StateKey(contentsOfFile: path).source == path)
-        FileManager.default.createFile(atPath: path, contents: Data(repeating: 1, count: 32), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: path, contents: Data(repeating: 1, count: 32), attributes: [.posixPermissions: 0o600])
         _ = try StateKey(contentsOfFile: path)
         chmod(path, 0o644)
         #expect {
@@ -82,14 +82,14 @@ import Testing
         } throws: { error in
             "\(error)".contains("chmod 600")
         }
-        FileManager.default.createFile(atPath: path, contents: Data("short".utf8), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: path, contents: Data("short".utf8), attributes: [.posixPermissions: 0o600])
         #expect(throws: StateKeyError.self) { try StateKey(contentsOfFile: path) }
         #expect("\(key)" == "<state key from test key>")
     }
 
     @Test func theCredentialWinsOverTheKeyFile() throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: directory + "/tokend.state-key", contents: Data(StateKey.generate().utf8))
+        _ = FileManager.default.createFile(atPath: directory + "/tokend.state-key", contents: Data(StateKey.generate().utf8))
         let loaded = try StateKey.load(environment: ["CREDENTIALS_DIRECTORY": directory], keyFile: "/nonexistent")
         #expect(loaded?.source == "credential tokend.state-key")
         #expect(try StateKey.load(environment: [:], keyFile: nil) == nil)

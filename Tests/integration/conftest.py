@@ -37,17 +37,21 @@ def wait_for(predicate, timeout=20.0, what="condition"):
 
 
 class AuthServer:
-    def __init__(self, directory, grace=0, access_ttl=3600):
+    def __init__(self, directory, grace=0, access_ttl=3600, port=None, extra=()):
         self.directory = directory
         os.makedirs(directory, exist_ok=True)
-        self.port = free_port()
+        self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             [sys.executable, AUTHSERVER, directory, str(self.port), "--grace", str(grace),
-             "--access-ttl", str(access_ttl)],
-            stdout=subprocess.DEVNULL, stderr=open(os.path.join(directory, "server.log"), "w"),
+             "--access-ttl", str(access_ttl), *extra],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(directory, "server.log"), "a"),
             start_new_session=True)
         wait_for(lambda: os.path.exists(os.path.join(directory, "ready")), 60, "authorization server")
+
+    @property
+    def issuer(self):
+        return self.base + "/o"
 
     @property
     def token_url(self):
@@ -85,7 +89,7 @@ class AuthServer:
 class Tokend:
     """The built tokend with its own config, state directory and socket."""
 
-    def __init__(self, directory, server, daemon=None, **session):
+    def __init__(self, directory, server, daemon=None, sessions=None, **session):
         self.directory = directory
         self.socket = os.path.join(directory, "sock")
         self.state = os.path.join(directory, "state")
@@ -102,6 +106,8 @@ class Tokend:
             f'revocation-endpoint = "{server.base}/o/revoke_token/"', f'client-id = "{CLIENT_ID}"',
             f'client-secret-file = "{secret}"',
         ] + [f"{k} = {v}" for k, v in options.items()]
+        for name, keys in (sessions or {}).items():
+            lines += [f"[sessions.{name}]"] + [f"{k} = {json.dumps(v)}" for k, v in keys.items()]
         self.config = os.path.join(directory, "tokend.toml")
         with open(self.config, "w") as f:
             f.write("\n".join(lines) + "\n")

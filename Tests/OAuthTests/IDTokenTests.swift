@@ -1,0 +1,70 @@
+import Foundation
+import JWTKit
+import Secrets
+import Testing
+import _CryptoExtras
+@testable import OAuth
+
+/// ID tokens signed here with a fresh RSA key, checked against a JWKS made from it.
+@Suite struct IDTokenTests {
+    static let issuer = "https://id.example.com"
+    let keys = JWTKeyCollection()
+    let jwks: [UInt8]
+
+    init() async throws {
+        let key = try Insecure.RSA.PrivateKey(backing: _RSA.Signing.PrivateKey(keySize: .bits2048))
+        await keys.add(rsa: key, digestAlgorithm: .sha256, kid: "k1")
+        let (modulus, exponent) = try key.publicKey.getKeyPrimitives()
+        jwks = Array(#"{"keys":[{"kty":"RSA","kid":"k1","alg":"RS256","use":"sig","n":"\#(base64URL(modulus))","e":"\#(base64URL(exponent))"}]}"#.utf8)
+    }
+
+    func token(iss: String = issuer, aud: [String] = ["client"], exp: Date = Date().addingTimeInterval(300),
+               nonce: String? = "n1", azp: String? = nil) async throws -> Secret {
+        let claims = IDTokenClaims(
+            iss: IssuerClaim(value: iss), sub: SubjectClaim(value: "42"), aud: AudienceClaim(value: aud),
+            exp: ExpirationClaim(value: exp), azp: azp, nonce: nonce, preferredUsername: "alice", email: "a@example.test")
+        return Secret(try await keys.sign(claims, kid: "k1"))
+    }
+
+    var verifier: IDTokenVerifier { IDTokenVerifier(issuer: Self.issuer, clientID: "client", jwks: jwks) }
+
+    @Test func validTokenGivesTheIdentity() async throws {
+        let identity = try await verifier.verify(try await token(), nonce: "n1")
+        #expect(identity == Identity(subject: "42", username: "alice", email: "a@example.test"))
+    }
+
+    @Test func wrongClaimsAreRefused() async throws {
+        await #expect(throws: IDTokenError.self) { try await verifier.verify(try await token(iss: "https://evil.example"), nonce: "n1") }
+        await #expect(throws: IDTokenError.self) { try await verifier.verify(try await token(aud: ["other"]), nonce: "n1") }
+        await #expect(throws: IDTokenError.self) {
+            try await verifier.verify(try await token(aud: ["client", "other"], azp: "other"), nonce: "n1")
+        }
+        await #expect(throws: IDTokenError.self) {
+            try await verifier.verify(try await token(exp: Date().addingTimeInterval(-120)), nonce: "n1")
+        }
+        await #expect(throws: IDTokenError.self) { try await verifier.verify(try await token(), nonce: "n2") }
+        await #expect(throws: IDTokenError.self) { try await verifier.verify(try await token(nonce: nil), nonce: "n1") }
+    }
+
+    @Test func aTokenFromAnotherKeyIsRefused() async throws {
+        let other = JWTKeyCollection()
+        await other.add(
+            rsa: try Insecure.RSA.PrivateKey(backing: _RSA.Signing.PrivateKey(keySize: .bits2048)), digestAlgorithm: .sha256,
+            kid: "k1")
+        let claims = IDTokenClaims(
+            iss: IssuerClaim(value: Self.issuer), sub: SubjectClaim(value: "42"), aud: AudienceClaim(value: ["client"]),
+            exp: ExpirationClaim(value: Date().addingTimeInterval(300)), nonce: "n1")
+        let forged = Secret(try await other.sign(claims, kid: "k1"))
+        await #expect(throws: IDTokenError.self) { try await verifier.verify(forged, nonce: "n1") }
+        // Unsigned ("alg": "none") is refused too.
+        let parts = forged.reveal().split(separator: ".")
+        let none = Secret(base64URL(Data(#"{"alg":"none","kid":"k1"}"#.utf8)) + "." + parts[1] + ".")
+        await #expect(throws: IDTokenError.self) { try await verifier.verify(none, nonce: "n1") }
+    }
+
+    @Test func userInfoNeedsASubject() {
+        #expect(Identity.fromUserInfo(Array(#"{"sub":"1","preferred_username":"alice"}"#.utf8))
+            == Identity(subject: "1", username: "alice"))
+        #expect(Identity.fromUserInfo(Array(#"{"email":"x"}"#.utf8)) == nil)
+    }
+}
