@@ -63,7 +63,9 @@ def run_login(socket_path, flow, session, user_part):
             break
         say("  " + line.rstrip())
         if flow == "device" and line.startswith("Or open "):
-            url = line.split()[-1]
+            complete = line.split()[-1]
+        if flow == "device" and line.startswith("The code expires"):
+            url = complete
         if flow == "browser" and line.strip().startswith("http"):
             url = line.strip()
     say(f"  [the user opens {url.split('?')[0]} in a browser, signs in as alice and approves]")

@@ -40,7 +40,9 @@ class Browser:
         if self.driver.find_elements(By.ID, "id_username"):
             self.driver.find_element(By.ID, "id_username").send_keys(USER)
             self.driver.find_element(By.ID, "id_password").send_keys(PASSWORD)
-            self.driver.find_element(By.ID, "sign-in").click()
+            button = self.driver.find_element(By.ID, "sign-in")
+            button.click()
+            self.wait(expected_conditions.staleness_of(button))
 
     def decide(self, accept):
         """Clicks Accept/Deny on the device page, or Authorize/Cancel on the authorization page."""
