@@ -137,13 +137,17 @@ struct LoginCommand: AsyncParsableCommand {
         printStatus(status)
     }
 
-    /// On Ctrl-C: cancel the pending login in tokend, then exit 130.
+    /// On Ctrl-C: cancel the pending login in tokend, then exit 130. The
+    /// cancel goes on a connection of its own: replies come in order, and the
+    /// first connection waits for FinishLogin.
     func cancelOnInterrupt(_ client: TokendClient, _ login: PendingLogin) -> DispatchSourceSignal {
         signal(SIGINT, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .main)
+        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
         source.setEventHandler {
             Task {
-                try? await client.cancelLogin(id: login.id)
+                if let second = try? await TokendClient.connect(socket: client.socket) {
+                    try? await second.cancelLogin(id: login.id)
+                }
                 FileHandle.standardError.write(Data("\nLogin cancelled.\n".utf8))
                 Glibc.exit(Exit.interrupted)
             }

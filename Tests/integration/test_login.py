@@ -307,3 +307,53 @@ def test_refresh_token_never_crosses_the_socket(oidc_server, make_tokend, browse
     assert not [t for t in refresh_tokens if t.encode() in captured]
     assert not [c for c in device_codes if c.encode() in captured]
     assert b"code_verifier" not in captured and b"refreshToken" not in captured
+
+
+def call_as(daemon, uid, gid, method, **parameters):
+    """One Varlink call from another user (setpriv), as tokend sees it through SO_PEERCRED."""
+    probe = ("import json,socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+             "s.sendall(sys.argv[2].encode()+b'\\0'); data=b''\n"
+             "while not data.endswith(b'\\0'): data+=s.recv(65536)\n"
+             "print(data[:-1].decode())")
+    message = json.dumps({"method": B + method, "parameters": parameters})
+    run = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "/usr/bin/python3", "-c",
+                          probe, daemon.socket, message], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def test_only_admins_log_in_and_only_the_owner_finishes(oidc_server, make_tokend, workdir):
+    os.chmod(workdir, 0o755)
+    daemon = make_tokend(oidc_server, daemon={"socket-mode": '"0666"'}, sessions=login_sessions(oidc_server))
+    with open(daemon.config) as f:
+        text = f.read()
+    with open(daemon.config, "w") as f:
+        f.write('[access]\nadmin-users = ["4242", "4243"]\nread-groups = ["0"]\n' + text)
+    daemon.start()
+    reader = call_as(daemon, 4244, 0, "BeginLogin", session="dev", flow="device")
+    assert reader["error"] == "org.varlink.service.PermissionDenied"
+    login = call_as(daemon, 4242, 4242, "BeginLogin", session="dev", flow="device")["parameters"]["login"]
+    assert login["userCode"] and login["id"].startswith("dev/")
+    for method in ("FinishLogin", "CancelLogin"):
+        other = call_as(daemon, 4243, 4243, method, id=login["id"])
+        assert other["error"] == B + "NoSuchLogin", other
+    assert call_as(daemon, 4244, 0, "CancelLogin", id=login["id"])["error"] == "org.varlink.service.PermissionDenied"
+    assert "error" not in call_as(daemon, 4242, 4242, "CancelLogin", id=login["id"])
+    status = daemon.call(B + "GetStatus", session="dev")[1]["parameters"]["status"]
+    assert status["pendingLogins"] == 0
+
+
+def test_ctrl_c_cancels_the_pending_login(oidc_server, make_tokend):
+    daemon = make_tokend(oidc_server, sessions=login_sessions(oidc_server)).start()
+    process, _, _ = start_login(daemon, "device", "dev")
+    wait_for(lambda: oidc_server.grants("urn:ietf:params:oauth:grant-type:device_code"), 10, "tokend polling")
+    status = daemon.call(B + "GetStatus", session="dev")[1]["parameters"]["status"]
+    assert status["pendingLogins"] == 1
+    process.send_signal(2)
+    code, _, err = finish(process)
+    assert code == 130 and "cancelled" in err
+    wait_for(lambda: daemon.call(B + "GetStatus", session="dev")[1]["parameters"]["status"]["pendingLogins"] == 0,
+             5, "the login cancelled in tokend")
+    polls = len(oidc_server.grants("urn:ietf:params:oauth:grant-type:device_code"))
+    time.sleep(2.5)
+    assert len(oidc_server.grants("urn:ietf:params:oauth:grant-type:device_code")) == polls, "tokend still polls"
