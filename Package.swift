@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .executable(name: "tokend", targets: ["tokend"]),
         .executable(name: "tokenctl", targets: ["tokenctl"]),
+        .executable(name: "tokend-native-host", targets: ["tokend-native-host"]),
         .library(name: "TokendClient", targets: ["TokendClient"]),
     ],
     dependencies: [
@@ -63,6 +64,11 @@ let package = Package(
         ]),
         .target(name: "TokendClient", dependencies: ["Varlink", "VarlinkNIO", "TokendInterface", nio, nioPosix]),
         .executableTarget(name: "tokenctl", dependencies: ["TokendClient", "Varlink", argumentParser]),
+        // WebExtension native messaging framing (pure) and the host the browser starts.
+        .target(name: "NativeMessaging", dependencies: ["Varlink"]),
+        .executableTarget(name: "tokend-native-host", dependencies: [
+            "NativeMessaging", "TokendInterface", "Varlink", "VarlinkNIO",
+        ]),
         // Test-only: a server implementing org.varlink.certification for the reference suite.
         .executableTarget(
             name: "varlink-certification",
@@ -77,6 +83,7 @@ let package = Package(
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "CookieJar", "Secrets"]),
         .testTarget(name: "BrokerTests", dependencies: ["Broker", "CookieJar", "OAuth", "Secrets", "StateStore"]),
         .testTarget(name: "CookieJarTests", dependencies: ["CookieJar"]),
+        .testTarget(name: "NativeMessagingTests", dependencies: ["NativeMessaging", "Varlink"]),
         .testTarget(name: "ConfigTests", dependencies: ["Config"]),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", logging]),
     ]

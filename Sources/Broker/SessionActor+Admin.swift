@@ -87,7 +87,8 @@ extension SessionActor {
             failures: failures,
             lastError: lastError ?? discoveryProblem ?? (record.phase == .active ? nil : record.reason),
             cookieCount: jar.cookies.count, cookieVersion: jar.version, subject: record.subject,
-            username: record.username, email: record.email, pendingLogins: pendingLogins.count)
+            username: record.username, email: record.email, pendingLogins: pendingLogins.count,
+            webOrigins: webOrigins)
     }
 
     /// Events from now on, until the session stops or the consumer goes away,

@@ -59,6 +59,19 @@ extension SessionActor {
         return CookieImport(version: jar.version, applied: applied, rejected: rejected)
     }
 
+    /// Deletes the cookies a request to `request` would carry (the whole jar
+    /// without one), only those named `name` when given: persisted, then each
+    /// deletion delivered to subscribers before this returns.
+    public func deleteCookies(matching request: CookieRequest?, name: String?) async -> (version: Int, deleted: Int) {
+        let changes = jar.remove(matching: request, name: name, now: Int(clock.now()))
+        if !changes.isEmpty {
+            scheduleCookieExpiry()
+            await persist(record, what: "deleted cookies")
+            await publish([event(.cookies, changes: changes)], waitForDelivery: true)
+        }
+        return (jar.version, changes.count)
+    }
+
     /// The cookies a browser would send to `request`, and the jar's version.
     public func cookies(for request: CookieRequest) -> (cookies: [Cookie], version: Int) {
         (jar.cookies(for: request, now: Int(clock.now())), jar.version)

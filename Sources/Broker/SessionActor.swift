@@ -11,6 +11,9 @@ import StateStore
 /// askers cause one upstream call. State is re-checked after every `await`.
 public actor SessionActor {
     public nonisolated let name: String
+    /// The web origins whose pages may ask for this session's tokens through
+    /// the browser bridge, and whose hosts' cookies it mirrors.
+    public nonisolated let webOrigins: [String]
     let policy: RefreshPolicy
     let endpoint: any TokenEndpoint
     let file: SessionFile
@@ -66,9 +69,11 @@ public actor SessionActor {
         random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) },
         cookiePolicy: CookiePolicy = CookiePolicy(publicSuffixes: .implicitOnly),
         deliveryDeadline: Duration = .milliseconds(500),
+        webOrigins: [String] = [],
         checkpoint: (@Sendable (String) -> Void)? = nil
     ) {
         self.name = name
+        self.webOrigins = webOrigins
         self.policy = policy
         self.endpoint = endpoint
         self.file = file

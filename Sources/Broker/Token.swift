@@ -34,6 +34,8 @@ public struct SessionStatus: Sendable, Equatable {
     public var email: String?
     /// Logins begun and not yet finished.
     public var pendingLogins: Int = 0
+    /// Origins whose pages may use the session through the browser bridge.
+    public var webOrigins: [String] = []
 }
 
 /// A change subscribers are told about.

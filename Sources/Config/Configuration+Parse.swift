@@ -93,7 +93,7 @@ extension TableReader {
         try allowOnly([
             "issuer", "token-endpoint", "revocation-endpoint", "authorization-endpoint", "device-authorization-endpoint",
             "client-id", "client-secret-file", "client-auth", "scope", "refresh-margin", "min-valid", "upstream-timeout",
-            "default-lifetime", "access",
+            "default-lifetime", "access", "web-origins", "accept-cookies",
         ])
         let issuer = try url("issuer")
         if let issuer, issuer.query != nil || issuer.fragment != nil {
@@ -113,6 +113,15 @@ extension TableReader {
             session.clientAuth = ClientAuth(rawValue: auth)!
         }
         session.scope = try string("scope")
+        session.acceptCookies = try oneOf("accept-cookies", ["always", "never", "same-domain"]) ?? "always"
+        for origin in try strings("web-origins") ?? [] {
+            guard let url = URL(string: origin), let scheme = url.scheme, ["http", "https"].contains(scheme),
+                url.host != nil, url.path.isEmpty, url.query == nil, url.fragment == nil
+            else {
+                throw problem("web-origins", "\"\(origin)\" is not an origin: use scheme://host[:port], e.g. \"https://app.example.com\"")
+            }
+            session.webOrigins.append(origin)
+        }
         if let table = try table("access") {
             session.access = try TableReader(file: file, table: table, path: key("access")).access()
         }

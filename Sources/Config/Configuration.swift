@@ -88,6 +88,10 @@ public struct SessionSettings: Sendable, Equatable {
     public var minValid = 30
     public var upstreamTimeout = 10
     public var defaultLifetime = 300
+    /// Origins ("https://app.example.com") whose pages may ask for tokens through the browser bridge.
+    public var webOrigins: [String] = []
+    /// "always", "never" or "same-domain" (checked by the parser).
+    public var acceptCookies: String = "always"
     /// This session's [sessions.NAME.access] table, when it has one (keys it
     /// does not set come from the global [access]).
     public var access: AccessSettings?

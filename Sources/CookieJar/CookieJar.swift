@@ -22,6 +22,7 @@ public struct CookieJar: Sendable {
         _ header: String, from request: CookieRequest, now: Int
     ) -> Result<[CookieChange], CookieRejection> {
         guard let parsed = SetCookie.parse(header) else { return .failure(.unparseable) }
+        if policy.accept == .never { return .failure(.acceptNever) }
         switch makeCookie(parsed, request: request, now: now) {
         case .failure(let rejection): return .failure(rejection)
         case .success(let cookie): return .success(store(cookie, now: now))
@@ -50,6 +51,7 @@ public struct CookieJar: Sendable {
                 hostOnly = false
             }
         }
+        if policy.accept == .sameDomain && domain != request.host { return .failure(.acceptSameDomain) }
         if parsed.secure && !request.secure { return .failure(.insecureOrigin) }
         if parsed.sameSite == SameSite.none && !parsed.secure { return .failure(.sameSiteNone) }
         let path = parsed.path ?? request.defaultPath
@@ -145,6 +147,18 @@ public struct CookieJar: Sendable {
     }
 
     /// Empties the jar (logout, login required): one deletion per cookie.
+    /// Deletes the cookies a request to `request`'s URL would carry (all of
+    /// them without a URL), only those named `name` when given.
+    public mutating func remove(matching request: CookieRequest?, name: String?, now: Int) -> [CookieChange] {
+        let targets = request.map { cookies(for: $0, now: now) } ?? cookies
+        var changes: [CookieChange] = []
+        for cookie in targets where name == nil || cookie.name == name {
+            guard let index = cookies.firstIndex(where: { $0.sameIdentity(as: cookie) }) else { continue }
+            changes.append(record(.delete, cookies.remove(at: index)))
+        }
+        return changes
+    }
+
     public mutating func removeAll() -> [CookieChange] {
         let removed = cookies
         cookies.removeAll()

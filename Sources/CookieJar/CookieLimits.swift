@@ -11,10 +11,21 @@ public struct CookiePolicy: Sendable {
     /// Changes kept for subscribers that reconnect with sinceVersion.
     public var changeLogCapacity = 512
     public var publicSuffixes: PublicSuffixList
+    /// Which cookies are stored at all (a web view's accept policy).
+    public var accept: AcceptPolicy = .always
 
     public init(publicSuffixes: PublicSuffixList) {
         self.publicSuffixes = publicSuffixes
     }
+}
+
+/// Which Set-Cookie headers a session takes (as NSHTTPCookieStorage's accept policy).
+public enum AcceptPolicy: String, Sendable, CaseIterable {
+    case always
+    case never
+    /// Only cookies for exactly the host that set them: no Domain attribute
+    /// naming a parent domain.
+    case sameDomain = "same-domain"
 }
 
 /// Why a Set-Cookie header was not stored.
@@ -32,4 +43,7 @@ public struct CookieRejection: Error, Sendable, Equatable, CustomStringConvertib
     static let insecureOrigin = CookieRejection("Secure cookie from a non-secure origin")
     static let prefix = CookieRejection("__Secure-/__Host- prefix requirements not met")
     static let sameSiteNone = CookieRejection("SameSite=None without Secure")
+    static let acceptNever = CookieRejection("the session does not accept cookies (accept-cookies = \"never\")")
+    static let acceptSameDomain = CookieRejection(
+        "Domain names a domain other than the setting host (accept-cookies = \"same-domain\")")
 }

@@ -102,6 +102,20 @@ public final class TokendClient: Sendable {
         return (version, applied, rejected.compactMap(\.stringValue))
     }
 
+    /// Deletes the cookies a request to `url` would carry (those named `name`
+    /// when given; the whole jar when both are nil). Returns the jar's version
+    /// and how many were deleted.
+    public func deleteCookies(
+        session: String? = nil, url: String? = nil, name: String? = nil
+    ) async throws(TokendClientError) -> (version: Int, deleted: Int) {
+        let reply = try await call(
+            "DeleteCookies", ["session": .optional(session), "url": .optional(url), "name": .optional(name)])
+        guard let version = reply["version"]?.intValue, let deleted = reply["deleted"]?.intValue else {
+            throw .malformedReply("DeleteCookies reply")
+        }
+        return (version, deleted)
+    }
+
     /// The jar as a Netscape cookies.txt (curl -b, wget --load-cookies).
     public func exportCookies(session: String? = nil) async throws(TokendClientError) -> String {
         let reply = try await call("ExportCookies", ["session": .optional(session), "format": "netscape"])

@@ -64,7 +64,7 @@ struct AccessPolicy: Sendable {
     static func methodClass(_ member: String) -> MethodClass {
         switch member {
         case "Login", "Logout", "BeginLogin", "FinishLogin", "CancelLogin": .admin
-        case "ImportCookies": .cookiesWrite
+        case "ImportCookies", "DeleteCookies": .cookiesWrite
         default: .read
         }
     }

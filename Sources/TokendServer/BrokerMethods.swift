@@ -170,6 +170,16 @@ func brokerMethods(
                     "rejected": .array(result.rejected.map(JSONValue.string)),
                 ]
             },
+            "DeleteCookies": .call { parameters, context in
+                let session = try broker.session(try parameters.optionalString("session"))
+                let request = try parameters.optionalString("url") == nil ? nil : try parameters.cookieRequest("url")
+                let name = try parameters.optionalString("name")
+                let (version, deleted) = await session.deleteCookies(matching: request, name: name)
+                logger.info(
+                    "cookies deleted",
+                    metadata: context.metadata(session.name).merging(["deleted": "\(deleted)"]) { a, _ in a })
+                return ["version": .int(version), "deleted": .int(deleted)]
+            },
             "ExportCookies": .call { parameters, _ in
                 let session = try broker.session(try parameters.optionalString("session"))
                 let format = try parameters.optionalString("format") ?? "netscape"

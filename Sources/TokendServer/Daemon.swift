@@ -83,9 +83,12 @@ public final class Daemon: Service, CustomStringConvertible {
         } catch {
             // A corrupt file: the session reports it (and moves it aside) when it starts.
         }
+        var sessionCookies = cookiePolicy
+        sessionCookies.accept = AcceptPolicy(rawValue: settings.acceptCookies) ?? .always
         return SessionActor(
             name: settings.name, policy: settings.policy, endpoint: try settings.endpoint(),
-            file: file, logger: logger, cookiePolicy: cookiePolicy, checkpoint: checkpoint)
+            file: file, logger: logger, cookiePolicy: sessionCookies, webOrigins: settings.webOrigins,
+            checkpoint: checkpoint)
     }
 
     /// Debian's copy of the Public Suffix List (package publicsuffix); without

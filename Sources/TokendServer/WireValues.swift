@@ -21,7 +21,7 @@ extension SessionStatus {
             "refreshes": .int(refreshes), "coalesced": .int(coalesced), "failures": .int(failures),
             "lastError": .optional(lastError), "cookies": .int(cookieCount), "cookieVersion": .int(cookieVersion),
             "subject": .optional(subject), "username": .optional(username), "email": .optional(email),
-            "pendingLogins": .int(pendingLogins),
+            "pendingLogins": .int(pendingLogins), "webOrigins": .array(webOrigins.map(JSONValue.string)),
         ]
     }
 }

@@ -181,6 +181,7 @@ struct CookiesCommand: AsyncParsableCommand {
         discussion: """
             tokenctl cookies https://app.example.com/   prints the Cookie header a browser would send.
             tokenctl cookies --export netscape > jar.txt; curl -b jar.txt URL   uses the jar with curl.
+            tokenctl cookies --delete URL [--name N]   deletes what URL would get (--delete --all: the whole jar).
             """)
     @OptionGroup var common: Common
     @Argument(help: "The URL the cookies are for.")
@@ -189,8 +190,21 @@ struct CookiesCommand: AsyncParsableCommand {
     var json = false
     @Option(help: "Print the whole jar in this format (netscape: curl/wget cookies.txt).")
     var export: String?
+    @Flag(help: "Delete the cookies URL would get (every subscriber, browsers included, is told).")
+    var delete = false
+    @Option(help: "With --delete: only cookies of this name.")
+    var name: String?
+    @Flag(help: "With --delete and no URL or --name: the whole jar.")
+    var all = false
 
     func validate() throws {
+        if delete {
+            if url == nil && name == nil && !all {
+                throw ValidationError("--delete needs a URL, --name, or --all for the whole jar")
+            }
+            return
+        }
+        if name != nil || all { throw ValidationError("--name and --all go with --delete") }
         if let export, export != "netscape" {
             throw ValidationError("unknown export format \"\(export)\": use --export netscape")
         }
@@ -199,6 +213,13 @@ struct CookiesCommand: AsyncParsableCommand {
 
     func run() async throws {
         let client = try await common.connect()
+        if delete {
+            let (version, deleted) = try await common.run {
+                try await client.deleteCookies(session: common.session, url: url, name: name)
+            }
+            print("deleted \(deleted) cookie\(deleted == 1 ? "" : "s") (jar version \(version))")
+            return
+        }
         if export != nil {
             let text = try await common.run { try await client.exportCookies(session: common.session) }
             FileHandle.standardOutput.write(Data(text.utf8))
