@@ -96,7 +96,17 @@ test-e2e: venv build
 
 install: release
 	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 .build/release/tokend .build/release/tokenctl $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 .build/release/tokend .build/release/tokenctl .build/release/tokend-native-host $(DESTDIR)$(PREFIX)/bin/
+	# The browser bridge: native messaging host manifests for every user, the extension to load, the page helper.
+	for d in $(SYSCONFDIR)/chromium/native-messaging-hosts $(SYSCONFDIR)/opt/chrome/native-messaging-hosts; do \
+		install -d $(DESTDIR)$$d; \
+		sed 's|@BINDIR@|$(PREFIX)/bin|' web/native-host/io.tokend.bridge.chromium.json > $(DESTDIR)$$d/io.tokend.bridge.json; \
+	done
+	install -d $(DESTDIR)/usr/lib/mozilla/native-messaging-hosts
+	sed 's|@BINDIR@|$(PREFIX)/bin|' web/native-host/io.tokend.bridge.firefox.json > $(DESTDIR)/usr/lib/mozilla/native-messaging-hosts/io.tokend.bridge.json
+	install -d $(DESTDIR)$(PREFIX)/share/tokend/extension
+	install -m 0644 web/extension/* $(DESTDIR)$(PREFIX)/share/tokend/extension/
+	install -m 0644 web/tokend-page.js $(DESTDIR)$(PREFIX)/share/tokend/
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(SYSUSERSDIR)
 	install -m 0644 systemd/tokend.socket systemd/tokend.service $(DESTDIR)$(UNITDIR)/
 	install -m 0644 systemd/user/tokend.socket systemd/user/tokend.service $(DESTDIR)$(USERUNITDIR)/

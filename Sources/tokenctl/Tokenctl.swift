@@ -242,6 +242,6 @@ struct Tokenctl: AsyncParsableCommand {
             """,
         subcommands: [
             TokenCommand.self, RefreshCommand.self, StatusCommand.self, SessionsCommand.self, LoginCommand.self,
-            LogoutCommand.self, WatchCommand.self, CookiesCommand.self,
+            LogoutCommand.self, WatchCommand.self, CookiesCommand.self, BrowserBridgeCommand.self,
         ])
 }

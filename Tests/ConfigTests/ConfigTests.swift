@@ -69,6 +69,14 @@ import Testing
         }
     }
 
+    @Test func webOriginsAndAcceptPolicy() throws {
+        let config = try parse(minimal + "\nweb-origins = [\"https://app.example.com\", \"http://127.0.0.1:8080\"]\naccept-cookies = \"same-domain\"")
+        #expect(config.sessions[0].webOrigins == ["https://app.example.com", "http://127.0.0.1:8080"])
+        #expect(config.sessions[0].acceptCookies == "same-domain")
+        #expect(throws: ConfigError.self) { try parse(minimal + "\nweb-origins = [\"https://app.example.com/path\"]") }
+        #expect(throws: ConfigError.self) { try parse(minimal + "\naccept-cookies = \"sometimes\"") }
+    }
+
     @Test func sessionAccessOverridesOnlyTheKeysItSets() throws {
         let text = """
             [access]

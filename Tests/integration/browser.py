@@ -15,23 +15,34 @@ USER, PASSWORD = "alice", "alice-password"
 
 
 class Browser:
-    def __init__(self):
-        self.profile = tempfile.mkdtemp(prefix="tkb", dir="/tmp")
+    """Headless Chromium with its own profile directory. `extension`: a
+    directory loaded as an unpacked extension; `env`: extra environment for
+    the browser (and so for native hosts it starts); `profile`: reuse a
+    profile directory (kept on close)."""
+
+    def __init__(self, extension=None, env=None, profile=None):
+        self.keep_profile = profile is not None
+        self.profile = profile or tempfile.mkdtemp(prefix="tkb", dir="/tmp")
         options = webdriver.ChromeOptions()
         options.binary_location = "/usr/bin/chromium"
         for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                      f"--user-data-dir={self.profile}", "--no-first-run", "--password-store=basic"):
             options.add_argument(flag)
+        if extension:
+            options.add_argument(f"--load-extension={extension}")
+            options.add_argument("--disable-features=DisableLoadExtensionCommandLineSwitch")
         # Selenium must not look for a driver on the network: Debian's is given.
         os.environ["SE_OFFLINE"] = "true"
-        self.driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+        service = Service("/usr/bin/chromedriver", env=dict(os.environ, **(env or {})))
+        self.driver = webdriver.Chrome(service=service, options=options)
         self.driver.set_page_load_timeout(30)
 
     def close(self):
         try:
             self.driver.quit()
         finally:
-            shutil.rmtree(self.profile, ignore_errors=True)
+            if not self.keep_profile:
+                shutil.rmtree(self.profile, ignore_errors=True)
 
     def wait(self, condition, timeout=20):
         return WebDriverWait(self.driver, timeout).until(condition)

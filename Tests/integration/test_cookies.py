@@ -179,3 +179,25 @@ def test_bad_cookie_calls_get_clear_errors(server, make_tokend):
     assert result.returncode == 1 and "not an http:// or https:// URL" in result.stderr
     result = daemon.ctl("cookies")
     assert result.returncode == 64 and "give a URL" in result.stderr
+
+
+def test_accept_policy_applies_to_endpoint_cookies_and_imports(server, make_tokend):
+    never = make_tokend(server, **{"accept-cookies": '"never"'}).start()
+    login(never, server)
+    url = server.base + "/"
+    assert never.call("io.tokend.Broker.GetCookies", url=url)[1]["parameters"]["cookies"] == []
+    reply = never.call("io.tokend.Broker.ImportCookies", url=url, setCookie=["a=1"])[1]["parameters"]
+    assert reply["applied"] == 0 and "never" in reply["rejected"][0]
+    wait_for(lambda: "cookie from token endpoint refused" in never.logs(), 5, "refusals logged")
+    never.stop()
+
+
+def test_same_domain_policy_refuses_parent_domain_cookies(server, make_tokend):
+    daemon = make_tokend(server, **{"accept-cookies": '"same-domain"'}).start()
+    login(daemon, server)
+    reply = daemon.call("io.tokend.Broker.ImportCookies", url="https://app.example.com/",
+                        setCookie=["host=1", "parent=1; Domain=example.com"])[1]["parameters"]
+    assert reply["applied"] == 1 and "same-domain" in reply["rejected"][0]
+    # The token endpoint's own (host-only) cookies are still taken.
+    assert {c["name"] for c in daemon.call("io.tokend.Broker.GetCookies", url=server.base + "/")[1]
+            ["parameters"]["cookies"]} >= {"sid"}
