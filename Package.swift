@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.2
 import PackageDescription
 
 let nio = Target.Dependency.product(name: "NIOCore", package: "swift-nio")
@@ -6,6 +6,8 @@ let nioPosix = Target.Dependency.product(name: "NIOPosix", package: "swift-nio")
 let logging = Target.Dependency.product(name: "Logging", package: "swift-log")
 let lifecycle = Target.Dependency.product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
 let argumentParser = Target.Dependency.product(name: "ArgumentParser", package: "swift-argument-parser")
+/// Our own targets build without warnings, and stay so: a warning fails the build.
+let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
 
 let package = Package(
     name: "tokend",
@@ -28,63 +30,63 @@ let package = Package(
     ],
     targets: [
         // Wire types, JSON, interface declarations: no NIO.
-        .target(name: "Varlink"),
+        .target(name: "Varlink", swiftSettings: strict),
         // A string type that never prints: tokens and client secrets.
-        .target(name: "Secrets"),
+        .target(name: "Secrets", swiftSettings: strict),
         // NUL framing, Unix-socket server and client.
-        .target(name: "VarlinkNIO", dependencies: ["Varlink", nio, nioPosix, logging]),
+        .target(name: "VarlinkNIO", dependencies: ["Varlink", nio, nioPosix, logging], swiftSettings: strict),
         // The io.tokend.Broker interface: its one declaration and its typed wire values.
         .target(
             name: "TokendInterface",
             dependencies: ["Varlink"],
-            resources: [.embedInCode("io.tokend.Broker.varlink")]
+            resources: [.embedInCode("io.tokend.Broker.varlink")], swiftSettings: strict
         ),
         // Token requests and responses (pure) and the AsyncHTTPClient-backed endpoint client.
         // Discovery, device and authorization-code logins, ID tokens (jwt-kit).
         .target(name: "OAuth", dependencies: [
             "Secrets", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
             .product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit"),
-        ]),
+        ], swiftSettings: strict),
         // RFC 6265 cookie jar: parser, storage, retrieval, change log. Foundation only.
-        .target(name: "CookieJar"),
+        .target(name: "CookieJar", swiftSettings: strict),
         .target(name: "StateStore", dependencies: [
             "CookieJar", "Secrets", logging, .product(name: "Crypto", package: "swift-crypto"),
-        ]),
-        .target(name: "Broker", dependencies: ["CookieJar", "OAuth", "Secrets", "StateStore", logging]),
-        .target(name: "Config", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
+        ], swiftSettings: strict),
+        .target(name: "Broker", dependencies: ["CookieJar", "OAuth", "Secrets", "StateStore", logging], swiftSettings: strict),
+        .target(name: "Config", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")], swiftSettings: strict),
         // libsystemd (Debian: libsystemd-dev) and the small Swift layer over it.
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
-        .target(name: "Systemd", dependencies: ["CSystemd", logging]),
+        .target(name: "Systemd", dependencies: ["CSystemd", logging], swiftSettings: strict),
         .target(name: "TokendServer", dependencies: [
             "Broker", "Config", "CookieJar", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "VarlinkNIO",
             logging, lifecycle, nio, nioPosix, .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-        ]),
+        ], swiftSettings: strict),
         .executableTarget(name: "tokend", dependencies: [
             "TokendServer", "Systemd", "Config", "StateStore", argumentParser, logging, lifecycle,
-        ]),
-        .target(name: "TokendClient", dependencies: ["Varlink", "VarlinkNIO", "TokendInterface", nio, nioPosix]),
-        .executableTarget(name: "tokenctl", dependencies: ["TokendClient", "Varlink", argumentParser]),
+        ], swiftSettings: strict),
+        .target(name: "TokendClient", dependencies: ["Varlink", "VarlinkNIO", "TokendInterface", nio, nioPosix], swiftSettings: strict),
+        .executableTarget(name: "tokenctl", dependencies: ["TokendClient", "Varlink", argumentParser], swiftSettings: strict),
         // WebExtension native messaging framing (pure) and the host the browser starts.
-        .target(name: "NativeMessaging", dependencies: ["Varlink"]),
+        .target(name: "NativeMessaging", dependencies: ["Varlink"], swiftSettings: strict),
         .executableTarget(name: "tokend-native-host", dependencies: [
             "NativeMessaging", "TokendInterface", "Varlink", "VarlinkNIO",
-        ]),
+        ], swiftSettings: strict),
         // Test-only: a server implementing org.varlink.certification for the reference suite.
         .executableTarget(
             name: "varlink-certification",
             dependencies: ["Varlink", "VarlinkNIO", logging, nio, nioPosix],
-            resources: [.embedInCode("org.varlink.certification.varlink")]
+            resources: [.embedInCode("org.varlink.certification.varlink")], swiftSettings: strict
         ),
-        .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio]),
+        .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio], swiftSettings: strict),
         .testTarget(name: "OAuthTests", dependencies: [
             "OAuth", "Secrets", .product(name: "JWTKit", package: "jwt-kit"),
             .product(name: "_CryptoExtras", package: "swift-crypto"),
-        ]),
-        .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "CookieJar", "Secrets"]),
-        .testTarget(name: "BrokerTests", dependencies: ["Broker", "CookieJar", "OAuth", "Secrets", "StateStore"]),
-        .testTarget(name: "CookieJarTests", dependencies: ["CookieJar"]),
-        .testTarget(name: "NativeMessagingTests", dependencies: ["NativeMessaging", "Varlink"]),
-        .testTarget(name: "ConfigTests", dependencies: ["Config"]),
-        .testTarget(name: "SystemdTests", dependencies: ["Systemd", logging]),
+        ], swiftSettings: strict),
+        .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "CookieJar", "Secrets"], swiftSettings: strict),
+        .testTarget(name: "BrokerTests", dependencies: ["Broker", "CookieJar", "OAuth", "Secrets", "StateStore"], swiftSettings: strict),
+        .testTarget(name: "CookieJarTests", dependencies: ["CookieJar"], swiftSettings: strict),
+        .testTarget(name: "NativeMessagingTests", dependencies: ["NativeMessaging", "Varlink"], swiftSettings: strict),
+        .testTarget(name: "ConfigTests", dependencies: ["Config"], swiftSettings: strict),
+        .testTarget(name: "SystemdTests", dependencies: ["Systemd", logging], swiftSettings: strict),
     ]
 )
