@@ -88,7 +88,7 @@ extension SessionActor {
             lastError: lastError ?? discoveryProblem ?? (record.phase == .active ? nil : record.reason),
             cookieCount: jar.cookies.count, cookieVersion: jar.version, subject: record.subject,
             username: record.username, email: record.email, pendingLogins: pendingLogins.count,
-            webOrigins: webOrigins)
+            webOrigins: webOrigins, gitHosts: gitHosts, gitUsername: gitUsername)
     }
 
     /// Events from now on, until the session stops or the consumer goes away,

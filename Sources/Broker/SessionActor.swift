@@ -14,6 +14,9 @@ public actor SessionActor {
     /// The web origins whose pages may ask for this session's tokens through
     /// the browser bridge, and whose hosts' cookies it mirrors.
     public nonisolated let webOrigins: [String]
+    /// What the integrations need to find this session: git hosts and the git user name.
+    public nonisolated let gitHosts: [String]
+    public nonisolated let gitUsername: String?
     let policy: RefreshPolicy
     let endpoint: any TokenEndpoint
     let file: SessionFile
@@ -70,10 +73,14 @@ public actor SessionActor {
         cookiePolicy: CookiePolicy = CookiePolicy(publicSuffixes: .implicitOnly),
         deliveryDeadline: Duration = .milliseconds(500),
         webOrigins: [String] = [],
+        gitHosts: [String] = [],
+        gitUsername: String? = nil,
         checkpoint: (@Sendable (String) -> Void)? = nil
     ) {
         self.name = name
         self.webOrigins = webOrigins
+        self.gitHosts = gitHosts
+        self.gitUsername = gitUsername
         self.policy = policy
         self.endpoint = endpoint
         self.file = file

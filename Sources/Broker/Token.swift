@@ -36,6 +36,8 @@ public struct SessionStatus: Sendable, Equatable {
     public var pendingLogins: Int = 0
     /// Origins whose pages may use the session through the browser bridge.
     public var webOrigins: [String] = []
+    public var gitHosts: [String] = []
+    public var gitUsername: String?
 }
 
 /// A change subscribers are told about.

@@ -93,7 +93,7 @@ extension TableReader {
         try allowOnly([
             "issuer", "token-endpoint", "revocation-endpoint", "authorization-endpoint", "device-authorization-endpoint",
             "client-id", "client-secret-file", "client-auth", "scope", "refresh-margin", "min-valid", "upstream-timeout",
-            "default-lifetime", "access", "web-origins", "accept-cookies",
+            "default-lifetime", "access", "web-origins", "accept-cookies", "git-hosts", "git-username",
         ])
         let issuer = try url("issuer")
         if let issuer, issuer.query != nil || issuer.fragment != nil {
@@ -113,6 +113,8 @@ extension TableReader {
             session.clientAuth = ClientAuth(rawValue: auth)!
         }
         session.scope = try string("scope")
+        session.gitHosts = try strings("git-hosts") ?? []
+        session.gitUsername = try string("git-username")
         session.acceptCookies = try oneOf("accept-cookies", ["always", "never", "same-domain"]) ?? "always"
         for origin in try strings("web-origins") ?? [] {
             guard let url = URL(string: origin), let scheme = url.scheme, ["http", "https"].contains(scheme),

@@ -90,6 +90,10 @@ public struct SessionSettings: Sendable, Equatable {
     public var defaultLifetime = 300
     /// Origins ("https://app.example.com") whose pages may ask for tokens through the browser bridge.
     public var webOrigins: [String] = []
+    /// Hosts (host or host:port) whose git credential requests this session answers.
+    public var gitHosts: [String] = []
+    /// The user name git sends with the token ("oauth2" for GitLab, "x-access-token" for GitHub).
+    public var gitUsername: String?
     /// "always", "never" or "same-domain" (checked by the parser).
     public var acceptCookies: String = "always"
     /// This session's [sessions.NAME.access] table, when it has one (keys it

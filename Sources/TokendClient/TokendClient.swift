@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import TokendInterface
 import Varlink
 import VarlinkNIO
@@ -20,12 +21,20 @@ public final class TokendClient: Sendable {
         self.connection = connection
     }
 
+    /// Connects; a full listen queue (EAGAIN, tokend busy accepting a burst)
+    /// is retried for about a second before it counts as unreachable.
     public static func connect(socket: String? = nil) async throws(TokendClientError) -> TokendClient {
         let path = socketPath(socket)
-        do {
-            return TokendClient(socket: path, connection: try await VarlinkClient.connect(path: path))
-        } catch {
-            throw .unreachable(socket: path, reason: describeConnectError(error))
+        var delay = 2
+        while true {
+            do {
+                return TokendClient(socket: path, connection: try await VarlinkClient.connect(path: path))
+            } catch let error as IOError where error.errnoCode == EAGAIN && delay <= 512 {
+                try? await Task.sleep(for: .milliseconds(delay))
+                delay *= 2
+            } catch {
+                throw .unreachable(socket: path, reason: describeConnectError(error))
+            }
         }
     }
 

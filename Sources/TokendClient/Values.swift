@@ -39,6 +39,9 @@ public struct SessionStatus: Sendable {
     public var subject: String?
     public var username: String?
     public var email: String?
+    /// Hosts whose git credentials this session answers, and the git user name.
+    public var gitHosts: [String]
+    public var gitUsername: String?
     public var json: JSONValue
 
     init(_ json: JSONValue?) throws(TokendClientError) {
@@ -58,6 +61,8 @@ public struct SessionStatus: Sendable {
         self.subject = object["subject"]?.stringValue
         self.username = object["username"]?.stringValue
         self.email = object["email"]?.stringValue
+        self.gitHosts = object["gitHosts"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        self.gitUsername = object["gitUsername"]?.stringValue
         self.json = json
     }
 }

@@ -88,6 +88,7 @@ public final class Daemon: Service, CustomStringConvertible {
         return SessionActor(
             name: settings.name, policy: settings.policy, endpoint: try settings.endpoint(),
             file: file, logger: logger, cookiePolicy: sessionCookies, webOrigins: settings.webOrigins,
+            gitHosts: settings.gitHosts, gitUsername: settings.gitUsername,
             checkpoint: checkpoint)
     }
 

@@ -22,6 +22,7 @@ extension SessionStatus {
             "lastError": .optional(lastError), "cookies": .int(cookieCount), "cookieVersion": .int(cookieVersion),
             "subject": .optional(subject), "username": .optional(username), "email": .optional(email),
             "pendingLogins": .int(pendingLogins), "webOrigins": .array(webOrigins.map(JSONValue.string)),
+            "gitHosts": .array(gitHosts.map(JSONValue.string)), "gitUsername": .optional(gitUsername),
         ]
     }
 }

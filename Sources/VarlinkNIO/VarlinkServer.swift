@@ -109,8 +109,12 @@ public struct VarlinkServer: Sendable {
                 return (asyncChannel, peer, callAnswered, admitted)
             }
         }
+        // A burst of clients (a worker pool starting) waits in the kernel's
+        // queue rather than being refused with EAGAIN: the largest backlog the
+        // system allows, drained up to 256 accepts per wake-up.
         let bootstrap = ServerBootstrap(group: eventLoopGroup)
-            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.backlog, value: Self.systemBacklog())
+            .serverChannelOption(.maxMessagesPerRead, value: 256)
         let server: NIOAsyncChannel<Connection, Never>
         switch source {
         case .path(let path, let mode):
@@ -138,6 +142,17 @@ public struct VarlinkServer: Sendable {
         } onCancel: {
             server.channel.close(promise: nil)
         }
+    }
+
+    /// net.core.somaxconn: listen() silently caps any larger backlog to it.
+    static func systemBacklog() -> Int32 {
+        guard let file = fopen("/proc/sys/net/core/somaxconn", "r") else { return 4096 }
+        defer { fclose(file) }
+        var line = [CChar](repeating: 0, count: 32)
+        guard fgets(&line, Int32(line.count), file) != nil else { return 4096 }
+        let digits = line.prefix { $0 >= 0x30 && $0 <= 0x39 }.map { UInt8(bitPattern: $0) }
+        guard let value = Int32(String(decoding: digits, as: UTF8.self)), value > 0 else { return 4096 }
+        return value
     }
 
     /// Serves one connection. Never throws: a failing client only ends itself.

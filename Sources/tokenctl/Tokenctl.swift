@@ -243,5 +243,6 @@ struct Tokenctl: AsyncParsableCommand {
         subcommands: [
             TokenCommand.self, RefreshCommand.self, StatusCommand.self, SessionsCommand.self, LoginCommand.self,
             LogoutCommand.self, WatchCommand.self, CookiesCommand.self, BrowserBridgeCommand.self,
+            GitCredentialCommand.self, KubeCredentialCommand.self, ExecCommand.self,
         ])
 }

@@ -71,6 +71,15 @@ struct Tokend: AsyncParsableCommand {
             }
         }
         let logger = Logger(label: "tokend")
+        let openFiles = ProcessHardening.raiseOpenFileLimit()
+        if configuration.daemon.maxConnections + 64 > openFiles {
+            logger.warning(
+                "daemon.max-connections exceeds what the open-file limit allows",
+                metadata: [
+                    "max_connections": "\(configuration.daemon.maxConnections)", "open_files": "\(openFiles)",
+                    "fix": "raise LimitNOFILE= in tokend.service (or ulimit -n), or lower max-connections",
+                ])
+        }
         let daemon: Daemon
         do {
             daemon = try Daemon(configuration: configuration, configPath: config, environment: environment, logger: logger)

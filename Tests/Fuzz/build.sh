@@ -16,5 +16,5 @@ quiet swiftc "${flags[@]}" -module-name CookieJar "$root"/Sources/CookieJar/*.sw
 quiet swiftc "${flags[@]}" -wmo -module-name Secrets -emit-module -emit-module-path "$out/modules/Secrets.swiftmodule" \
     -c "$root"/Sources/Secrets/*.swift -o "$out/modules/Secrets.o"
 quiet swiftc "${flags[@]}" -module-name OAuth -I "$out/modules" "$root/Sources/OAuth/TokenResponse.swift" \
-    "$root/Sources/OAuth/JWT.swift" "$root/Tests/Fuzz/TokenResponseFuzz.swift" "$out/modules/Secrets.o" \
+    "$root/Sources/OAuth/JWT.swift" "$root/Sources/OAuth/JSONNumber.swift" "$root/Tests/Fuzz/TokenResponseFuzz.swift" "$out/modules/Secrets.o" \
     -o "$out/fuzz-token-response"

@@ -48,6 +48,10 @@ import Secrets
     @Test func retryAfterAcceptsHTTPDates() {
         #expect(TokenResponse.parseRetryAfter("Thu, 01 Jan 1970 00:01:40 GMT", now: Date(timeIntervalSince1970: 0)) == 100)
         #expect(TokenResponse.parseRetryAfter("soon", now: Date()) == nil)
+        #expect(TokenResponse.imfFixdate("Sun, 06 Nov 1994 08:49:37 GMT") == 784_111_777)
+        #expect(TokenResponse.imfFixdate("Tue, 29 Feb 2028 23:59:59 GMT") == 1_835_481_599)
+        #expect(TokenResponse.imfFixdate("Sun, 06 Nov 1994 08:49:37 PST") == nil)
+        #expect(TokenResponse.imfFixdate("Sun, 06 Foo 1994 08:49:37 GMT") == nil)
     }
 
     @Test func readsJWTExpiry() {

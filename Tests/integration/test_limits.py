@@ -115,3 +115,47 @@ def test_forced_refreshes_are_rate_limited_per_user(server, make_tokend):
     assert stale["parameters"]["token"]["generation"] == generation, "compare-and-refresh is never limited"
     result = daemon.ctl("refresh")
     assert result.returncode == 7 and "--stale-generation" in result.stderr
+
+
+def test_burst_of_2000_non_blocking_connects_is_not_refused(server, make_tokend):
+    """2,000 clients connect at once with non-blocking sockets (a worker pool
+    starting): none gets EAGAIN, and every one is answered."""
+    import resource
+    import selectors
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    daemon = make_tokend(server, daemon={"max-connections": 4096}).start()
+    login(daemon, server)
+    clients, refused = [], 0
+    try:
+        for _ in range(2000):
+            s = socket.socket(socket.AF_UNIX)
+            s.setblocking(False)
+            try:
+                s.connect(daemon.socket)
+            except BlockingIOError:
+                refused += 1
+                s.close()
+                continue
+            clients.append(s)
+        assert refused == 0, f"{refused} of 2000 connects got EAGAIN"
+        selector = selectors.DefaultSelector()
+        for s in clients:
+            s.setblocking(True)
+            s.sendall(GET_TOKEN)
+            s.setblocking(False)
+            selector.register(s, selectors.EVENT_READ, bytearray())
+        answered, deadline = 0, time.time() + 60
+        while answered < len(clients) and time.time() < deadline:
+            for key, _ in selector.select(timeout=1):
+                chunk = key.fileobj.recv(65536)
+                key.data.extend(chunk)
+                if b"\0" in key.data or not chunk:
+                    assert b'"accessToken"' in key.data, bytes(key.data)
+                    answered += 1
+                    selector.unregister(key.fileobj)
+        assert answered == 2000
+    finally:
+        for s in clients:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -1,0 +1,134 @@
+import ArgumentParser
+import Foundation
+import TokendClient
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// git's credential helper protocol (gitcredentials(7)):
+///     git config --global credential.https://git.example.com.helper "!tokenctl git-credential"
+/// `get` answers with the session's access token; `erase` with that token
+/// means the server refused it, so tokend compare-and-refreshes (fifty git
+/// processes hitting the same 401 cause one refresh); `store` does nothing.
+struct GitCredentialCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "git-credential",
+        abstract: "git credential helper: access tokens for the hosts a session lists in git-hosts.")
+    @Option(help: "tokend's socket (default: $TOKEND_SOCKET, else \(TokendClient.defaultSocket)).")
+    var socket: String?
+    @Argument(help: "get, store or erase (git passes it).")
+    var operation: String
+
+    func run() async throws {
+        let request = Self.readRequest()
+        guard operation == "get" || operation == "erase" else { return }  // store: tokend keeps the token
+        guard let host = request.fields["host"] else { return }
+        // Any failure leaves git to its next helper, with the reason on stderr.
+        guard let client = try? await TokendClient.connect(socket: socket) else {
+            FileHandle.standardError.write(Data("tokenctl git-credential: tokend is not reachable\n".utf8))
+            return
+        }
+        guard let sessions = try? await client.sessions(),
+            let session = sessions.first(where: { $0.gitHosts.contains(host) })
+        else { return }  // not ours: git asks the next helper
+        do {
+            let token = try await client.token(session: session.session)
+            if operation == "erase" {
+                let refused = request.fields["password"] ?? request.fields["credential"]
+                // Only the token we handed out, and only while it is current, triggers a refresh.
+                if refused == token.accessToken {
+                    _ = try await client.refresh(session: session.session, staleGeneration: token.generation)
+                }
+                return
+            }
+            var answer: [(String, String)]
+            if request.capabilities.contains("authtype") {
+                answer = [("capability[]", "authtype"), ("authtype", "Bearer"), ("credential", token.accessToken),
+                          ("ephemeral", "true")]
+            } else {
+                answer = [("username", session.gitUsername ?? "oauth2"), ("password", token.accessToken)]
+            }
+            answer.append(("password_expiry_utc", String(token.expiresAt)))
+            print(answer.map { "\($0.0)=\($0.1)" }.joined(separator: "\n"))
+        } catch {
+            FileHandle.standardError.write(Data("tokenctl git-credential: \(error)\n".utf8))
+        }
+    }
+
+    struct Request {
+        var fields: [String: String] = [:]
+        var capabilities: Set<String> = []
+    }
+
+    /// key=value lines up to a blank line or the end of input.
+    static func readRequest() -> Request {
+        var request = Request()
+        while let line = readLine(strippingNewline: true), !line.isEmpty {
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            let key = String(line[..<equals])
+            let value = String(line[line.index(after: equals)...])
+            if key == "capability[]" {
+                request.capabilities.insert(value)
+            } else {
+                request.fields[key] = value
+            }
+        }
+        return request
+    }
+}
+
+/// kubectl's exec credential plugin: prints an ExecCredential with the token
+/// and its expiry, so kubectl caches it until shortly before then.
+///     users: [{name: me, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: tokenctl,
+///              args: [kube-credential], interactiveMode: Never}}}]
+struct KubeCredentialCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "kube-credential", abstract: "kubectl exec credential plugin: an ExecCredential for the session.")
+    @OptionGroup var common: Common
+
+    func run() async throws {
+        let client = try await common.connect()
+        let token = try await common.run { try await client.token(session: common.session) }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        let expiry = formatter.string(from: Date(timeIntervalSince1970: TimeInterval(token.expiresAt)))
+        let credential: [String: Any] = [
+            "apiVersion": Self.apiVersion(ProcessInfo.processInfo.environment["KUBERNETES_EXEC_INFO"]),
+            "kind": "ExecCredential",
+            "status": ["token": token.accessToken, "expirationTimestamp": expiry],
+        ]
+        let data = try JSONSerialization.data(withJSONObject: credential, options: [.sortedKeys, .withoutEscapingSlashes])
+        FileHandle.standardOutput.write(data + Data("\n".utf8))
+    }
+
+    /// The apiVersion kubectl asked for in KUBERNETES_EXEC_INFO; v1 by default.
+    static func apiVersion(_ info: String?) -> String {
+        let known = ["client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1"]
+        guard let info, let object = try? JSONSerialization.jsonObject(with: Data(info.utf8)) as? [String: Any],
+            let version = object["apiVersion"] as? String, known.contains(version)
+        else { return known[0] }
+        return version
+    }
+}
+
+/// Runs a command with BEARER_TOKEN set (the WLCG bearer token discovery convention).
+struct ExecCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "exec", abstract: "Run a command with BEARER_TOKEN set to the session's access token.")
+    @OptionGroup var common: Common
+    @Argument(parsing: .captureForPassthrough, help: "The command and its arguments (after --).")
+    var command: [String]
+
+    func run() async throws {
+        let arguments = command.first == "--" ? Array(command.dropFirst()) : command
+        guard let program = arguments.first else { throw ValidationError("name a command: tokenctl exec -- COMMAND") }
+        let client = try await common.connect()
+        let token = try await common.run { try await client.token(session: common.session) }
+        setenv("BEARER_TOKEN", token.accessToken, 1)
+        let argv = arguments.map { strdup($0) } + [nil]
+        execvp(program, argv)
+        FileHandle.standardError.write(Data("tokenctl: cannot run \(program): \(String(cString: strerror(errno)))\n".utf8))
+        throw ExitCode(127)
+    }
+}
