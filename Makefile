@@ -18,7 +18,8 @@ all: build
 # System packages (Debian) the build and tests need; skipped when present.
 deps:
 	@missing=""; \
-	for p in python3-venv libsystemd-dev curl publicsuffix chromium chromium-driver; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in python3-venv libsystemd-dev curl publicsuffix chromium chromium-driver git; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v kubectl >/dev/null || missing="$$missing kubernetes-client"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

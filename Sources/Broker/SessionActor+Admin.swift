@@ -36,6 +36,7 @@ extension SessionActor {
         reschedule()
         let cookieChanges = jar.removeAll()
         await persist(record, what: "logout")
+        writeTokenFiles()
         logger.notice("logged out", metadata: ["revoke": "\(revoke)"])
         await publish(endingEvents(.loggedOut, cookieChanges: cookieChanges), waitForDelivery: true)
         guard revoke, let refreshToken else { return }

@@ -210,6 +210,7 @@ extension SessionActor {
         backoff.reset()
         lastError = nil
         reschedule()
+        writeTokenFiles()
         logger.notice("logged in", metadata: ["flow": "\(flow)", "subject": "\(identity?.subject ?? "unknown")"])
         var events = cookieChanges.isEmpty ? [] : [event(.cookies, changes: cookieChanges)]
         events.append(event(.loggedIn))

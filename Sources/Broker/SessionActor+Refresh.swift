@@ -78,7 +78,27 @@ extension SessionActor {
         await publish(events, waitForDelivery: true)
         announcing = false
         updateSnapshot()
+        writeTokenFiles()
         return token
+    }
+
+    /// Brings the token files in line with the session: the current access
+    /// token while there is one, no file otherwise. A failed write is logged;
+    /// it never holds up callers.
+    func writeTokenFiles() {
+        guard !tokenFiles.isEmpty else { return }
+        let token = currentToken.flatMap { Double($0.expiresAt) > clock.now() ? $0 : nil }
+        for file in tokenFiles {
+            guard let token else {
+                file.remove()
+                continue
+            }
+            do {
+                try file.write(token.accessToken.reveal())
+            } catch {
+                logger.error("token file not written", metadata: ["path": "\(file.path)", "problem": "\(error)"])
+            }
+        }
     }
 
     /// `base` with a token response applied: the next generation, the new
@@ -134,6 +154,7 @@ extension SessionActor {
         let cookieChanges = earlierChanges + jar.removeAll()
         await persist(next, what: "login-required state")
         logger.error("login required", metadata: ["reason": "\(reason)"])
+        writeTokenFiles()
         await publish(endingEvents(.loginRequired, cookieChanges: cookieChanges), waitForDelivery: true)
     }
 

@@ -17,6 +17,8 @@ public actor SessionActor {
     /// What the integrations need to find this session: git hosts and the git user name.
     public nonisolated let gitHosts: [String]
     public nonisolated let gitUsername: String?
+    /// Files rewritten with the access token after every refresh.
+    let tokenFiles: [TokenFile]
     let policy: RefreshPolicy
     let endpoint: any TokenEndpoint
     let file: SessionFile
@@ -75,12 +77,14 @@ public actor SessionActor {
         webOrigins: [String] = [],
         gitHosts: [String] = [],
         gitUsername: String? = nil,
+        tokenFiles: [TokenFile] = [],
         checkpoint: (@Sendable (String) -> Void)? = nil
     ) {
         self.name = name
         self.webOrigins = webOrigins
         self.gitHosts = gitHosts
         self.gitUsername = gitUsername
+        self.tokenFiles = tokenFiles
         self.policy = policy
         self.endpoint = endpoint
         self.file = file
@@ -112,6 +116,7 @@ public actor SessionActor {
             inFlight = Task { try await self.performRefresh(afterCrash: true) }
         }
         startDiscovery()
+        writeTokenFiles()
         reschedule()
     }
 

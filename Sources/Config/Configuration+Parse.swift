@@ -31,7 +31,7 @@ extension Configuration {
         if let table = try reader.table("daemon") {
             let r = TableReader(file: file, table: table, path: "daemon")
             try r.allowOnly([
-                "socket", "state-directory", "state-key-file", "socket-mode", "log-level", "log-target",
+                "socket", "state-directory", "runtime-directory", "state-key-file", "socket-mode", "log-level", "log-target",
                 "max-connections", "idle-timeout", "frame-timeout", "write-timeout", "forced-refreshes-per-minute",
             ])
             daemon.frameTimeout = try r.integer("frame-timeout", in: 1...3600) ?? daemon.frameTimeout
@@ -43,6 +43,7 @@ extension Configuration {
             daemon.stateKeyFile = try r.path("state-key-file")
             daemon.socket = try r.path("socket") ?? daemon.socket
             daemon.stateDirectory = try r.path("state-directory") ?? daemon.stateDirectory
+            daemon.runtimeDirectory = try r.path("runtime-directory") ?? daemon.runtimeDirectory
             daemon.socketMode = try r.fileMode("socket-mode") ?? daemon.socketMode
             daemon.logLevel = try r.oneOf("log-level", ["trace", "debug", "info", "notice", "warning", "error", "critical"])
                 ?? daemon.logLevel
@@ -50,6 +51,9 @@ extension Configuration {
         }
         if let stateDirectory = environment["STATE_DIRECTORY"]?.split(separator: ":").first {
             daemon.stateDirectory = String(stateDirectory)
+        }
+        if let runtime = environment["RUNTIME_DIRECTORY"]?.split(separator: ":").first {
+            daemon.runtimeDirectory = String(runtime)
         }
         if daemon.socket.utf8.count > 107 {
             throw ConfigError(file: file, key: "daemon.socket", problem: "longer than 107 bytes, the limit for Unix socket paths")
@@ -65,7 +69,9 @@ extension Configuration {
                     throw ConfigError(file: file, key: key, problem: "must be a table ([\(key)])")
                 }
                 var r = TableReader(file: file, table: sessionTable, path: key)
-                sessions.append(try r.session(name: name, environment: environment))
+                var session = try r.session(name: name, environment: environment)
+                session.tokenFiles = try r.tokenFiles(under: daemon.runtimeDirectory)
+                sessions.append(session)
             }
         }
         guard !sessions.isEmpty else {
@@ -93,7 +99,7 @@ extension TableReader {
         try allowOnly([
             "issuer", "token-endpoint", "revocation-endpoint", "authorization-endpoint", "device-authorization-endpoint",
             "client-id", "client-secret-file", "client-auth", "scope", "refresh-margin", "min-valid", "upstream-timeout",
-            "default-lifetime", "access", "web-origins", "accept-cookies", "git-hosts", "git-username",
+            "default-lifetime", "access", "web-origins", "accept-cookies", "git-hosts", "git-username", "token-files",
         ])
         let issuer = try url("issuer")
         if let issuer, issuer.query != nil || issuer.fragment != nil {
@@ -150,6 +156,30 @@ extension TableReader {
 }
 
 extension TableReader {
+    /// `token-files = [{ path = "app/token", group = "app", mode = "0640" }]`:
+    /// paths relative to the runtime directory, never leaving it.
+    func tokenFiles(under runtimeDirectory: String) throws(ConfigError) -> [TokenFileSettings] {
+        guard let array = try typed("token-files", .array, "an array of tables")?.array else { return [] }
+        var files: [TokenFileSettings] = []
+        for (index, element) in array.enumerated() {
+            guard let table = element.table else {
+                throw problem("token-files", "entry \(index + 1) must be a table such as { path = \"app/token\" }")
+            }
+            let entry = TableReader(file: file, table: table, path: key("token-files[\(index)]"))
+            try entry.allowOnly(["path", "group", "mode"])
+            guard let path = try entry.string("path"), !path.isEmpty, !path.hasPrefix("/"),
+                !path.split(separator: "/").contains(where: { $0 == ".." || $0 == "." })
+            else {
+                throw entry.problem("path", "must be a relative path under the runtime directory (\(runtimeDirectory)), without . or ..")
+            }
+            let group = try entry.string("group")
+            let mode = try entry.fileMode("mode") ?? (group == nil ? 0o600 : 0o640)
+            guard mode & 0o002 == 0 else { throw entry.problem("mode", "must not let everyone read the token") }
+            files.append(TokenFileSettings(path: "\(runtimeDirectory)/\(path)", group: group, mode: mode))
+        }
+        return files
+    }
+
     func access() throws(ConfigError) -> AccessSettings {
         try allowOnly([
             "admin-users", "admin-groups", "cookies-write-users", "cookies-write-groups", "read-users", "read-groups",

@@ -44,6 +44,8 @@ public struct AccessSettings: Sendable, Equatable {
 public struct DaemonSettings: Sendable, Equatable {
     public var socket = "/run/tokend/io.tokend.Broker"
     public var stateDirectory = "/var/lib/tokend"
+    /// Where token files live; $RUNTIME_DIRECTORY (systemd) wins.
+    public var runtimeDirectory = "/run/tokend"
     /// The AES-256-GCM key sealing state files (the credential tokend.state-key wins); nil: not sealed.
     public var stateKeyFile: String?
     public var socketMode: UInt32 = 0o660
@@ -63,6 +65,20 @@ public struct DaemonSettings: Sendable, Equatable {
     public var logTarget = "auto"
 
     public init() {}
+}
+
+/// One `[[sessions.NAME.token-files]]` entry.
+public struct TokenFileSettings: Sendable, Equatable {
+    /// Absolute, under the runtime directory.
+    public var path: String
+    public var group: String?
+    public var mode: UInt32
+
+    public init(path: String, group: String?, mode: UInt32) {
+        self.path = path
+        self.group = group
+        self.mode = mode
+    }
 }
 
 public enum ClientAuth: String, Sendable, Equatable, CaseIterable {
@@ -90,6 +106,8 @@ public struct SessionSettings: Sendable, Equatable {
     public var defaultLifetime = 300
     /// Origins ("https://app.example.com") whose pages may ask for tokens through the browser bridge.
     public var webOrigins: [String] = []
+    /// Files tokend keeps holding the current access token.
+    public var tokenFiles: [TokenFileSettings] = []
     /// Hosts (host or host:port) whose git credential requests this session answers.
     public var gitHosts: [String] = []
     /// The user name git sends with the token ("oauth2" for GitLab, "x-access-token" for GitHub).

@@ -83,12 +83,23 @@ public final class Daemon: Service, CustomStringConvertible {
         } catch {
             // A corrupt file: the session reports it (and moves it aside) when it starts.
         }
+        var tokenFiles: [TokenFile] = []
+        for entry in settings.tokenFiles {
+            var gid: UInt32?
+            if let group = entry.group {
+                guard let found = UInt32(group).map({ $0 }) ?? getgrnam(group).map({ $0.pointee.gr_gid }) else {
+                    throw DaemonSetupError("session \(settings.name): token-files: no group named \"\(group)\"")
+                }
+                gid = found
+            }
+            tokenFiles.append(TokenFile(path: entry.path, group: gid, mode: entry.mode))
+        }
         var sessionCookies = cookiePolicy
         sessionCookies.accept = AcceptPolicy(rawValue: settings.acceptCookies) ?? .always
         return SessionActor(
             name: settings.name, policy: settings.policy, endpoint: try settings.endpoint(),
             file: file, logger: logger, cookiePolicy: sessionCookies, webOrigins: settings.webOrigins,
-            gitHosts: settings.gitHosts, gitUsername: settings.gitUsername,
+            gitHosts: settings.gitHosts, gitUsername: settings.gitUsername, tokenFiles: tokenFiles,
             checkpoint: checkpoint)
     }
 
