@@ -11,7 +11,7 @@ UNITDIR ?= /etc/systemd/system
 USERUNITDIR ?= /etc/systemd/user
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 
-.PHONY: bench test-crash demo-login all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
+.PHONY: bench test-crash demo-login deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -91,7 +91,7 @@ demo-login: venv build
 # End to end under a real systemd in a Debian bookworm container (systemd-nspawn);
 # the root filesystem is built once with debootstrap and cached in $(E2E_CACHE).
 E2E_CACHE ?= /var/cache/tokend-e2e
-test-e2e: venv build
+test-e2e: venv build deb
 	@for p in systemd-container debootstrap; do dpkg -s $$p >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd-container debootstrap >/dev/null; break; }; done
 	E2E_CACHE=$(E2E_CACHE) $(PY) -m pytest -q -s Tests/integration/test_e2e_systemd.py
 
@@ -108,6 +108,24 @@ install: release
 	install -d $(DESTDIR)$(PREFIX)/share/tokend/extension
 	install -m 0644 web/extension/* $(DESTDIR)$(PREFIX)/share/tokend/extension/
 	install -m 0644 web/tokend-page.js $(DESTDIR)$(PREFIX)/share/tokend/
+	# Manuals and shell completion.
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man8
+	install -m 0644 man/tokenctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 man/tokend.toml.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+	install -m 0644 man/tokend.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions \
+		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	.build/release/tokenctl --generate-completion-script bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/tokenctl
+	.build/release/tokenctl --generate-completion-script zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_tokenctl
+	.build/release/tokenctl --generate-completion-script fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/tokenctl.fish
+	# A fresh state key sealed with systemd-creds (host key or TPM), as the package does; only on this host.
+	@if [ -z "$(DESTDIR)" ] && [ ! -e /etc/credstore.encrypted/tokend.state-key ] && command -v systemd-creds >/dev/null; then \
+		install -d -m 0700 /etc/credstore.encrypted; \
+		.build/release/tokend --generate-state-key | systemd-creds encrypt --name=tokend.state-key - /etc/credstore.encrypted/tokend.state-key; \
+		install -d /etc/systemd/system/tokend.service.d; \
+		printf '[Service]\nLoadCredentialEncrypted=tokend.state-key\n' > /etc/systemd/system/tokend.service.d/50-state-key.conf; \
+		echo "created /etc/credstore.encrypted/tokend.state-key (state files are sealed at rest)"; \
+	fi
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(SYSUSERSDIR)
 	install -m 0644 systemd/tokend.socket systemd/tokend.service $(DESTDIR)$(UNITDIR)/
 	install -m 0644 systemd/user/tokend.socket systemd/user/tokend.service $(DESTDIR)$(USERUNITDIR)/
@@ -119,5 +137,14 @@ install: release
 		install -m 0644 etc/tokend/tokend.toml $(DESTDIR)$(SYSCONFDIR)/tokend/tokend.toml; \
 	fi
 
+# The Debian package, from binaries with the Swift runtime linked in
+# (its own build directory: those flags would otherwise rebuild .build).
+STATIC_BUILD := .build-static
+deb:
+	@for p in dpkg-dev fakeroot lintian; do dpkg -s $$p >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dpkg-dev fakeroot lintian >/dev/null; break; }; done
+	$(SWIFT) build -c release --static-swift-stdlib --scratch-path $(STATIC_BUILD)
+	packaging/deb/build.sh $(STATIC_BUILD)/release .build/deb
+	lintian --fail-on error .build/deb/tokend_*.deb
+
 clean:
-	rm -rf .build $(VENV)
+	rm -rf .build $(STATIC_BUILD) $(VENV)

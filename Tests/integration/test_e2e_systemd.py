@@ -21,12 +21,13 @@ RELOADED = "585e02a2287e4a8f8f905fc49ae60a3a"
 
 
 def rootfs():
-    path = os.path.join(CACHE, "rootfs")
+    # rootfs-2: with man-db, to read the package's manuals.
+    path = os.path.join(CACHE, "rootfs-2")
     if not os.path.exists(path):
         building = path + ".tmp"
         shutil.rmtree(building, ignore_errors=True)
         os.makedirs(CACHE, exist_ok=True)
-        subprocess.run(["debootstrap", "--variant=minbase", "--include=systemd,systemd-sysv,dbus,python3,procps",
+        subprocess.run(["debootstrap", "--variant=minbase", "--include=systemd,systemd-sysv,dbus,python3,procps,man-db",
                         "bookworm", building, "http://deb.debian.org/debian"], check=True,
                        stdout=subprocess.DEVNULL)
         os.rename(building, path)
@@ -139,4 +140,64 @@ def test_tokend_under_real_systemd(server, workdir):
         logs = container.sh("journalctl -u tokend --no-pager").stdout
         with open(os.path.join(workdir, "tokend-journal.log"), "w") as f:
             f.write(logs)
+        container.stop()
+
+
+DEB_DIR = os.path.join(ROOT, ".build", "deb")
+
+
+def test_debian_package_installs_runs_and_purges(server, workdir):
+    """`make deb`'s package in a fresh bookworm under systemd: apt-get install
+    creates the user, seals the state with a systemd-creds key, enables the
+    socket; a group member gets a token; remove stops it and keeps state and
+    configuration; purge removes them."""
+    debs = [n for n in os.listdir(DEB_DIR) if n.endswith(".deb")] if os.path.isdir(DEB_DIR) else []
+    assert debs, "no package in .build/deb: run `make deb` (make test-e2e does)"
+    stage = os.path.join(workdir, "stage")
+    os.makedirs(stage)
+    shutil.copy(os.path.join(DEB_DIR, debs[0]), os.path.join(stage, "tokend.deb"))
+    with open(os.path.join(stage, "tokend.toml"), "w") as f:
+        f.write(f'[sessions.default]\ntoken-endpoint = "{server.token_url}"\nclient-id = "tokend-test"\n')
+    with open(os.path.join(stage, "secret"), "w") as f:
+        f.write(CLIENT_SECRET)
+    code, grant = server.password_grant()
+    with open(os.path.join(stage, "refresh-token"), "w") as f:
+        f.write(grant["refresh_token"])
+    container = Container(workdir, stage)
+    try:
+        installed = container.sh("apt-get install -y /stage/tokend.deb")
+        assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+        assert container.sh("systemctl is-enabled tokend.socket").stdout.strip() == "enabled"
+        assert container.sh("systemctl is-active tokend.socket").stdout.strip() == "active"
+        assert container.sh("getent group tokend").returncode == 0
+        # A fresh state key, encrypted by systemd-creds, loaded by the unit.
+        assert container.sh("test -s /etc/credstore.encrypted/tokend.state-key").returncode == 0
+        assert "LoadCredentialEncrypted=tokend.state-key" in container.sh(
+            "systemctl cat tokend.service").stdout
+        # The manuals render without warnings; completion is in place.
+        page = container.sh("MANWIDTH=80 man --warnings tokend")
+        assert page.returncode == 0 and "one owner of OAuth sessions" in page.stdout and page.stderr == "", page.stderr
+        for name in ("tokenctl", "tokend.toml"):
+            assert container.sh(f"man --warnings {name} >/dev/null").stderr == ""
+        assert container.sh("test -s /usr/share/bash-completion/completions/tokenctl").returncode == 0
+        # Configure, log in, and a member of group tokend gets a token.
+        container.sh(
+            "cp /stage/tokend.toml /etc/tokend/tokend.toml && "
+            "install -m 0600 /stage/secret /etc/tokend/default.client-secret && useradd -M -G tokend member && "
+            "tokenctl login --refresh-token-file /stage/refresh-token", check=True)
+        member = container.sh("runuser -u member -- tokenctl token")
+        assert member.returncode == 0 and member.stdout.strip(), member.stderr
+        sealed = container.sh("cat /var/lib/tokend/*").stdout
+        assert '"aes-256-gcm"' in sealed and grant["refresh_token"] not in sealed
+        # remove: stopped, state and configuration kept.
+        container.sh("apt-get remove -y tokend", check=True)
+        assert container.sh("systemctl is-active tokend.socket tokend.service").stdout.split() == ["inactive", "inactive"]
+        assert container.sh("ls /var/lib/tokend").stdout.strip()
+        assert container.sh("test -e /etc/tokend/tokend.toml && test -e /etc/credstore.encrypted/tokend.state-key").returncode == 0
+        assert container.sh("test -e /usr/sbin/tokend").returncode != 0
+        # purge: gone.
+        container.sh("apt-get purge -y tokend", check=True)
+        assert container.sh("test -e /var/lib/tokend || test -e /etc/tokend || "
+                            "test -e /etc/credstore.encrypted/tokend.state-key").returncode != 0
+    finally:
         container.stop()

@@ -38,14 +38,22 @@ def unit_root(workdir, units, subdir):
     os.makedirs(target)
     for unit in units:
         shutil.copy(unit, target)
+    # Documentation= names our man pages; verify looks them up with man(1).
+    for page, section in (("tokend.8", "man8"), ("tokend.toml.5", "man5"), ("tokenctl.1", "man1")):
+        os.makedirs(os.path.join(root, "man", section), exist_ok=True)
+        shutil.copy(os.path.join(ROOT, "man", page), os.path.join(root, "man", section))
     return root
+
+
+def verify(root, *units):
+    return subprocess.run(["systemd-analyze", "verify", f"--root={root}", *units], capture_output=True, text=True,
+                          env=dict(os.environ, MANPATH=os.path.join(root, "man")))
 
 
 def test_units_verify_cleanly_and_are_hardened(workdir):
     units = [os.path.join(UNITS, n) for n in ("tokend.socket", "tokend.service")]
     root = unit_root(workdir, units, "etc/systemd/system")
-    result = subprocess.run(["systemd-analyze", "verify", f"--root={root}", "tokend.socket", "tokend.service"],
-                            capture_output=True, text=True)
+    result = verify(root, "tokend.socket", "tokend.service")
     assert result.returncode == 0 and result.stderr == "", result.stderr
     result = subprocess.run(["systemd-analyze", "security", "--offline=true", os.path.join(UNITS, "tokend.service")],
                             capture_output=True, text=True)
@@ -57,8 +65,7 @@ def test_units_verify_cleanly_and_are_hardened(workdir):
 def test_user_units_verify_cleanly(workdir):
     units = [os.path.join(UNITS, "user", n) for n in ("tokend.socket", "tokend.service")]
     root = unit_root(workdir, units, "etc/systemd/system")
-    result = subprocess.run(["systemd-analyze", "verify", f"--root={root}", "tokend.socket", "tokend.service"],
-                            capture_output=True, text=True)
+    result = verify(root, "tokend.socket", "tokend.service")
     assert result.returncode == 0 and result.stderr == "", result.stderr
 
 

@@ -1,0 +1,70 @@
+#!/bin/bash
+# Builds tokend_VERSION_amd64.deb from the static-stdlib release binaries.
+#   packaging/deb/build.sh BINDIR OUTDIR
+# BINDIR holds tokend, tokenctl and tokend-native-host built with
+# --static-swift-stdlib (the package needs no Swift runtime on the host).
+set -euo pipefail
+bindir=${1:?usage: build.sh BINDIR OUTDIR}
+out=${2:?usage: build.sh BINDIR OUTDIR}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+version=0.1.0-1
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+pkg=$stage/tokend
+
+install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/usr/sbin"
+install -m 0755 "$bindir/tokend" "$pkg/usr/sbin/"
+install -m 0755 "$bindir/tokenctl" "$bindir/tokend-native-host" "$pkg/usr/bin/"
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$pkg/usr/sbin/tokend" "$pkg/usr/bin/tokenctl" "$pkg/usr/bin/tokend-native-host"
+
+# Units (the binary lives in /usr/sbin here), sysusers, configuration.
+install -d "$pkg/lib/systemd/system" "$pkg/usr/lib/systemd/user" "$pkg/usr/lib/sysusers.d" "$pkg/etc/tokend"
+for unit in tokend.socket tokend.service; do
+    sed 's|/usr/local/bin/tokend|/usr/sbin/tokend|' "$root/systemd/$unit" > "$pkg/lib/systemd/system/$unit"
+    sed 's|/usr/local/bin/tokend|/usr/sbin/tokend|' "$root/systemd/user/$unit" > "$pkg/usr/lib/systemd/user/$unit"
+done
+chmod 0644 "$pkg"/lib/systemd/system/* "$pkg"/usr/lib/systemd/user/*
+install -m 0644 "$root/systemd/tokend.sysusers.conf" "$pkg/usr/lib/sysusers.d/tokend.conf"
+install -m 0644 "$root/etc/tokend/tokend.toml" "$pkg/etc/tokend/tokend.toml"
+
+# The browser bridge: host manifests (Chromium reads /etc, Firefox /usr/lib/mozilla), extension, page helper.
+install -d "$pkg/etc/chromium/native-messaging-hosts" "$pkg/usr/lib/mozilla/native-messaging-hosts" \
+    "$pkg/usr/share/tokend/extension"
+sed 's|@BINDIR@|/usr/bin|' "$root/web/native-host/io.tokend.bridge.chromium.json" \
+    > "$pkg/etc/chromium/native-messaging-hosts/io.tokend.bridge.json"
+sed 's|@BINDIR@|/usr/bin|' "$root/web/native-host/io.tokend.bridge.firefox.json" \
+    > "$pkg/usr/lib/mozilla/native-messaging-hosts/io.tokend.bridge.json"
+chmod 0644 "$pkg/etc/chromium/native-messaging-hosts/io.tokend.bridge.json" \
+    "$pkg/usr/lib/mozilla/native-messaging-hosts/io.tokend.bridge.json"
+install -m 0644 "$root"/web/extension/* "$pkg/usr/share/tokend/extension/"
+install -m 0644 "$root/web/tokend-page.js" "$pkg/usr/share/tokend/"
+
+# Manuals, completions, documentation.
+install -d "$pkg/usr/share/man/man1" "$pkg/usr/share/man/man5" "$pkg/usr/share/man/man8"
+gzip -9n < "$root/man/tokenctl.1" > "$pkg/usr/share/man/man1/tokenctl.1.gz"
+gzip -9n < "$root/man/tokend.toml.5" > "$pkg/usr/share/man/man5/tokend.toml.5.gz"
+gzip -9n < "$root/man/tokend.8" > "$pkg/usr/share/man/man8/tokend.8.gz"
+install -d "$pkg/usr/share/bash-completion/completions" "$pkg/usr/share/zsh/vendor-completions" \
+    "$pkg/usr/share/fish/vendor_completions.d"
+"$bindir/tokenctl" --generate-completion-script bash > "$pkg/usr/share/bash-completion/completions/tokenctl"
+"$bindir/tokenctl" --generate-completion-script zsh > "$pkg/usr/share/zsh/vendor-completions/_tokenctl"
+"$bindir/tokenctl" --generate-completion-script fish > "$pkg/usr/share/fish/vendor_completions.d/tokenctl.fish"
+chmod 0644 "$pkg"/usr/share/*/completions/* "$pkg"/usr/share/zsh/vendor-completions/* "$pkg"/usr/share/fish/vendor_completions.d/*
+install -d "$pkg/usr/share/doc/tokend"
+install -m 0644 "$here/copyright" "$pkg/usr/share/doc/tokend/copyright"
+gzip -9n < "$here/changelog" > "$pkg/usr/share/doc/tokend/changelog.Debian.gz"
+
+# Maintainer scripts, conffiles, control (Depends from the binaries' shared libraries).
+install -m 0755 "$here/postinst" "$here/prerm" "$here/postrm" "$pkg/DEBIAN/"
+(cd "$pkg" && find etc -type f | sort | sed 's|^|/|') > "$pkg/DEBIAN/conffiles"
+mkdir -p "$stage/debian"
+printf 'Source: tokend\n\nPackage: tokend\nArchitecture: any\n' > "$stage/debian/control"
+depends=$(cd "$stage" && dpkg-shlibdeps -O -e tokend/usr/sbin/tokend -e tokend/usr/bin/tokenctl \
+    -e tokend/usr/bin/tokend-native-host 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+size=$(du -sk --exclude=DEBIAN "$pkg" | cut -f1)
+sed -e "s|@VERSION@|$version|" -e "s|@SIZE@|$size|" -e "s|@DEPENDS@|$depends|" "$here/control.in" > "$pkg/DEBIAN/control"
+find "$pkg" -type d -exec chmod 0755 {} +
+mkdir -p "$out"
+fakeroot dpkg-deb --build -Zxz "$pkg" "$out/tokend_${version}_amd64.deb" >/dev/null
+echo "$out/tokend_${version}_amd64.deb"
