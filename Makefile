@@ -110,7 +110,7 @@ install: release
 	install -m 0644 web/tokend-page.js $(DESTDIR)$(PREFIX)/share/tokend/
 	# Manuals and shell completion.
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man8
-	install -m 0644 man/tokenctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 man/tokenctl.1 man/tokend-native-host.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 man/tokend.toml.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 0644 man/tokend.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions \

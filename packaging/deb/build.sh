@@ -45,14 +45,18 @@ install -d "$pkg/usr/share/man/man1" "$pkg/usr/share/man/man5" "$pkg/usr/share/m
 gzip -9n < "$root/man/tokenctl.1" > "$pkg/usr/share/man/man1/tokenctl.1.gz"
 gzip -9n < "$root/man/tokend.toml.5" > "$pkg/usr/share/man/man5/tokend.toml.5.gz"
 gzip -9n < "$root/man/tokend.8" > "$pkg/usr/share/man/man8/tokend.8.gz"
+gzip -9n < "$root/man/tokend-native-host.1" > "$pkg/usr/share/man/man1/tokend-native-host.1.gz"
 install -d "$pkg/usr/share/bash-completion/completions" "$pkg/usr/share/zsh/vendor-completions" \
     "$pkg/usr/share/fish/vendor_completions.d"
-"$bindir/tokenctl" --generate-completion-script bash > "$pkg/usr/share/bash-completion/completions/tokenctl"
+# (bash completion files are sourced, not run: no #! line)
+"$bindir/tokenctl" --generate-completion-script bash | sed '1{/^#!/d}' > "$pkg/usr/share/bash-completion/completions/tokenctl"
 "$bindir/tokenctl" --generate-completion-script zsh > "$pkg/usr/share/zsh/vendor-completions/_tokenctl"
 "$bindir/tokenctl" --generate-completion-script fish > "$pkg/usr/share/fish/vendor_completions.d/tokenctl.fish"
 chmod 0644 "$pkg"/usr/share/*/completions/* "$pkg"/usr/share/zsh/vendor-completions/* "$pkg"/usr/share/fish/vendor_completions.d/*
 install -d "$pkg/usr/share/doc/tokend"
 install -m 0644 "$here/copyright" "$pkg/usr/share/doc/tokend/copyright"
+install -d "$pkg/usr/share/lintian/overrides"
+install -m 0644 "$here/lintian-overrides" "$pkg/usr/share/lintian/overrides/tokend"
 gzip -9n < "$here/changelog" > "$pkg/usr/share/doc/tokend/changelog.Debian.gz"
 
 # Maintainer scripts, conffiles, control (Depends from the binaries' shared libraries).
