@@ -26,13 +26,15 @@ extension SessionActor {
 
         refreshes += 1
         logger.debug("refreshing", metadata: ["generation": "\(record.generation)"])
+        let sentAt = ContinuousClock.now
         let answer = await endpoint.refresh(refreshToken: refreshToken, cookieHeader: cookieHeaderForEndpoint())
         let answeredAt = ContinuousClock.now
         checkpoint?("after-response")
         let cookieChanges = receiveEndpointCookies(answer.setCookie)
         switch answer.result {
         case .success(let response):
-            return await adopt(response, startedAt: startedAt, answeredAt: answeredAt, cookieChanges: cookieChanges)
+            return await adopt(
+                response, startedAt: startedAt, sentAt: sentAt, answeredAt: answeredAt, cookieChanges: cookieChanges)
         case .failure(let error) where error.kind == .rejected:
             var reason = error.reason
             if afterCrash {
@@ -54,12 +56,17 @@ extension SessionActor {
     /// memory, then delivered to subscribers (its cookie changes, then
     /// `refreshed`), then returned to callers.
     func adopt(
-        _ response: TokenResponse, startedAt: Double, answeredAt: ContinuousClock.Instant, cookieChanges: [CookieChange]
+        _ response: TokenResponse, startedAt: Double, sentAt: ContinuousClock.Instant, answeredAt: ContinuousClock.Instant,
+        cookieChanges: [CookieChange]
     ) async -> Token {
         let next = applying(response, to: record, issuedAt: Int(startedAt))
         await persist(next, what: "refreshed state")
-        // The window in which a crash loses a rotated token: from the server's answer until it is on disk.
-        let durableAfter = ContinuousClock.now - answeredAt
+        // Without a server grace period, a crash loses the rotated token anywhere from the moment the
+        // server may have processed the request (it was sent) until the answer is on disk: exposure.
+        // durable: from the server's answer until it is on disk.
+        let durableAt = ContinuousClock.now
+        let durableAfter = durableAt - answeredAt
+        let exposure = durableAt - sentAt
         checkpoint?("after-persist")
         announcing = true  // until subscribers have the events, callers do not see the new token
         record = next
@@ -70,7 +77,7 @@ extension SessionActor {
             metadata: [
                 "generation": "\(next.generation)", "expires_at": "\(next.expiresAt!)",
                 "rotated": "\(response.refreshToken != nil)",
-                "durable_us": "\(durableAfter.components.seconds * 1_000_000 + durableAfter.components.attoseconds / 1_000_000_000_000)",
+                "durable_us": "\(Self.microseconds(durableAfter))", "exposure_us": "\(Self.microseconds(exposure))",
             ])
         let token = currentToken!
         var events = cookieChanges.isEmpty ? [] : [event(.cookies, changes: cookieChanges)]
@@ -99,6 +106,10 @@ extension SessionActor {
                 logger.error("token file not written", metadata: ["path": "\(file.path)", "problem": "\(error)"])
             }
         }
+    }
+
+    static func microseconds(_ duration: Duration) -> Int64 {
+        duration.components.seconds * 1_000_000 + duration.components.attoseconds / 1_000_000_000_000
     }
 
     /// `base` with a token response applied: the next generation, the new

@@ -5,10 +5,14 @@ restarted. Reports kills, sessions lost and unreadable state files.
 
     python Tests/crash/campaign.py --kills 200 --grace 5 [--seed N] [--results FILE]
 
-Kill kinds: "random" (after 20-500 ms of forced refreshes) and the
-checkpoints "after-marker" (refresh marker on disk, request not sent),
-"after-response" (the server has rotated the token; tokend has not written
-it) and "after-persist" (written, not yet answered). State is sealed with a
+Kill kinds: "random" (after 20-500 ms of back-to-back refreshes, killed while
+they run) and the checkpoints "after-marker" (refresh marker on disk, request
+not sent), "after-response" (the server has rotated the token; tokend has not
+written it) and "after-persist" (written, not yet answered). A random kill
+"landed inside a refresh" when the next start finds the refresh marker (tokend
+logs that it retries the stored token): those are counted, with their losses.
+The exposure of each refresh (request sent until the answer is on disk, from
+tokend's `exposure_us` log field) is reported too. State is sealed with a
 state key, so every restart also proves the file still decrypts."""
 import argparse
 import json
@@ -29,12 +33,22 @@ POINTS = ["after-marker", "after-response", "after-persist"]
 
 
 def hammer(path, stop):
-    """Forced refreshes, one after another, until told to stop."""
+    """Refreshes back to back until told to stop: compare-and-refresh with the
+    current generation (what a client that got a 401 does), which no rate
+    limit slows, so a refresh is almost always in flight."""
     while not stop.is_set():
         try:
-            varlink_call(path, "io.tokend.Broker.Refresh")
-        except OSError:
+            token = varlink_call(path, "io.tokend.Broker.GetToken")[1]["parameters"]["token"]
+            varlink_call(path, "io.tokend.Broker.Refresh", {"staleGeneration": token["generation"]})
+        except (OSError, KeyError, ValueError):
             time.sleep(0.005)
+
+RETRY_LINE = "previous process stopped during a refresh"
+
+
+def log_count(daemon, text):
+    with open(daemon.log_path) as f:
+        return f.read().count(text)
 
 
 def login(daemon, server):
@@ -116,6 +130,7 @@ def main():
 
     kinds = {}
     lost, unreadable, restarts = 0, 0, []
+    random_inside, random_inside_lost = 0, 0
     previous_kind = None
     sequence = []
     losses = []
@@ -129,11 +144,16 @@ def main():
         if kind != "random":
             env.update(TOKEND_CRASH_POINT=kind, TOKEND_CRASH_AFTER=str(rng.randint(1, 3)))
         t0 = time.time()
+        retries_before = log_count(daemon, RETRY_LINE)
         if start(daemon, env):
             restarts.append(time.time() - t0)
             # Is the session still there? (After a crash tokend retries the stored token once.)
             reply = ask(daemon)
+            if previous_kind == "random" and log_count(daemon, RETRY_LINE) > retries_before:
+                random_inside += 1
             if reply is not None and reply.get("error") == "io.tokend.Broker.LoginRequired":
+                if previous_kind == "random":
+                    random_inside_lost += 1
                 lost += 1
                 losses.append({"kill": kill, "previous_kill": previous_kind, "reason": reply["parameters"]["reason"][:200]})
                 # Log in again on a tokend without crash points; this round then ends with a random kill.
@@ -152,6 +172,8 @@ def main():
                         daemon.process.wait(10)
                     except subprocess.TimeoutExpired:
                         kind = "random"  # the checkpoint was not reached in time: kill it ourselves
+                # Killed while the refreshes run, not after they settle.
+                daemon.stop(signal.SIGKILL)
                 stop.set()
                 worker.join()
         daemon.stop(signal.SIGKILL)
@@ -160,13 +182,19 @@ def main():
         sequence.append(kind)
         if not state_readable(daemon):
             unreadable += 1
+    retries_before = log_count(daemon, RETRY_LINE)
     daemon.start()
-    final = varlink_call(daemon.socket, "io.tokend.Broker.GetToken")[1]
+    final = ask(daemon) or varlink_call(daemon.socket, "io.tokend.Broker.GetToken")[1]
+    inside = previous_kind == "random" and log_count(daemon, RETRY_LINE) > retries_before
+    random_inside += inside
     if final.get("error") == "io.tokend.Broker.LoginRequired":
+        random_inside_lost += inside
         lost += 1
         losses.append({"kill": args.kills, "previous_kill": previous_kind, "reason": final["parameters"]["reason"][:160]})
     grants = server.grants("refresh_token")
     daemon.stop(signal.SIGKILL)
+    exposures = sorted(int(part.split("=")[1]) for line in open(daemon.log_path)
+                       for part in line.split() if part.startswith("exposure_us="))
     server.stop()
     restarts.sort()
     result = {
@@ -175,6 +203,10 @@ def main():
         "refresh_grants": len(grants), "refresh_grants_refused": sum(1 for g in grants if g["status"] != 200),
         "restart_to_socket_median_ms": round(1000 * restarts[len(restarts) // 2]),
         "restart_to_socket_max_ms": round(1000 * restarts[-1]), "duration_s": round(time.time() - started),
+        "random_kills_inside_a_refresh": random_inside, "random_kills_inside_a_refresh_lost": random_inside_lost,
+        "refreshes_completed": len(exposures),
+        "exposure_us_median": exposures[len(exposures) // 2] if exposures else None,
+        "exposure_us_p99": exposures[int(len(exposures) * 0.99)] if exposures else None,
         "losses": losses, "sequence": sequence,
     }
     print(json.dumps(result, indent=2))

@@ -20,3 +20,5 @@ def test_twenty_kills_lose_nothing(workdir):
     assert outcome["sessions_lost"] == 0, outcome["losses"]
     assert outcome["unreadable_state_files"] == 0
     assert outcome["refresh_grants"] > 20, "tokend was refreshing while it was killed"
+    # The random kills land while refreshes run (the campaign kills, then stops its clients).
+    assert outcome["random_kills_inside_a_refresh"] >= 1, outcome["kills_by_kind"]

@@ -3,6 +3,7 @@
 systemd-nspawn; tokend's units, binaries and a config are installed into
 its volatile overlay and exercised with systemctl, journalctl and tokenctl.
 Run by `make test-e2e` (and .ci/run); skipped by `make test`."""
+import itertools
 import json
 import os
 import shutil
@@ -35,23 +36,32 @@ def rootfs():
 
 
 class Container:
+    serial = itertools.count()  # each container its own machine name: one may still be going away
+
     def __init__(self, workdir, stage):
         self.log = open(os.path.join(workdir, "container.log"), "w")
         self.process = subprocess.Popen(
             ["systemd-nspawn", "-D", rootfs(), "--boot", "--register=no", "--keep-unit", "--volatile=overlay",
              f"--bind-ro={BIN}:/opt/tokend-bin", "--bind-ro=/opt/swift", f"--bind-ro={stage}:/stage",
-             "--machine=tokend-e2e"],
+             f"--machine=tokend-e2e-{os.getpid()}-{next(Container.serial)}"],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         self.pid = wait_for(self._init_pid, 30, "container init")
-        wait_for(lambda: self.sh("systemctl is-system-running").stdout.strip() in ("running", "degraded"),
-                 60, "container boot")
+        try:
+            wait_for(lambda: self.sh("systemctl is-system-running").stdout.strip() in ("running", "degraded"),
+                     120, "container boot")
+        except AssertionError:
+            jobs = self.sh("systemctl is-system-running; systemctl list-jobs --no-pager").stdout
+            self.stop()
+            raise AssertionError(f"the container did not finish booting: {jobs[-2000:]}")
 
     def _init_pid(self):
         if self.process.poll() is not None:
             raise AssertionError("systemd-nspawn exited: " + open(self.log.name).read()[-2000:])
-        children = subprocess.run(["ps", "--ppid", str(self.process.pid), "-o", "pid="], capture_output=True,
-                                  text=True).stdout.split()
-        return children[0] if children else None
+        # nspawn may have a helper child besides the container's init: take systemd.
+        children = subprocess.run(["ps", "--ppid", str(self.process.pid), "-o", "pid=,comm="], capture_output=True,
+                                  text=True).stdout.splitlines()
+        init = [line.split()[0] for line in children if line.split()[1:] == ["systemd"]]
+        return init[0] if init else None
 
     def sh(self, command, check=False):
         result = subprocess.run(["nsenter", "-t", self.pid, "-a", "sh", "-c", command], capture_output=True,
