@@ -79,6 +79,23 @@ class Container:
             self.process.wait(10)
 
 
+def staged(server, workdir):
+    """A directory for the container (/stage) with a config for the test server,
+    the client secret and a fresh refresh token; returns it and the grant."""
+    stage = os.path.join(workdir, "stage")
+    os.makedirs(stage)
+    with open(os.path.join(stage, "tokend.toml"), "w") as f:
+        f.write(f'[sessions.default]\ntoken-endpoint = "{server.token_url}"\n'
+                f'revocation-endpoint = "{server.base}/o/revoke_token/"\nclient-id = "tokend-test"\n')
+    with open(os.path.join(stage, "secret"), "w") as f:
+        f.write(CLIENT_SECRET)
+    code, grant = server.password_grant()
+    assert code == 200, grant
+    with open(os.path.join(stage, "refresh-token"), "w") as f:
+        f.write(grant["refresh_token"])
+    return stage, grant
+
+
 def status(container, as_user=None):
     prefix = f"runuser -u {as_user} -- " if as_user else ""
     return container.sh(prefix + "tokenctl status --json")
@@ -86,18 +103,9 @@ def status(container, as_user=None):
 
 def test_tokend_under_real_systemd(server, workdir):
     started = time.time()
-    stage = os.path.join(workdir, "stage")
-    os.makedirs(stage)
+    stage, _ = staged(server, workdir)
     for unit in ("tokend.socket", "tokend.service", "tokend.sysusers.conf"):
         shutil.copy(os.path.join(ROOT, "systemd", unit), stage)
-    with open(os.path.join(stage, "tokend.toml"), "w") as f:
-        f.write(f'[sessions.default]\ntoken-endpoint = "{server.token_url}"\n'
-                f'revocation-endpoint = "{server.base}/o/revoke_token/"\nclient-id = "tokend-test"\n')
-    with open(os.path.join(stage, "secret"), "w") as f:
-        f.write(CLIENT_SECRET)
-    code, grant = server.password_grant()
-    with open(os.path.join(stage, "refresh-token"), "w") as f:
-        f.write(grant["refresh_token"])
     container = Container(workdir, stage)
     try:
         container.sh(
@@ -163,16 +171,8 @@ def test_debian_package_installs_runs_and_purges(server, workdir):
     configuration; purge removes them."""
     debs = [n for n in os.listdir(DEB_DIR) if n.endswith(".deb")] if os.path.isdir(DEB_DIR) else []
     assert debs, "no package in .build/deb: run `make deb` (make test-e2e does)"
-    stage = os.path.join(workdir, "stage")
-    os.makedirs(stage)
+    stage, grant = staged(server, workdir)
     shutil.copy(os.path.join(DEB_DIR, debs[0]), os.path.join(stage, "tokend.deb"))
-    with open(os.path.join(stage, "tokend.toml"), "w") as f:
-        f.write(f'[sessions.default]\ntoken-endpoint = "{server.token_url}"\nclient-id = "tokend-test"\n')
-    with open(os.path.join(stage, "secret"), "w") as f:
-        f.write(CLIENT_SECRET)
-    code, grant = server.password_grant()
-    with open(os.path.join(stage, "refresh-token"), "w") as f:
-        f.write(grant["refresh_token"])
     container = Container(workdir, stage)
     try:
         installed = container.sh("apt-get install -y /stage/tokend.deb")
