@@ -11,7 +11,7 @@ UNITDIR ?= /etc/systemd/system
 USERUNITDIR ?= /etc/systemd/user
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 
-.PHONY: bench test-crash demo-login deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
+.PHONY: bench bench-flood test-crash demo-login deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -76,6 +76,12 @@ bench: venv release
 	gcc -O2 -Wall -o $(BENCH_DIR)/limit_server bench/limit_server.c
 	gcc -O2 -Wall -o $(BENCH_DIR)/load bench/load.c -lpthread
 	$(PY) bench/bench.py .build/release $(BENCH_DIR)/load $(BENCH_DIR)/limit_server bench/RESULTS.md
+
+# A well-behaved client's latency with 10,000 idle and 1,000 stalled connections (bench/FLOOD.md).
+bench-flood: venv release
+	$(PY) bench/flood.py .build/release > $(BENCH_DIR)-flood.txt
+	{ echo "# Flood (make bench-flood, $$(date +%F), $$(nproc) cores, release build)"; echo; grep '^|' $(BENCH_DIR)-flood.txt; \
+	  echo; echo '```'; grep '^{' $(BENCH_DIR)-flood.txt; echo '```'; } > bench/FLOOD.md
 
 # Startup figures quoted in README (debug build unless BIN_DIR is given).
 bench-startup: build
