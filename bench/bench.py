@@ -137,11 +137,23 @@ def load(binary, *args):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def socket_suite(binary, path, request):
-    """One round: sequential latency, then throughput at 1, 16 and 64 connections and pipelined."""
+def cpu_seconds(pid):
+    """User + system CPU time the process has used (/proc/PID/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def socket_suite(binary, path, request, pid):
+    """One round: sequential latency, then throughput at 1, 16 and 64 connections and pipelined.
+    Around the 16-connection run, the server's CPU time per call (user + system)."""
     figures = {"latency": load(binary, "latency", path, 20000, request)}
     for connections, depth in ((1, 1), (16, 1), (64, 1), (16, 16)):
-        figures[f"rps_{connections}x{depth}"] = load(binary, "throughput", path, connections, depth, 2, request)["rps"]
+        cpu_before = cpu_seconds(pid)
+        run = load(binary, "throughput", path, connections, depth, 2, request)
+        figures[f"rps_{connections}x{depth}"] = run["rps"]
+        if (connections, depth) == (16, 1):
+            figures["cpu_us_per_call_16x1"] = (cpu_seconds(pid) - cpu_before) * 1e6 / run["total_requests"]
     return figures
 
 
@@ -233,15 +245,15 @@ def main():
                       env=dict(os.environ, TOKEND_TEST_HOOKS="1", TOKEND_FAST_PATH="off"))
         rounds = {"limit": [], "tokend": [], "tokend_actor_path": []}
         for _ in range(args.rounds):  # interleaved, so drift affects all alike
-            rounds["limit"].append(socket_suite(args.load, limit_socket, GET_TOKEN))
-            rounds["tokend"].append(socket_suite(args.load, daemon.socket, GET_TOKEN))
-            rounds["tokend_actor_path"].append(socket_suite(args.load, slow.socket, GET_TOKEN))
+            rounds["limit"].append(socket_suite(args.load, limit_socket, GET_TOKEN, limit.pid))
+            rounds["tokend"].append(socket_suite(args.load, daemon.socket, GET_TOKEN, daemon.process.pid))
+            rounds["tokend_actor_path"].append(socket_suite(args.load, slow.socket, GET_TOKEN, slow.process.pid))
         slow.stop()
         for target, data in rounds.items():
             results[target] = {
                 "p50_us": median_of(data, "latency", "p50_us"), "p90_us": median_of(data, "latency", "p90_us"),
                 "p99_us": median_of(data, "latency", "p99_us"),
-                **{key: median_of(data, key) for key in data[0] if key.startswith("rps_")},
+                **{key: median_of(data, key) for key in data[0] if key.startswith(("rps_", "cpu_"))},
             }
         results["stampede"] = {str(n): stampede(args.load, daemon, endpoint, n) for n in (100, 1000, 10000)}
         results["memory"] = memory(args.load, daemon, idle_kib)
@@ -283,7 +295,8 @@ def render(r):
             ("throughput, 1 connection (req/s)", "rps_1x1", False),
             ("throughput, 16 connections (req/s)", "rps_16x1", False),
             ("throughput, 64 connections (req/s)", "rps_64x1", False),
-            ("throughput, 16 connections × 16 pipelined (req/s)", "rps_16x16", False)]
+            ("throughput, 16 connections × 16 pipelined (req/s)", "rps_16x16", False),
+            ("server CPU per call at 16 connections (µs, user + system)", "cpu_us_per_call_16x1", True)]
     out = [f"# tokend benchmark — {r['date']}", "", f"Machine: {r['machine']}.", "",
            f"Command: `make bench` (release build, {r.get('rounds', 3)} interleaved rounds, medians). "
            f"Limit: C epoll server answering each NUL-terminated request with {r['reply_bytes']} bytes "

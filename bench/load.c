@@ -124,8 +124,8 @@ static int throughput(const char *path, int conns, int depth, double seconds, co
         if (!warmed && now() >= warm) { warmed = 1; counted = done; start = now(); }
     }
     double elapsed = now() - start;
-    printf("{\"mode\":\"throughput\",\"connections\":%d,\"depth\":%d,\"seconds\":%.2f,\"requests\":%ld,\"rps\":%.0f}\n",
-           conns, depth, elapsed, done - counted, (done - counted) / elapsed);
+    printf("{\"mode\":\"throughput\",\"connections\":%d,\"depth\":%d,\"seconds\":%.2f,\"requests\":%ld,\"rps\":%.0f,"
+           "\"total_requests\":%ld}\n", conns, depth, elapsed, done - counted, (done - counted) / elapsed, done);
     return 0;
 }
 
