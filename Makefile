@@ -11,7 +11,7 @@ UNITDIR ?= /etc/systemd/system
 USERUNITDIR ?= /etc/systemd/user
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 
-.PHONY: bench bench-flood test-crash demo-login deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
+.PHONY: bench bench-flood bench-profile test-crash demo-login deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -76,6 +76,13 @@ bench: venv release
 	gcc -O2 -Wall -o $(BENCH_DIR)/limit_server bench/limit_server.c
 	gcc -O2 -Wall -o $(BENCH_DIR)/load bench/load.c -lpthread
 	$(PY) bench/bench.py .build/release $(BENCH_DIR)/load $(BENCH_DIR)/limit_server bench/RESULTS.md
+
+# Where tokend's CPU goes under cached GetToken load (perf, software sampling).
+bench-profile: venv release
+	@dpkg -s linux-perf >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null; }
+	mkdir -p $(BENCH_DIR)
+	gcc -O2 -Wall -o $(BENCH_DIR)/load bench/load.c -lpthread
+	$(PY) bench/profile.py .build/release $(BENCH_DIR)/load
 
 # A well-behaved client's latency with 10,000 idle and 1,000 stalled connections (bench/FLOOD.md).
 bench-flood: venv release
