@@ -13,7 +13,7 @@ extension SessionActor {
         record = SessionRecord(phase: .active, refreshToken: refreshToken, generation: record.generation)
         backoff.reset()
         lastError = nil
-        await persist(record, what: "login")
+        await persist(what: "login")
         logger.notice("logged in")
         await publish([event(.loggedIn)], waitForDelivery: false)
         do {
@@ -35,7 +35,7 @@ extension SessionActor {
         lastError = nil
         reschedule()
         let cookieChanges = jar.removeAll()
-        await persist(record, what: "logout")
+        await persist(what: "logout")
         writeTokenFiles()
         logger.notice("logged out", metadata: ["revoke": "\(revoke)"])
         await publish(endingEvents(.loggedOut, cookieChanges: cookieChanges), waitForDelivery: true)

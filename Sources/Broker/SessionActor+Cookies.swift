@@ -53,7 +53,7 @@ extension SessionActor {
         }
         if !changes.isEmpty {
             scheduleCookieExpiry()
-            await persist(record, what: "imported cookies")
+            await persist(what: "imported cookies")
             await publish([event(.cookies, changes: changes)], waitForDelivery: true)
         }
         return CookieImport(version: jar.version, applied: applied, rejected: rejected)
@@ -66,7 +66,7 @@ extension SessionActor {
         let changes = jar.remove(matching: request, name: name, now: Int(clock.now()))
         if !changes.isEmpty {
             scheduleCookieExpiry()
-            await persist(record, what: "deleted cookies")
+            await persist(what: "deleted cookies")
             await publish([event(.cookies, changes: changes)], waitForDelivery: true)
         }
         return (jar.version, changes.count)
@@ -90,7 +90,7 @@ extension SessionActor {
         guard !changes.isEmpty else { return }
         logger.debug("cookies expired", metadata: ["count": "\(changes.count)"])
         Task {
-            await persist(record, what: "expired cookies")
+            await persist(what: "expired cookies")
             await publish([event(.cookies, changes: changes)], waitForDelivery: false)
         }
     }

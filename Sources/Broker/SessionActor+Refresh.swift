@@ -45,7 +45,7 @@ extension SessionActor {
             throw BrokerError.loginRequired(name, reason)
         case .failure(let error):
             if !cookieChanges.isEmpty {
-                await persist(record, what: "cookies")
+                await persist(what: "cookies")
                 await publish([event(.cookies, changes: cookieChanges)], waitForDelivery: true)
             }
             return try await recordTransientFailure(reason: error.reason, retryAfter: error.retryAfter)
@@ -174,8 +174,22 @@ extension SessionActor {
     /// rotated the token, so dropping it would lose the session) and the write
     /// is retried with the next change.
     /// The jar is the actor's; its cookies and version go to disk with every record.
-    func persist(_ next: SessionRecord, what: String) async {
-        var stored = next
+    ///
+    /// Writes take turns, in the order they were asked for: the actor is free
+    /// while a write is on its way to disk, and a second write queued behind
+    /// it must not carry an older record (a refresh writes its rotated record
+    /// before it becomes `record`). So a write of the current state passes no
+    /// record (`next` nil) and reads `record` only when its turn comes.
+    func persist(_ next: SessionRecord? = nil, what: String) async {
+        while writing {
+            await withCheckedContinuation { writeQueue.append($0) }
+        }
+        writing = true
+        defer {
+            writing = false
+            if !writeQueue.isEmpty { writeQueue.removeFirst().resume() }
+        }
+        var stored = next ?? record
         stored.cookies = jar.cookies
         stored.cookieVersion = jar.version
         stored.providerMetadata = providerMetadata

@@ -43,6 +43,9 @@ public actor SessionActor {
     var nextSubscriberID = 0
     /// Set when the last successful refresh could not be written to disk.
     var unsavedRecord = false
+    /// A write is on its way to disk; later writes wait in `writeQueue` (see persist).
+    var writing = false
+    var writeQueue: [CheckedContinuation<Void, Never>] = []
     /// Set by stop(): no new refresh may start while tokend shuts down.
     var stopping = false
     /// The session's cookies. Persisted with the record (see `persist`).

@@ -11,6 +11,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+import weakref
 
 import pytest
 
@@ -162,13 +163,15 @@ def varlink_call(path, method, parameters=None, more=False):
         return raw, json.loads(raw)
 
 
-_unread = {}
+# Bytes read past a frame, per socket. Weakly keyed by the socket itself: keyed
+# by id(), a new socket that reused a closed one's id inherited its leftovers.
+_unread = weakref.WeakKeyDictionary()
 
 
 def read_frame(s):
     """The next NUL-terminated frame; bytes after it are kept for the next call
     (pipelined replies can arrive in one read)."""
-    data = _unread.pop(id(s), b"")
+    data = _unread.pop(s, b"")
     while b"\0" not in data:
         chunk = s.recv(65536)
         if not chunk:
@@ -176,7 +179,7 @@ def read_frame(s):
         data += chunk
     frame, rest = data.split(b"\0", 1)
     if rest:
-        _unread[id(s)] = rest
+        _unread[s] = rest
     return frame
 
 

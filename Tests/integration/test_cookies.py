@@ -32,7 +32,7 @@ def buffered_frames(s):
             break
         data += chunk
     from conftest import _unread
-    data = _unread.pop(id(s), b"") + data
+    data = _unread.pop(s, b"") + data
     return [json.loads(frame)["parameters"] for frame in data.split(b"\0") if frame]
 
 
