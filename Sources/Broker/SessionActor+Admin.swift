@@ -36,7 +36,6 @@ extension SessionActor {
         reschedule()
         let cookieChanges = jar.removeAll()
         await persist(what: "logout")
-        writeTokenFiles()
         logger.notice("logged out", metadata: ["revoke": "\(revoke)"])
         await publish(endingEvents(.loggedOut, cookieChanges: cookieChanges), waitForDelivery: true)
         guard revoke, let refreshToken else { return }

@@ -210,7 +210,6 @@ extension SessionActor {
         backoff.reset()
         lastError = nil
         reschedule()
-        writeTokenFiles()
         logger.notice("logged in", metadata: ["flow": "\(flow)", "subject": "\(identity?.subject ?? "unknown")"])
         var events = cookieChanges.isEmpty ? [] : [event(.cookies, changes: cookieChanges)]
         events.append(event(.loggedIn))

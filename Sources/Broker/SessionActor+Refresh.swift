@@ -85,24 +85,28 @@ extension SessionActor {
         await publish(events, waitForDelivery: true)
         announcing = false
         updateSnapshot()
-        writeTokenFiles()
         return token
     }
 
     /// Brings the token files in line with the session: the current access
-    /// token while there is one, no file otherwise. A failed write is logged;
-    /// it never holds up callers.
-    func writeTokenFiles() {
+    /// token while there is a valid one, no file otherwise; written only when
+    /// that changes (the record changes far more often, refresh markers
+    /// included). Stopping keeps them: they stay valid across a restart. A
+    /// failed write is logged; it never holds up callers.
+    func syncTokenFiles() {
         guard !tokenFiles.isEmpty else { return }
-        let token = currentToken.flatMap { Double($0.expiresAt) > clock.now() ? $0 : nil }
+        let token = currentToken.flatMap { Double($0.expiresAt) > clock.now() ? $0.accessToken : nil }
+        if case .some(let held) = tokenFilesHold, held == token { return }
+        tokenFilesHold = .some(token)
         for file in tokenFiles {
             guard let token else {
                 file.remove()
                 continue
             }
             do {
-                try file.write(token.accessToken.reveal())
+                try file.write(token.reveal())
             } catch {
+                tokenFilesHold = nil  // unknown again: the next change retries
                 logger.error("token file not written", metadata: ["path": "\(file.path)", "problem": "\(error)"])
             }
         }
@@ -165,7 +169,6 @@ extension SessionActor {
         let cookieChanges = earlierChanges + jar.removeAll()
         await persist(next, what: "login-required state")
         logger.error("login required", metadata: ["reason": "\(reason)"])
-        writeTokenFiles()
         await publish(endingEvents(.loginRequired, cookieChanges: cookieChanges), waitForDelivery: true)
     }
 

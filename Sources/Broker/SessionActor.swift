@@ -17,8 +17,11 @@ public actor SessionActor {
     /// What the integrations need to find this session: git hosts and the git user name.
     public nonisolated let gitHosts: [String]
     public nonisolated let gitUsername: String?
-    /// Files rewritten with the access token after every refresh.
+    /// Files rewritten with the access token after every refresh (see syncTokenFiles).
     let tokenFiles: [TokenFile]
+    /// What the token files hold: .some(token), .some(nil) when removed, nil
+    /// before the first sync (files from the last run may be there).
+    var tokenFilesHold: Secret??
     let policy: RefreshPolicy
     let endpoint: any TokenEndpoint
     let file: SessionFile
@@ -119,7 +122,6 @@ public actor SessionActor {
             inFlight = Task { try await self.performRefresh(afterCrash: true) }
         }
         startDiscovery()
-        writeTokenFiles()
         reschedule()
     }
 

@@ -31,7 +31,10 @@ extension SessionActor {
         snapshot.token(minValidSeconds: minValidSeconds, policy: policy, now: clock.now())
     }
 
+    /// Called whenever the record changes (and after a refresh's events are
+    /// delivered): the fast path and the token files follow the current token.
     func updateSnapshot() {
         snapshot.set(stopping ? nil : currentToken, issuedAt: record.lastRefreshAt)
+        syncTokenFiles()
     }
 }

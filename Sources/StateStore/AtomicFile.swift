@@ -20,10 +20,11 @@ public enum AtomicFile {
         public var description: String { "\(step) \(path): \(String(cString: strerror(errno)))" }
     }
 
-    /// Writes `data` to `path` with mode 0600. `afterStep` lets tests
-    /// simulate a crash by throwing.
+    /// Writes `data` to `path` with `mode` (0600 unless said) and, when given,
+    /// group `group`. `afterStep` lets tests simulate a crash by throwing.
     public static func write(
-        _ data: [UInt8], to path: String, afterStep: (Step) throws -> Void = { _ in }
+        _ data: [UInt8], to path: String, mode: UInt32 = 0o600, group: UInt32? = nil,
+        afterStep: (Step) throws -> Void = { _ in }
     ) throws {
         let temporary = path + ".tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
@@ -41,6 +42,12 @@ public enum AtomicFile {
                 throw WriteError(step: "write", path: temporary, errno: errno)
             }
             written += result
+        }
+        if let group, fchown(fd, uid_t.max, group) != 0 {
+            throw WriteError(step: "chown", path: temporary, errno: errno)
+        }
+        if mode != 0o600, fchmod(fd, mode_t(mode)) != 0 {
+            throw WriteError(step: "chmod", path: temporary, errno: errno)
         }
         try afterStep(.wroteTemporary)
         guard fsync(fd) == 0 else { throw WriteError(step: "fsync", path: temporary, errno: errno) }

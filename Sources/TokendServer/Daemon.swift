@@ -83,16 +83,12 @@ public final class Daemon: Service, CustomStringConvertible {
         } catch {
             // A corrupt file: the session reports it (and moves it aside) when it starts.
         }
-        var tokenFiles: [TokenFile] = []
-        for entry in settings.tokenFiles {
-            var gid: UInt32?
-            if let group = entry.group {
-                guard let found = UInt32(group).map({ $0 }) ?? getgrnam(group).map({ $0.pointee.gr_gid }) else {
-                    throw DaemonSetupError("session \(settings.name): token-files: no group named \"\(group)\"")
-                }
-                gid = found
+        let tokenFiles = try settings.tokenFiles.map { entry in
+            do {
+                return TokenFile(path: entry.path, group: try entry.group.map(AccessPolicy.gid), mode: entry.mode)
+            } catch {
+                throw DaemonSetupError("session \(settings.name): token-files: \(error)")
             }
-            tokenFiles.append(TokenFile(path: entry.path, group: gid, mode: entry.mode))
         }
         var sessionCookies = cookiePolicy
         sessionCookies.accept = AcceptPolicy(rawValue: settings.acceptCookies) ?? .always
