@@ -84,11 +84,11 @@ public final class Daemon: Service, CustomStringConvertible {
             // A corrupt file: the session reports it (and moves it aside) when it starts.
         }
         let tokenFiles = try settings.tokenFiles.map { entry in
-            do {
-                return TokenFile(path: entry.path, group: try entry.group.map(AccessPolicy.gid), mode: entry.mode)
-            } catch {
-                throw DaemonSetupError("session \(settings.name): token-files: \(error)")
+            guard let group = entry.group else { return TokenFile(path: entry.path, group: nil, mode: entry.mode) }
+            guard let gid = try? AccessPolicy.gid(group) else {
+                throw DaemonSetupError("session \(settings.name): token-files: no group named \"\(group)\"")
             }
+            return TokenFile(path: entry.path, group: gid, mode: entry.mode)
         }
         var sessionCookies = cookiePolicy
         sessionCookies.accept = AcceptPolicy(rawValue: settings.acceptCookies) ?? .always
