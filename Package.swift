@@ -44,7 +44,7 @@ let package = Package(
         // Token requests and responses (pure) and the AsyncHTTPClient-backed endpoint client.
         // Discovery, device and authorization-code logins, ID tokens (jwt-kit).
         .target(name: "OAuth", dependencies: [
-            "Secrets", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
+            "CookieJar", "Secrets", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
             .product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit"),
         ], swiftSettings: strict),
         // RFC 6265 cookie jar: parser, storage, retrieval, change log. Foundation only.

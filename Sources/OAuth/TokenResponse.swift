@@ -1,3 +1,4 @@
+import CookieJar
 import Foundation
 import Secrets
 
@@ -111,27 +112,12 @@ extension TokenResponse {
         return max(0, Int((date - now.timeIntervalSince1970).rounded(.up)))
     }
 
-    /// "Sun, 06 Nov 1994 08:49:37 GMT" (RFC 9110 §5.6.7) as Unix seconds.
-    /// Read by hand: Foundation's DateFormatter leaks on Linux (seen by the
-    /// fuzzer's leak checker) and is slow to build.
+    /// "Sun, 06 Nov 1994 08:49:37 GMT" (RFC 9110 §5.6.7) as Unix seconds, read
+    /// by the cookie-date algorithm (Foundation's DateFormatter leaks on Linux,
+    /// seen by the fuzzer's leak checker); HTTP-dates are always GMT.
     static func imfFixdate(_ text: String) -> Double? {
-        let parts = text.split(separator: " ")
-        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        guard parts.count == 6, parts[0].count == 4, parts[0].hasSuffix(","), parts[5] == "GMT",
-            let day = Int(parts[1]), (1...31).contains(day), let month = months.firstIndex(of: String(parts[2])),
-            let year = Int(parts[3]), (1970...9999).contains(year)
-        else { return nil }
-        let clock = parts[4].split(separator: ":", omittingEmptySubsequences: false).compactMap { Int($0) }
-        guard clock.count == 3, (0...23).contains(clock[0]), (0...59).contains(clock[1]), (0...60).contains(clock[2])
-        else { return nil }
-        // Days since 1970-01-01 (civil-from-days inverse, proleptic Gregorian).
-        let y = month < 2 ? year - 1 : year
-        let era = y / 400
-        let yearOfEra = y - era * 400
-        let dayOfYear = (153 * (month + (month < 2 ? 10 : -2)) + 2) / 5 + day - 1
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        let days = era * 146_097 + dayOfEra - 719_468
-        return Double(days * 86_400 + clock[0] * 3600 + clock[1] * 60 + clock[2])
+        guard text.hasSuffix(" GMT") else { return nil }
+        return CookieDate.parse(text).map(Double.init)
     }
 
     /// Server-provided text, shortened and stripped of control characters so it

@@ -15,6 +15,9 @@ quiet swiftc "${flags[@]}" -module-name CookieJar "$root"/Sources/CookieJar/*.sw
     -o "$out/fuzz-set-cookie"
 quiet swiftc "${flags[@]}" -wmo -module-name Secrets -emit-module -emit-module-path "$out/modules/Secrets.swiftmodule" \
     -c "$root"/Sources/Secrets/*.swift -o "$out/modules/Secrets.o"
+quiet swiftc "${flags[@]}" -wmo -module-name CookieJar -emit-module -emit-module-path "$out/modules/CookieJar.swiftmodule" \
+    -c "$root"/Sources/CookieJar/*.swift -o "$out/modules/CookieJar.o"
 quiet swiftc "${flags[@]}" -module-name OAuth -I "$out/modules" "$root/Sources/OAuth/TokenResponse.swift" \
-    "$root/Sources/OAuth/JWT.swift" "$root/Sources/OAuth/JSONNumber.swift" "$root/Tests/Fuzz/TokenResponseFuzz.swift" "$out/modules/Secrets.o" \
+    "$root/Sources/OAuth/JWT.swift" "$root/Sources/OAuth/JSONNumber.swift" "$root/Tests/Fuzz/TokenResponseFuzz.swift" \
+    "$out/modules/Secrets.o" "$out/modules/CookieJar.o" \
     -o "$out/fuzz-token-response"
