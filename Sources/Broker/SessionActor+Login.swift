@@ -108,7 +108,7 @@ extension SessionActor {
             let authorizationCode: Secret
             do {
                 authorizationCode = try code.code(
-                    fromCallback: callbackURL, issuer: endpointIssuer, issRequired: issParameterPromised)
+                    fromCallback: callbackURL, issuer: endpoint.issuer, issRequired: issParameterPromised)
             } catch .invalid(let reason) {
                 logger.warning("login callback refused", metadata: ["reason": "\(reason)"])
                 throw BrokerError.login(.invalidCallback, name, reason)
@@ -236,10 +236,8 @@ extension SessionActor {
         return host == "127.0.0.1" || host == "::1" || host == "[::1]" || host == "localhost"
     }
 
-    var endpointIssuer: String? {
-        providerMetadata.flatMap(ProviderMetadata.decode)?.issuer ?? endpoint.issuer
-    }
-
+    /// Discovery only accepts a document naming the configured issuer, so the
+    /// issuer to compare `iss` with is the configured one.
     var issParameterPromised: Bool {
         providerMetadata.flatMap(ProviderMetadata.decode)?.issParameterSupported ?? false
     }

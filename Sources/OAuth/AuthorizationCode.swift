@@ -51,7 +51,8 @@ public struct AuthorizationCodeLogin: Sendable {
 
     /// The code from the redirect the browser was sent to, after checking that
     /// it answers this request: same redirect target, same `state`, and (RFC
-    /// 9207) the expected `iss` when the server sends one or promised to.
+    /// 9207) the expected `iss` when the server sends one or promised to. A
+    /// session configured without an issuer has nothing to compare `iss` with.
     public func code(fromCallback callback: String, issuer: String?, issRequired: Bool) throws(CallbackError) -> Secret {
         guard let url = URLComponents(string: callback), let expected = URLComponents(string: redirectURI) else {
             throw .invalid("the callback URL cannot be parsed")
@@ -70,7 +71,7 @@ public struct AuthorizationCodeLogin: Sendable {
             throw .invalid("the callback's state does not match this login (a stale or forged redirect)")
         }
         if let iss = fields["iss"] {
-            guard let issuer, iss == issuer else {
+            if let issuer, iss != issuer {
                 throw .invalid("the callback comes from issuer \"\(TokenResponse.sanitize(iss))\", not this session's")
             }
         } else if issRequired {

@@ -66,6 +66,11 @@ import Testing
         #expect(throws: CallbackError.self) { try code("code=abc&state=s-1", issRequired: true) }
     }
 
+    @Test func withoutAConfiguredIssuerAnyIssIsAccepted() throws {
+        let callback = "http://127.0.0.1:5000/callback?code=abc&state=s-1&iss=https%3A%2F%2Fid.example.com"
+        #expect(try login.code(fromCallback: callback, issuer: nil, issRequired: false).reveal() == "abc")
+    }
+
     @Test func errorIsADenialOnlyWithTheRightState() {
         do {
             _ = try code("error=access_denied&error_description=no&state=s-1")
