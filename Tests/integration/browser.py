@@ -38,9 +38,13 @@ class Browser:
         self.driver.set_page_load_timeout(30)
 
     def close(self):
+        """Stops the browser (its profile is then complete on disk); closing twice is harmless."""
+        if self.driver is None:
+            return
         try:
             self.driver.quit()
         finally:
+            self.driver = None
             if not self.keep_profile:
                 shutil.rmtree(self.profile, ignore_errors=True)
 
