@@ -74,7 +74,9 @@ class Browser:
         self.driver.get(verification_uri_complete)
         self.sign_in_if_asked()
         self.wait(expected_conditions.presence_of_element_located((By.ID, "id_user_code")))
-        self.driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+        submit = self.driver.find_element(By.CSS_SELECTOR, "form button[type=submit]")
+        submit.click()
+        self.wait(expected_conditions.staleness_of(submit))  # else decide() may see this page's button
         self.decide(accept)
         self.wait(lambda d: "device-grant-status" in d.current_url or "device-confirm" not in d.current_url)
 

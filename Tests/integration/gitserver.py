@@ -4,7 +4,8 @@ git's own `git http-backend` (CGI) serves the repositories under ROOT; every
 request must carry Basic credentials whose password is an access token the
 test authorization server's introspection endpoint calls active. Anything
 else is answered 401, so git asks its credential helper. Each request's
-outcome is counted in `log`.
+outcome is counted in `log`. `hold_refusals(n)` makes the next n refused
+requests wait for each other, so n clients get their 401 at the same moment.
 """
 import base64
 import http.server
@@ -20,6 +21,7 @@ class GitServer:
     def __init__(self, root, introspection_url, client_id, client_secret):
         self.root = root
         self.log = []
+        self.barrier = None
         lock = threading.Lock()
         server = self
 
@@ -47,6 +49,11 @@ class GitServer:
                 ok = token is not None and active(token)
                 with lock:
                     server.log.append("ok" if ok else ("refused" if token else "challenge"))
+                if not ok and token is not None and server.barrier is not None:
+                    try:
+                        server.barrier.wait(timeout=30)
+                    except threading.BrokenBarrierError:
+                        pass
                 if not ok:
                     self.send_response(401)
                     self.send_header("WWW-Authenticate", 'Basic realm="git"')
@@ -88,6 +95,9 @@ class GitServer:
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.host = f"127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def hold_refusals(self, n):
+        self.barrier = threading.Barrier(n)
 
     def url(self, repository):
         return f"http://{self.host}/{repository}"

@@ -91,8 +91,10 @@ def test_twenty_gits_hitting_a_revoked_token_cause_one_refresh(git_setup, server
                              (token["accessToken"],)).rowcount
     assert changed == 1
     refreshes_before = len(server.grants("refresh_token"))
+    gitserver.hold_refusals(20)  # all 20 get their 401 together, before any of them erases
     with concurrent.futures.ThreadPoolExecutor(20) as pool:
         first = list(pool.map(lambda _: git(home, "ls-remote", gitserver.url("project.git")), range(20)))
+    gitserver.barrier = None
     assert all(r.returncode != 0 for r in first), "the revoked token was accepted"
     assert gitserver.log.count("refused") >= 20
     with concurrent.futures.ThreadPoolExecutor(20) as pool:
