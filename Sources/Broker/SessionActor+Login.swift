@@ -21,11 +21,19 @@ struct PendingLogin {
     var polling = false
 }
 
+/// How the user approves a login.
+public enum LoginFlow: String, Sendable {
+    /// Device authorization grant (RFC 8628): a code entered on another device.
+    case device
+    /// Authorization code with PKCE in a browser, back to a loopback listener.
+    case browser
+}
+
 /// What BeginLogin hands back: enough for the user's part, no secret.
 public struct LoginTicket: Sendable, Equatable {
     public var id: String
     public var session: String
-    public var flow: String
+    public var flow: LoginFlow
     public var expiresAt: Int
     public var userCode: String?
     public var verificationURI: String?
@@ -40,7 +48,7 @@ extension SessionActor {
     static let browserLoginLifetime = 600.0
 
     /// Begins a device or browser login and returns what the user needs.
-    public func beginLogin(flow: String, redirectURI: String?, owner: UInt32?) async throws -> LoginTicket {
+    public func beginLogin(flow: LoginFlow, redirectURI: String?, owner: UInt32?) async throws -> LoginTicket {
         guard !stopping else { throw BrokerError.upstreamUnavailable(name, "tokend is shutting down", retryAfter: 1) }
         dropExpiredLogins()
         guard pendingLogins.count < Self.maximumPendingLogins else {
@@ -52,7 +60,7 @@ extension SessionActor {
         let now = clock.now()
         let login: PendingLogin
         switch flow {
-        case "device":
+        case .device:
             let device: DeviceAuthorization
             do {
                 device = try await endpoint.deviceAuthorization()
@@ -66,7 +74,7 @@ extension SessionActor {
                 verificationURI: device.verificationURI, verificationURIComplete: device.verificationURIComplete,
                 interval: device.interval)
             login = PendingLogin(ticket: ticket, grant: .device(device), owner: owner, interval: device.interval)
-        case "browser":
+        case .browser:
             guard let redirectURI, Self.isLoopbackRedirect(redirectURI) else {
                 throw BrokerError.login(
                     .invalidCallback, name,
@@ -83,12 +91,10 @@ extension SessionActor {
                 id: id, session: name, flow: flow, expiresAt: Int(now + Self.browserLoginLifetime),
                 authorizationURL: url.absoluteString)
             login = PendingLogin(ticket: ticket, grant: .browser(code, authorizationURL: url), owner: owner, interval: 0)
-        default:
-            throw BrokerError.login(.loginFailed, name, "unknown login flow \"\(flow)\": use \"device\" or \"browser\"")
         }
         pendingLogins[id] = login
         var pending = event(.loginPending)
-        pending.loginFlow = flow
+        pending.loginFlow = flow.rawValue
         await publish([pending], waitForDelivery: false)
         return login.ticket
     }
@@ -119,7 +125,7 @@ extension SessionActor {
             // The state is spent: a replayed callback finds no login.
             pendingLogins[id] = nil
             let answer = await endpoint.redeem(.authorizationCode(authorizationCode, code), cookieHeader: cookieHeaderForEndpoint())
-            return try await completeLogin(answer, nonce: code.nonce, flow: "browser")
+            return try await completeLogin(answer, nonce: code.nonce, flow: .browser)
         case .device(let device):
             pendingLogins[id]?.polling = true
             defer { pendingLogins[id]?.polling = false }
@@ -131,7 +137,7 @@ extension SessionActor {
     public func cancelLogin(id: String, caller: UInt32?) throws {
         guard let login = pendingLogins[id], Self.may(caller, act: login) else { throw BrokerError.noSuchLogin(name, id: id) }
         pendingLogins[id] = nil
-        logger.notice("login cancelled", metadata: ["flow": "\(login.ticket.flow)"])
+        logger.notice("login cancelled", metadata: ["flow": "\(login.ticket.flow.rawValue)"])
     }
 
     func pollDeviceLogin(id: String, device: DeviceAuthorization) async throws -> SessionStatus {
@@ -148,7 +154,7 @@ extension SessionActor {
             let answer = await endpoint.redeem(.deviceCode(device.deviceCode), cookieHeader: cookieHeaderForEndpoint())
             guard case .failure(let error) = answer.result else {
                 pendingLogins[id] = nil
-                return try await completeLogin(answer, nonce: nil, flow: "device")
+                return try await completeLogin(answer, nonce: nil, flow: .device)
             }
             switch error.code {
             case "authorization_pending":
@@ -175,7 +181,7 @@ extension SessionActor {
 
     /// A redeemed login grant becomes the session: checked (identity), on
     /// disk, in memory, then announced (`loggedIn`).
-    func completeLogin(_ answer: RefreshAnswer, nonce: String?, flow: String) async throws -> SessionStatus {
+    func completeLogin(_ answer: RefreshAnswer, nonce: String?, flow: LoginFlow) async throws -> SessionStatus {
         let cookieChanges = receiveEndpointCookies(answer.setCookie)
         let response: TokenResponse
         switch answer.result {
@@ -210,7 +216,7 @@ extension SessionActor {
         backoff.reset()
         lastError = nil
         reschedule()
-        logger.notice("logged in", metadata: ["flow": "\(flow)", "subject": "\(identity?.subject ?? "unknown")"])
+        logger.notice("logged in", metadata: ["flow": "\(flow.rawValue)", "subject": "\(identity?.subject ?? "unknown")"])
         var events = cookieChanges.isEmpty ? [] : [event(.cookies, changes: cookieChanges)]
         events.append(event(.loggedIn))
         await publish(events, waitForDelivery: true)

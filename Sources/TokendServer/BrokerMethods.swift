@@ -103,10 +103,12 @@ func brokerMethods(
             },
             "BeginLogin": .call { parameters, context in
                 let session = try broker.session(try parameters.optionalString("session"))
-                let flow = try parameters.string("flow")
-                guard flow == "device" || flow == "browser" else { throw VarlinkError.invalidParameter("flow") }
+                guard let flow = LoginFlow(rawValue: try parameters.string("flow")) else {
+                    throw VarlinkError.invalidParameter("flow")
+                }
                 let redirect = try parameters.optionalString("redirectUri")
-                logger.notice("login requested", metadata: context.metadata(session.name).merging(["flow": "\(flow)"]) { a, _ in a })
+                logger.notice(
+                    "login requested", metadata: context.metadata(session.name).merging(["flow": "\(flow.rawValue)"]) { a, _ in a })
                 let ticket = try await session.beginLogin(flow: flow, redirectURI: redirect, owner: context.peer?.uid)
                 return ["login": ticket.json]
             },

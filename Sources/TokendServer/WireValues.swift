@@ -30,7 +30,7 @@ extension SessionStatus {
 extension LoginTicket {
     var json: JSONValue {
         [
-            "id": .string(id), "session": .string(session), "flow": .string(flow), "expiresAt": .int(expiresAt),
+            "id": .string(id), "session": .string(session), "flow": .string(flow.rawValue), "expiresAt": .int(expiresAt),
             "userCode": .optional(userCode), "verificationUri": .optional(verificationURI),
             "verificationUriComplete": .optional(verificationURIComplete), "interval": .optional(interval),
             "authorizationUrl": .optional(authorizationURL),

@@ -22,7 +22,7 @@ import Testing
         await h.session.start()
         h.endpoint.scriptLogin(Self.pending(), .error(.transient("slow", code: "slow_down")), Self.pending())
         let t0 = h.clock.now()
-        let ticket = try await h.session.beginLogin(flow: "device", redirectURI: nil, owner: 1000)
+        let ticket = try await h.session.beginLogin(flow: .device, redirectURI: nil, owner: 1000)
         #expect(ticket.userCode == "ABCD-EFGH" && ticket.interval == 2 && ticket.expiresAt == Int(t0) + 60)
         let finishing = Task { try await h.session.finishLogin(id: ticket.id, callbackURL: nil, caller: 1000) }
         await eventually { h.clock.sleeperCount >= 1 }
@@ -49,7 +49,7 @@ import Testing
         let h = try Harness()
         await h.session.start()
         for _ in 0..<40 { h.endpoint.scriptLogin(Self.pending()) }
-        let ticket = try await h.session.beginLogin(flow: "device", redirectURI: nil, owner: nil)
+        let ticket = try await h.session.beginLogin(flow: .device, redirectURI: nil, owner: nil)
         let finishing = Task { try await h.session.finishLogin(id: ticket.id, callbackURL: nil, caller: nil) }
         var time = h.clock.now()
         while time < Double(ticket.expiresAt) {
@@ -68,7 +68,7 @@ import Testing
         let h = try Harness()
         await h.session.start()
         h.endpoint.scriptLogin(.error(.transient("no", code: "access_denied")))
-        let ticket = try await h.session.beginLogin(flow: "device", redirectURI: nil, owner: nil)
+        let ticket = try await h.session.beginLogin(flow: .device, redirectURI: nil, owner: nil)
         let finishing = Task { try await h.session.finishLogin(id: ticket.id, callbackURL: nil, caller: nil) }
         await advance(h, to: h.clock.now() + 2, expectPolls: 1)
         await #expect(throws: BrokerError.self) { try await finishing.value }
@@ -81,7 +81,7 @@ import Testing
         let h = try Harness()
         await h.session.start()
         h.endpoint.scriptLogin(.token(expiresIn: 600, rotate: false))
-        let ticket = try await h.session.beginLogin(flow: "device", redirectURI: nil, owner: nil)
+        let ticket = try await h.session.beginLogin(flow: .device, redirectURI: nil, owner: nil)
         let finishing = Task { try await h.session.finishLogin(id: ticket.id, callbackURL: nil, caller: nil) }
         await advance(h, to: h.clock.now() + 2, expectPolls: 1)
         do {
@@ -96,7 +96,7 @@ import Testing
     @Test func onlyTheOwnerOrRootFinishesOrCancels() async throws {
         let h = try Harness()
         await h.session.start()
-        let ticket = try await h.session.beginLogin(flow: "device", redirectURI: nil, owner: 1000)
+        let ticket = try await h.session.beginLogin(flow: .device, redirectURI: nil, owner: 1000)
         await #expect(throws: BrokerError.noSuchLogin("default", id: ticket.id)) {
             try await h.session.finishLogin(id: ticket.id, callbackURL: nil, caller: 1001)
         }
@@ -119,9 +119,9 @@ import Testing
         let h = try Harness()
         await h.session.start()
         await #expect(throws: BrokerError.self) {
-            try await h.session.beginLogin(flow: "browser", redirectURI: "https://example.com/callback", owner: nil)
+            try await h.session.beginLogin(flow: .browser, redirectURI: "https://example.com/callback", owner: nil)
         }
-        let ticket = try await h.session.beginLogin(flow: "browser", redirectURI: "http://127.0.0.1:4000/callback", owner: nil)
+        let ticket = try await h.session.beginLogin(flow: .browser, redirectURI: "http://127.0.0.1:4000/callback", owner: nil)
         let authorizationURL = try #require(ticket.authorizationURL)
         let url = try #require(URLComponents(string: authorizationURL))
         let state = try #require(url.queryItems?.first { $0.name == "state" }?.value)
@@ -142,10 +142,10 @@ import Testing
         let h = try Harness()
         await h.session.start()
         for _ in 0..<SessionActor.maximumPendingLogins {
-            _ = try await h.session.beginLogin(flow: "device", redirectURI: nil, owner: nil)
+            _ = try await h.session.beginLogin(flow: .device, redirectURI: nil, owner: nil)
         }
-        await #expect(throws: BrokerError.self) { try await h.session.beginLogin(flow: "device", redirectURI: nil, owner: nil) }
+        await #expect(throws: BrokerError.self) { try await h.session.beginLogin(flow: .device, redirectURI: nil, owner: nil) }
         h.clock.advance(to: h.clock.now() + 61)  // they expire
-        _ = try await h.session.beginLogin(flow: "device", redirectURI: nil, owner: nil)
+        _ = try await h.session.beginLogin(flow: .device, redirectURI: nil, owner: nil)
     }
 }
