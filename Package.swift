@@ -27,6 +27,8 @@ let package = Package(
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
     ],
     targets: [
         // Wire types, JSON, interface declarations: no NIO.
@@ -53,12 +55,17 @@ let package = Package(
             "CookieJar", "Secrets", logging, .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: strict),
         .target(name: "Broker", dependencies: ["CookieJar", "OAuth", "Secrets", "StateStore", logging], swiftSettings: strict),
+        // A session shared by several hosts through PostgreSQL: schema, fleet lock, sealed record, LISTEN.
+        .target(name: "Fleet", dependencies: [
+            "Broker", "StateStore", logging, .product(name: "PostgresNIO", package: "postgres-nio"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+        ], swiftSettings: strict),
         .target(name: "Config", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")], swiftSettings: strict),
         // libsystemd (Debian: libsystemd-dev) and the small Swift layer over it.
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .target(name: "Systemd", dependencies: ["CSystemd", logging], swiftSettings: strict),
         .target(name: "TokendServer", dependencies: [
-            "Broker", "Config", "CookieJar", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "VarlinkNIO",
+            "Broker", "Config", "CookieJar", "Fleet", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "VarlinkNIO",
             logging, lifecycle, nio, nioPosix, .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ], swiftSettings: strict),
         .executableTarget(name: "tokend", dependencies: [

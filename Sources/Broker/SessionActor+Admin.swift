@@ -10,10 +10,12 @@ extension SessionActor {
     /// and refreshes at once to validate it.
     public func login(refreshToken: Secret) async throws -> SessionStatus {
         await settle()
-        record = SessionRecord(phase: .active, refreshToken: refreshToken, generation: record.generation)
-        backoff.reset()
-        lastError = nil
-        await persist(what: "login")
+        try await fleetExclusive("login") {
+            record = SessionRecord(phase: .active, refreshToken: refreshToken, generation: record.generation)
+            backoff.reset()
+            lastError = nil
+            await persist(what: "login")
+        }
         logger.notice("logged in")
         await publish([event(.loggedIn)], waitForDelivery: false)
         do {
@@ -27,15 +29,18 @@ extension SessionActor {
     /// Forgets the session locally (always) and revokes the refresh token at
     /// the server when asked and configured. The local wipe comes first, so it
     /// happens even when the server is unreachable.
-    public func logout(revoke: Bool) async {
+    public func logout(revoke: Bool) async throws {
         await settle()
-        let refreshToken = record.refreshToken
-        record = SessionRecord(phase: .loggedOut, reason: "logged out", generation: record.generation)
-        backoff.reset()
-        lastError = nil
-        reschedule()
-        let cookieChanges = jar.removeAll()
-        await persist(what: "logout")
+        let (refreshToken, cookieChanges) = try await fleetExclusive("logout") {
+            let refreshToken = record.refreshToken
+            record = SessionRecord(phase: .loggedOut, reason: "logged out", generation: record.generation)
+            backoff.reset()
+            lastError = nil
+            reschedule()
+            let cookieChanges = jar.removeAll()
+            await persist(what: "logout")
+            return (refreshToken, cookieChanges)
+        }
         logger.notice("logged out", metadata: ["revoke": "\(revoke)"])
         await publish(endingEvents(.loggedOut, cookieChanges: cookieChanges), waitForDelivery: true)
         guard revoke, let refreshToken else { return }
@@ -88,7 +93,9 @@ extension SessionActor {
             lastError: lastError ?? discoveryProblem ?? (record.phase == .active ? nil : record.reason),
             cookieCount: jar.cookies.count, cookieVersion: jar.version, subject: record.subject,
             username: record.username, email: record.email, pendingLogins: pendingLogins.count,
-            webOrigins: webOrigins, gitHosts: gitHosts, gitUsername: gitUsername)
+            webOrigins: webOrigins, gitHosts: gitHosts, gitUsername: gitUsername, hostID: shared?.hostID,
+            store: shared == nil ? nil : storeProblem.map { "unavailable: \($0)" } ?? "connected",
+            sharedVersion: sharedVersion.map { Int($0) })
     }
 
     /// Events from now on, until the session stops or the consumer goes away,
@@ -123,10 +130,12 @@ extension SessionActor {
         subscribers[id] = nil
     }
 
-    func event(_ kind: SessionEvent.Kind, changes: [CookieChange] = []) -> SessionEvent {
-        SessionEvent(
-            kind: kind, session: name, generation: record.generation, expiresAt: record.expiresAt,
-            reason: record.phase == .active ? nil : record.reason, cookieVersion: jar.version, changes: changes)
+    /// An event describing `state` (the current record unless given).
+    func event(_ kind: SessionEvent.Kind, changes: [CookieChange] = [], of state: SessionRecord? = nil) -> SessionEvent {
+        let state = state ?? record
+        return SessionEvent(
+            kind: kind, session: name, generation: state.generation, expiresAt: state.expiresAt,
+            reason: state.phase == .active ? nil : state.reason, cookieVersion: jar.version, changes: changes)
     }
 
     /// A session that ends: its cookie deletions first, then the end itself.

@@ -38,35 +38,45 @@ extension SessionActor {
     /// stored, persisted and delivered to subscribers before this returns.
     public func importCookies(from request: CookieRequest, setCookie headers: [String]) async throws -> CookieImport {
         try requireActive()
-        var changes: [CookieChange] = []
-        var applied = 0
-        var rejected: [String] = []
-        for (index, header) in headers.enumerated() {
-            switch jar.receive(header, from: request, now: Int(clock.now())) {
-            case .success(let made):
-                applied += 1
-                changes += made
-            case .failure(let rejection):
-                let name = SetCookie.parse(header).map { " (\($0.name))" } ?? ""
-                rejected.append("setCookie[\(index)]\(name): \(rejection)")
+        let (changes, outcome) = try await fleetExclusive("importing cookies") {
+            try requireActive()
+            var changes: [CookieChange] = []
+            var outcome = CookieImport(version: 0, applied: 0, rejected: [])
+            for (index, header) in headers.enumerated() {
+                switch jar.receive(header, from: request, now: Int(clock.now())) {
+                case .success(let made):
+                    outcome.applied += 1
+                    changes += made
+                case .failure(let rejection):
+                    let name = SetCookie.parse(header).map { " (\($0.name))" } ?? ""
+                    outcome.rejected.append("setCookie[\(index)]\(name): \(rejection)")
+                }
             }
+            if !changes.isEmpty {
+                scheduleCookieExpiry()
+                await persist(what: "imported cookies")
+            }
+            return (changes, outcome)
         }
         if !changes.isEmpty {
-            scheduleCookieExpiry()
-            await persist(what: "imported cookies")
             await publish([event(.cookies, changes: changes)], waitForDelivery: true)
         }
-        return CookieImport(version: jar.version, applied: applied, rejected: rejected)
+        return CookieImport(version: jar.version, applied: outcome.applied, rejected: outcome.rejected)
     }
 
     /// Deletes the cookies a request to `request` would carry (the whole jar
     /// without one), only those named `name` when given: persisted, then each
     /// deletion delivered to subscribers before this returns.
-    public func deleteCookies(matching request: CookieRequest?, name: String?) async -> (version: Int, deleted: Int) {
-        let changes = jar.remove(matching: request, name: name, now: Int(clock.now()))
+    public func deleteCookies(matching request: CookieRequest?, name: String?) async throws -> (version: Int, deleted: Int) {
+        let changes = try await fleetExclusive("deleting cookies") {
+            let changes = jar.remove(matching: request, name: name, now: Int(clock.now()))
+            if !changes.isEmpty {
+                scheduleCookieExpiry()
+                await persist(what: "deleted cookies")
+            }
+            return changes
+        }
         if !changes.isEmpty {
-            scheduleCookieExpiry()
-            await persist(what: "deleted cookies")
             await publish([event(.cookies, changes: changes)], waitForDelivery: true)
         }
         return (jar.version, changes.count)

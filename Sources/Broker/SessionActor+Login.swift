@@ -207,12 +207,14 @@ extension SessionActor {
             logger.warning("identity unknown", metadata: ["problem": "\(error.description)"])
         }
         await settle()
-        var next = SessionRecord(
-            phase: .active, refreshToken: refreshToken, generation: record.generation, subject: identity?.subject,
-            username: identity?.username, email: identity?.email)
-        next = applying(response, to: next, issuedAt: Int(clock.now()))
-        await persist(next, what: "login")
-        record = next
+        try await fleetExclusive("login") {
+            var next = SessionRecord(
+                phase: .active, refreshToken: refreshToken, generation: record.generation, subject: identity?.subject,
+                username: identity?.username, email: identity?.email)
+            next = applying(response, to: next, issuedAt: Int(clock.now()))
+            await persist(next, what: "login")
+            record = next
+        }
         backoff.reset()
         lastError = nil
         reschedule()

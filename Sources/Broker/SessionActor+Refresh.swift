@@ -20,7 +20,10 @@ extension SessionActor {
         // between the server's answer and our write is recognised at start.
         var marked = record
         marked.refreshStartedAt = Int(startedAt)
-        await persist(marked, what: "refresh marker")
+        // A shared session sends nothing upstream unless the fleet's copy carries the marker.
+        if await persist(marked, what: "refresh marker") != .saved {
+            return try fleetWriteFailed(what: "the refresh marker")
+        }
         record.refreshStartedAt = marked.refreshStartedAt
         checkpoint?("after-marker")
 
@@ -33,7 +36,7 @@ extension SessionActor {
         let cookieChanges = receiveEndpointCookies(answer.setCookie)
         switch answer.result {
         case .success(let response):
-            return await adopt(
+            return try await adopt(
                 response, startedAt: startedAt, sentAt: sentAt, answeredAt: answeredAt, cookieChanges: cookieChanges)
         case .failure(let error) where error.kind == .rejected:
             var reason = error.reason
@@ -58,9 +61,17 @@ extension SessionActor {
     func adopt(
         _ response: TokenResponse, startedAt: Double, sentAt: ContinuousClock.Instant, answeredAt: ContinuousClock.Instant,
         cookieChanges: [CookieChange]
-    ) async -> Token {
+    ) async throws -> Token {
         let next = applying(response, to: record, issuedAt: Int(startedAt))
-        await persist(next, what: "refreshed state")
+        switch await persist(next, what: "refreshed state") {
+        case .saved: break
+        case .fenced: return try fleetWriteFailed(what: "the refreshed token")
+        case .fleetUnreachable(let problem):
+            // Kept here (and on disk): written to the fleet when the store answers again, unless
+            // another host has taken over by then (with a grace period at the server, both tokens work).
+            fleetBehind = true
+            logger.error("refreshed token not yet in the shared store", metadata: ["problem": "\(problem)"])
+        }
         // Without a server grace period, a crash loses the rotated token anywhere from the moment the
         // server may have processed the request (it was sent) until the answer is on disk: exposure.
         // durable: from the server's answer until it is on disk.
@@ -183,7 +194,11 @@ extension SessionActor {
     /// it must not carry an older record (a refresh writes its rotated record
     /// before it becomes `record`). So a write of the current state passes no
     /// record (`next` nil) and reads `record` only when its turn comes.
-    func persist(_ next: SessionRecord? = nil, what: String) async {
+    ///
+    /// With a fleet lease held (and `toFleet`), the record also goes to the
+    /// fleet's copy, fenced by the version this host last read.
+    @discardableResult
+    func persist(_ next: SessionRecord? = nil, what: String, toFleet: Bool = true) async -> PersistOutcome {
         while writing {
             await withCheckedContinuation { writeQueue.append($0) }
         }
@@ -204,6 +219,26 @@ extension SessionActor {
             lastError = "could not save \(what): \(error)"
             logger.critical("state not saved", metadata: ["what": "\(what)", "problem": "\(error)"])
         }
+        guard toFleet, let lease else { return .saved }
+        do {
+            guard let version = try await lease.write(stored, expected: sharedVersion) else { return .fenced }
+            sharedVersion = version
+            fleetBehind = false
+            return .saved
+        } catch {
+            noteStoreProblem("\(error)")
+            return .fleetUnreachable("\(error)")
+        }
+    }
+
+    /// A fleet write failed during a refresh: this host's refresh stops here
+    /// (the fleet's copy wins), and callers get the current token while it is
+    /// valid, StoreUnavailable otherwise.
+    func fleetWriteFailed(what: String) throws -> Token {
+        let reason = "\(what) could not be written to the shared store: " + (storeProblem ?? "another host wrote first")
+        logger.error("refresh stopped", metadata: ["reason": "\(reason)"])
+        if let token = currentToken, Double(token.expiresAt) > clock.now() { return token }
+        throw BrokerError.storeUnavailable(name, reason)
     }
 
     // MARK: Proactive refresh

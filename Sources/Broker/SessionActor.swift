@@ -74,6 +74,22 @@ public actor SessionActor {
     /// "after-response", "after-persist") so a crash test can kill tokend there.
     let checkpoint: (@Sendable (String) -> Void)?
 
+    // MARK: Fleet (see SessionActor+Fleet)
+    /// The fleet's copy of this session, when it is shared by several hosts.
+    let shared: (any SharedStore)?
+    /// The version of the fleet's copy that `record` reflects.
+    var sharedVersion: Int64?
+    /// Held while this host writes the session for the fleet; `persist` writes through it.
+    var lease: (any SharedLease)?
+    /// Why the shared store cannot be reached (nil when it can).
+    var storeProblem: String?
+    /// A refreshed record is here and on disk but not yet in the shared store.
+    var fleetBehind = false
+    /// Adoptions of the fleet's copy take turns (see adoptShared).
+    var adopting = false
+    var adoptQueue: [CheckedContinuation<Void, Never>] = []
+    var watcher: Task<Void, Never>?
+
     public init(
         name: String, policy: RefreshPolicy, endpoint: any TokenEndpoint, file: SessionFile,
         clock: any BrokerClock = SystemClock(), logger: Logger,
@@ -84,7 +100,8 @@ public actor SessionActor {
         gitHosts: [String] = [],
         gitUsername: String? = nil,
         tokenFiles: [TokenFile] = [],
-        checkpoint: (@Sendable (String) -> Void)? = nil
+        checkpoint: (@Sendable (String) -> Void)? = nil,
+        shared: (any SharedStore)? = nil
     ) {
         self.name = name
         self.webOrigins = webOrigins
@@ -102,6 +119,7 @@ public actor SessionActor {
         self.jar = CookieJar(policy: cookiePolicy)
         self.deliveryDeadline = deliveryDeadline
         self.checkpoint = checkpoint
+        self.shared = shared
         self.record = SessionRecord(phase: .loginRequired, reason: "not logged in yet: log in with `tokenctl login`")
     }
 
@@ -117,7 +135,10 @@ public actor SessionActor {
         }
         jar = CookieJar(policy: jar.policy, cookies: record.cookies, version: record.cookieVersion)
         expireCookies()
-        if record.phase == .active, record.refreshStartedAt != nil {
+        if shared != nil {
+            // The fleet's copy decides; a marker in it is handled by the next lock holder.
+            startFollowingFleet()
+        } else if record.phase == .active, record.refreshStartedAt != nil {
             logger.warning("previous process stopped during a refresh; retrying once with the stored refresh token")
             inFlight = Task { try await self.performRefresh(afterCrash: true) }
         }
@@ -135,6 +156,8 @@ public actor SessionActor {
         cookieTimer = nil
         discovery?.cancel()
         discovery = nil
+        watcher?.cancel()
+        watcher = nil
         if let inFlight { _ = try? await inFlight.value }
         for continuation in subscribers.values { continuation.finish() }
         subscribers.removeAll()
@@ -188,7 +211,11 @@ public actor SessionActor {
         if stopping {
             return try validTokenOrUnavailable("tokend is shutting down", retryAfter: 1, now: clock.now())
         }
-        let task = Task { try await self.performRefresh(afterCrash: false) }
+        let generation = record.generation
+        let task = Task {
+            try await self.shared == nil
+                ? self.performRefresh(afterCrash: false) : self.performFleetRefresh(from: generation, onlyIfMarked: false)
+        }
         inFlight = task
         return try await task.value
     }

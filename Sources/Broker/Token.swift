@@ -38,6 +38,11 @@ public struct SessionStatus: Sendable, Equatable {
     public var webOrigins: [String] = []
     public var gitHosts: [String] = []
     public var gitUsername: String?
+    /// Shared sessions: this host's id, and the store's state ("connected", or why it cannot be reached).
+    public var hostID: String?
+    public var store: String?
+    /// The version of the fleet's copy this host has.
+    public var sharedVersion: Int?
 }
 
 /// A change subscribers are told about.
@@ -78,6 +83,8 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case invalidCallback
         /// The login could not be completed (grant refused, ID token invalid, no refresh token).
         case loginFailed
+        /// A shared session's store (PostgreSQL) cannot be reached: no refresh, login or logout until it can.
+        case storeUnavailable
     }
     public let code: Code
     public let session: String
@@ -92,6 +99,10 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
     }
     public static func upstreamUnavailable(_ session: String, _ reason: String, retryAfter: Int?) -> BrokerError {
         BrokerError(code: .upstreamUnavailable, session: session, reason: reason, retryAfter: retryAfter)
+    }
+
+    public static func storeUnavailable(_ session: String, _ reason: String) -> BrokerError {
+        BrokerError(code: .storeUnavailable, session: session, reason: reason, retryAfter: 5)
     }
 
     public static func noSuchLogin(_ session: String, id: String) -> BrokerError {

@@ -32,8 +32,12 @@ extension Configuration {
             let r = TableReader(file: file, table: table, path: "daemon")
             try r.allowOnly([
                 "socket", "state-directory", "runtime-directory", "state-key-file", "socket-mode", "log-level", "log-target",
-                "max-connections", "idle-timeout", "frame-timeout", "write-timeout", "forced-refreshes-per-minute",
+                "max-connections", "idle-timeout", "frame-timeout", "write-timeout", "forced-refreshes-per-minute", "host-id",
             ])
+            daemon.hostID = try r.string("host-id")
+            if let hostID = daemon.hostID, hostID.isEmpty || hostID.utf8.count > 63 || hostID.contains(where: \.isWhitespace) {
+                throw r.problem("host-id", "must be 1 to 63 characters without spaces")
+            }
             daemon.frameTimeout = try r.integer("frame-timeout", in: 1...3600) ?? daemon.frameTimeout
             daemon.writeTimeout = try r.integer("write-timeout", in: 1...3600) ?? daemon.writeTimeout
             daemon.maxConnections = try r.integer("max-connections", in: 1...65536) ?? daemon.maxConnections
@@ -100,6 +104,7 @@ extension TableReader {
             "issuer", "token-endpoint", "revocation-endpoint", "authorization-endpoint", "device-authorization-endpoint",
             "client-id", "client-secret-file", "client-auth", "scope", "refresh-margin", "min-valid", "upstream-timeout",
             "default-lifetime", "access", "web-origins", "accept-cookies", "git-hosts", "git-username", "token-files",
+            "shared-store", "shared-store-password-file",
         ])
         let issuer = try url("issuer")
         if let issuer, issuer.query != nil || issuer.fragment != nil {
@@ -145,6 +150,25 @@ extension TableReader {
         } else if let credentials = environment["CREDENTIALS_DIRECTORY"] {
             let candidate = "\(credentials)/\(name).client-secret"
             if FileManager.default.isReadableFile(atPath: candidate) { session.clientSecretFile = candidate }
+        }
+        if let store = try string("shared-store") {
+            guard let url = URLComponents(string: store), ["postgresql", "postgres"].contains(url.scheme ?? ""),
+                url.host?.isEmpty == false, url.password == nil
+            else {
+                throw problem(
+                    "shared-store",
+                    "must be postgresql://USER@HOST[:PORT]/DATABASE[?sslmode=...], without a password (use shared-store-password-file)")
+            }
+            session.sharedStore = store
+        }
+        if let passwordFile = try path("shared-store-password-file") {
+            guard FileManager.default.isReadableFile(atPath: passwordFile) else {
+                throw problem("shared-store-password-file", "\(passwordFile) cannot be read")
+            }
+            session.sharedStorePasswordFile = passwordFile
+        } else if session.sharedStore != nil, let credentials = environment["CREDENTIALS_DIRECTORY"] {
+            let candidate = "\(credentials)/\(name).shared-store-password"
+            if FileManager.default.isReadableFile(atPath: candidate) { session.sharedStorePasswordFile = candidate }
         }
         if session.clientAuth != .none, session.clientSecretFile == nil {
             throw problem(

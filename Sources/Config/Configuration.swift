@@ -63,6 +63,8 @@ public struct DaemonSettings: Sendable, Equatable {
     public var logLevel = "info"
     /// auto (journal under systemd, else standard error), journal or console.
     public var logTarget = "auto"
+    /// This host's name in a fleet (who wrote the shared record, who holds the lock); nil: the hostname.
+    public var hostID: String?
 
     public init() {}
 }
@@ -114,6 +116,11 @@ public struct SessionSettings: Sendable, Equatable {
     public var gitUsername: String?
     /// "always", "never" or "same-domain" (checked by the parser).
     public var acceptCookies: String = "always"
+    /// `postgresql://USER@HOST:PORT/DB?sslmode=...`: the session is shared by a fleet through that database.
+    public var sharedStore: String?
+    /// The database password, already resolved (config key or
+    /// `$CREDENTIALS_DIRECTORY/NAME.shared-store-password`); nil for none.
+    public var sharedStorePasswordFile: String?
     /// This session's [sessions.NAME.access] table, when it has one (keys it
     /// does not set come from the global [access]).
     public var access: AccessSettings?

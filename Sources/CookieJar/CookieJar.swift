@@ -165,6 +165,23 @@ public struct CookieJar: Sendable {
         return removed.map { record(.delete, $0) }
     }
 
+    /// Makes the jar hold exactly `others` (another host's copy of the
+    /// session's jar): a deletion for each cookie not among them, a set for
+    /// each new or changed one. The version stays this jar's own.
+    public mutating func replaceAll(with others: [Cookie]) -> [CookieChange] {
+        var changes: [CookieChange] = []
+        while let index = cookies.firstIndex(where: { mine in !others.contains { $0.sameIdentity(as: mine) } }) {
+            changes.append(record(.delete, cookies.remove(at: index)))
+        }
+        for other in others where !cookies.contains(other) {
+            cookies.removeAll { $0.sameIdentity(as: other) }
+            cookies.append(other)
+            changes.append(record(.set, other))
+        }
+        nextCreationIndex = max(nextCreationIndex, (cookies.map(\.creationIndex).max() ?? -1) + 1)
+        return changes
+    }
+
     mutating func record(_ action: CookieChange.Action, _ cookie: Cookie) -> CookieChange {
         version += 1
         let change = CookieChange(action: action, cookie: cookie, version: version)

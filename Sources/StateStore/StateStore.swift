@@ -198,3 +198,32 @@ public final class SessionFile: Sendable {
         try AtomicFile.write(try encode(record), to: path, afterStep: afterStep)
     }
 }
+
+extension SessionFile {
+    /// Whether records can be sealed: a fleet's shared store takes sealed records only.
+    public var seals: Bool { key != nil }
+
+    /// The record as a sealed envelope (the same text a state file holds),
+    /// for a fleet's shared store. Throws without a state key.
+    public func sealedText(_ record: SessionRecord) throws -> String {
+        guard key != nil else { throw StateLoadError(path: path, problem: "no state key: a shared record is sealed", movedTo: nil) }
+        return String(decoding: try encode(record), as: UTF8.self)
+    }
+
+    /// A record written by `sealedText` (on any host holding the same key).
+    public func openSealed(_ text: String) throws(StateLoadError) -> SessionRecord {
+        guard let envelope = try? JSONDecoder().decode(Envelope.self, from: Data(text.utf8)),
+            envelope.format == Envelope.format, envelope.session == session,
+            envelope.encryption == SealedRecord.algorithm
+        else {
+            throw StateLoadError(path: "shared record", problem: "is not a sealed tokend record for session \(session)", movedTo: nil)
+        }
+        guard envelope.version == Envelope.currentVersion else {
+            throw StateLoadError(
+                path: "shared record",
+                problem: "has version \(envelope.version); this tokend reads version \(Envelope.currentVersion): upgrade this host",
+                movedTo: nil)
+        }
+        return try record(in: envelope)
+    }
+}

@@ -7,6 +7,8 @@ public enum TokendClientError: Error, CustomStringConvertible {
     case unreachable(socket: String, reason: String)
     case loginRequired(session: String, reason: String)
     case upstreamUnavailable(session: String, reason: String, retryAfter: Int?)
+    /// A shared session's store cannot be reached (and no valid token is cached).
+    case storeUnavailable(session: String, reason: String, retryAfter: Int?)
     case noSuchSession(session: String)
     case permissionDenied
     case invalidParameter(String)
@@ -31,6 +33,10 @@ public enum TokendClientError: Error, CustomStringConvertible {
             self = .loginRequired(session: p["session"]?.stringValue ?? "", reason: p["reason"]?.stringValue ?? "")
         case BrokerInterface.Error.upstreamUnavailable:
             self = .upstreamUnavailable(
+                session: p["session"]?.stringValue ?? "", reason: p["reason"]?.stringValue ?? "",
+                retryAfter: p["retryAfter"]?.intValue)
+        case BrokerInterface.Error.storeUnavailable:
+            self = .storeUnavailable(
                 session: p["session"]?.stringValue ?? "", reason: p["reason"]?.stringValue ?? "",
                 retryAfter: p["retryAfter"]?.intValue)
         case BrokerInterface.Error.noSuchSession:
@@ -67,6 +73,8 @@ public enum TokendClientError: Error, CustomStringConvertible {
         case .upstreamUnavailable(let session, let reason, let retryAfter):
             "session \(session): the token endpoint is unavailable (\(reason))"
                 + (retryAfter.map { "; tokend retries in \($0) s" } ?? "")
+        case .storeUnavailable(let session, let reason, _):
+            "session \(session): the fleet's shared store is unavailable (\(reason))"
         case .noSuchSession(let session): "no session named \(session) is configured in tokend"
         case .permissionDenied: "tokend refused the call: this user is not allowed to make it"
         case .invalidParameter(let name): "tokend rejected the parameter \(name)"

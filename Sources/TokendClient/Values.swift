@@ -42,6 +42,10 @@ public struct SessionStatus: Sendable {
     /// Hosts whose git credentials this session answers, and the git user name.
     public var gitHosts: [String]
     public var gitUsername: String?
+    /// Shared sessions only: this host's id, the store's state, the fleet copy's version.
+    public var hostID: String?
+    public var store: String?
+    public var sharedVersion: Int?
     public var json: JSONValue
 
     init(_ json: JSONValue?) throws(TokendClientError) {
@@ -63,6 +67,9 @@ public struct SessionStatus: Sendable {
         self.email = object["email"]?.stringValue
         self.gitHosts = object["gitHosts"]?.arrayValue?.compactMap(\.stringValue) ?? []
         self.gitUsername = object["gitUsername"]?.stringValue
+        self.hostID = object["hostId"]?.stringValue
+        self.store = object["store"]?.stringValue
+        self.sharedVersion = object["sharedVersion"]?.intValue
         self.json = json
     }
 }

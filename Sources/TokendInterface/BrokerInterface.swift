@@ -25,6 +25,7 @@ public enum BrokerInterface {
         public static let loginExpired = "io.tokend.Broker.LoginExpired"
         public static let invalidCallback = "io.tokend.Broker.InvalidCallback"
         public static let loginFailed = "io.tokend.Broker.LoginFailed"
+        public static let storeUnavailable = "io.tokend.Broker.StoreUnavailable"
     }
 
     public static func method(_ name: String) -> String { "\(Self.name).\(name)" }

@@ -128,7 +128,7 @@ func brokerMethods(
                 let session = try broker.session(try parameters.optionalString("session"))
                 let revoke = try parameters.optionalBool("revoke") ?? true
                 logger.notice("logout requested", metadata: context.metadata(session.name))
-                await session.logout(revoke: revoke)
+                try await session.logout(revoke: revoke)
                 return [:]
             },
             "Subscribe": .stream { parameters, _, replies in
@@ -176,7 +176,7 @@ func brokerMethods(
                 let session = try broker.session(try parameters.optionalString("session"))
                 let request = try parameters.optionalString("url") == nil ? nil : try parameters.cookieRequest("url")
                 let name = try parameters.optionalString("name")
-                let (version, deleted) = await session.deleteCookies(matching: request, name: name)
+                let (version, deleted) = try await session.deleteCookies(matching: request, name: name)
                 logger.info(
                     "cookies deleted",
                     metadata: context.metadata(session.name).merging(["deleted": "\(deleted)"]) { a, _ in a })

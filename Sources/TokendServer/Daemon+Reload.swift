@@ -28,7 +28,9 @@ extension Daemon {
             next = try Configuration.load(path: configPath, environment: environment)
             policy = try AccessPolicy(next.access, sessions: next.sessions)
             for settings in next.sessions where old[settings.name] != settings {
-                started.append(try Self.makeSession(settings, store: store, cookiePolicy: cookiePolicy, logger: logger))
+                started.append(try Self.makeSession(
+                    settings, store: store, cookiePolicy: cookiePolicy, hostID: configuration.withLock { $0.daemon.hostID },
+                    logger: logger))
             }
         } catch {
             reloadProblem.withLock { $0 = "\(error)" }

@@ -1,6 +1,7 @@
 import Broker
 import Config
 import CookieJar
+import Fleet
 import Foundation
 import Logging
 import NIOPosix
@@ -63,14 +64,14 @@ public final class Daemon: Service, CustomStringConvertible {
         for settings in configuration.sessions {
             sessions.append(
                 try Self.makeSession(
-                    settings, store: store, cookiePolicy: cookiePolicy, logger: logger,
+                    settings, store: store, cookiePolicy: cookiePolicy, hostID: configuration.daemon.hostID, logger: logger,
                     checkpoint: testHooks ? CrashPoint(environment: environment)?.checkpoint : nil))
         }
         broker = Broker(sessions: sessions)
     }
 
     static func makeSession(
-        _ settings: SessionSettings, store: StateStore, cookiePolicy: CookiePolicy, logger: Logger,
+        _ settings: SessionSettings, store: StateStore, cookiePolicy: CookiePolicy, hostID: String?, logger: Logger,
         checkpoint: (@Sendable (String) -> Void)? = nil
     ) throws -> SessionActor {
         let file = store.file(for: settings.name)
@@ -96,7 +97,38 @@ public final class Daemon: Service, CustomStringConvertible {
             name: settings.name, policy: settings.policy, endpoint: try settings.endpoint(),
             file: file, logger: logger, cookiePolicy: sessionCookies, webOrigins: settings.webOrigins,
             gitHosts: settings.gitHosts, gitUsername: settings.gitUsername, tokenFiles: tokenFiles,
-            checkpoint: checkpoint)
+            checkpoint: checkpoint, shared: try sharedStore(settings, file: file, hostID: hostID, logger: logger))
+    }
+
+    /// The fleet's store for a session with `shared-store`; nil for a local session.
+    static func sharedStore(_ settings: SessionSettings, file: SessionFile, hostID: String?, logger: Logger) throws
+        -> (any SharedStore)?
+    {
+        guard let url = settings.sharedStore else { return nil }
+        let prefix = "session \(settings.name): shared-store"
+        guard file.seals else {
+            throw DaemonSetupError(
+                "\(prefix) needs a state key (the database only ever holds sealed records): create one with "
+                    + "`tokend --generate-state-key` and give every host of the fleet the same key")
+        }
+        let address: StoreAddress
+        do {
+            address = try StoreAddress(url)
+        } catch {
+            throw DaemonSetupError("\(prefix): \(error.description)")
+        }
+        var password: String?
+        if let path = settings.sharedStorePasswordFile {
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw DaemonSetupError("\(prefix): password file \(path) cannot be read")
+            }
+            password = text.trimmingCharacters(in: .newlines)
+        }
+        let host = hostID ?? ProcessInfo.processInfo.hostName
+        logger.info("session shared by a fleet", metadata: ["session": "\(settings.name)", "store": "\(address)", "host": "\(host)"])
+        return PostgresStore(
+            session: settings.name, address: address, password: password, codec: file, hostID: host,
+            lockWait: .seconds(settings.upstreamTimeout + 20), logger: logger)
     }
 
     /// Debian's copy of the Public Suffix List (package publicsuffix); without

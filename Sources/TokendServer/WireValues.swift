@@ -23,6 +23,7 @@ extension SessionStatus {
             "subject": .optional(subject), "username": .optional(username), "email": .optional(email),
             "pendingLogins": .int(pendingLogins), "webOrigins": .array(webOrigins.map(JSONValue.string)),
             "gitHosts": .array(gitHosts.map(JSONValue.string)), "gitUsername": .optional(gitUsername),
+            "hostId": .optional(hostID), "store": .optional(store), "sharedVersion": .optional(sharedVersion),
         ]
     }
 }
@@ -85,6 +86,10 @@ extension BrokerError: VarlinkErrorConvertible {
             VarlinkError(BrokerInterface.Error.invalidCallback, ["session": .string(session), "reason": .string(reason)])
         case .loginFailed:
             VarlinkError(BrokerInterface.Error.loginFailed, ["session": .string(session), "reason": .string(reason)])
+        case .storeUnavailable:
+            VarlinkError(
+                BrokerInterface.Error.storeUnavailable,
+                ["session": .string(session), "reason": .string(reason), "retryAfter": .optional(retryAfter)])
         }
     }
 }

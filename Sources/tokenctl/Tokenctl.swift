@@ -17,6 +17,8 @@ enum Exit {
     static let rateLimited: Int32 = 7
     /// The login was refused, expired or could not be completed.
     static let loginFailed: Int32 = 8
+    /// A shared session's store (PostgreSQL) cannot be reached.
+    static let storeUnavailable: Int32 = 9
     /// Interrupted (Ctrl-C): the pending login was cancelled.
     static let interrupted: Int32 = 130
 }
@@ -53,6 +55,9 @@ struct Common: ParsableArguments {
             return (Exit.loginRequired, "Log in with: tokenctl login\(sessionFlag) --device (or --browser)")
         case .upstreamUnavailable:
             return (Exit.upstreamUnavailable, "tokend keeps retrying; `tokenctl status\(sessionFlag)` shows the last error.")
+        case .storeUnavailable:
+            return (Exit.storeUnavailable,
+                "The session is shared through PostgreSQL (shared-store), which this host cannot reach; tokend reconnects by itself. `tokenctl status\(sessionFlag)` shows the store's state.")
         case .noSuchSession:
             return (Exit.noSuchSession, "`tokenctl sessions` lists the configured sessions.")
         case .permissionDenied:

@@ -87,7 +87,7 @@ final class Timeline: Sendable {
         #expect(await restarted.cookies(for: origin).cookies.map(\.name) == ["persistent", "session"])
         let (_, events) = await restarted.subscribe()
         var iterator = events.makeAsyncIterator()
-        await restarted.logout(revoke: false)
+        try await restarted.logout(revoke: false)
         let deletions = await iterator.next()
         #expect(deletions?.kind == .cookies && deletions?.changes.map(\.action) == [.delete, .delete])
         #expect(await iterator.next()?.kind == .loggedOut)

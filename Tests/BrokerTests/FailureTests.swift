@@ -105,7 +105,7 @@ import Testing
         try await h.expiredSession()
         _ = try await h.session.getToken(minValidSeconds: nil)
         let events = await h.session.subscribe().events
-        await h.session.logout(revoke: true)
+        try await h.session.logout(revoke: true)
         #expect(h.endpoint.revoked == ["refresh-1"])
         #expect(try h.file.load()?.refreshToken == nil)
         var iterator = events.makeAsyncIterator()

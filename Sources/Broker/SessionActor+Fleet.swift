@@ -1,0 +1,184 @@
+import CookieJar
+import Logging
+import StateStore
+
+/// How a write went (see `persist`).
+enum PersistOutcome: Equatable {
+    case saved
+    /// Another host wrote the fleet's copy since this host read it: its copy wins.
+    case fenced
+    /// Saved here, but the shared store could not be reached.
+    case fleetUnreachable(String)
+}
+
+/// A session shared by a fleet. Every host keeps the session as before (its
+/// state file is a sealed cache), and the fleet's copy in the shared store
+/// decides: a host adopts every newer copy it hears of, and writes only while
+/// it holds the fleet lock, fenced by the copy's version.
+extension SessionActor {
+    /// Follows the fleet's copy: notifications, reconnects and periodic re-reads.
+    func startFollowingFleet() {
+        guard let shared else { return }
+        watcher = Task {
+            await shared.watch { event in await self.fleetEvent(event) }
+        }
+    }
+
+    func fleetEvent(_ event: SharedStoreEvent) async {
+        switch event {
+        case .unavailable(let reason):
+            noteStoreProblem(reason)
+        case .current(let remote):
+            if let problem = storeProblem {
+                logger.notice("shared store reachable again", metadata: ["was": "\(problem)"])
+                storeProblem = nil
+            }
+            if fleetBehind, remote?.version == sharedVersion {
+                await catchUpFleet()
+            } else if let remote {
+                await adoptShared(remote)
+            } else if sharedVersion == nil, record.phase == .active {
+                // The fleet has no copy yet: this host's session becomes it.
+                await catchUpFleet()
+            }
+        }
+    }
+
+    func noteStoreProblem(_ reason: String) {
+        if storeProblem == nil {
+            logger.error("shared store unavailable", metadata: ["problem": "\(reason)"])
+        }
+        storeProblem = reason
+    }
+
+    /// Writes this host's record to the fleet when the fleet has nothing newer.
+    func catchUpFleet() async {
+        do {
+            try await fleetExclusive("catching up") {
+                guard fleetBehind || sharedVersion == nil else { return }
+                if case .saved = await persist(what: "fleet catch-up") {
+                    logger.notice("shared store has this host's session", metadata: ["generation": "\(record.generation)"])
+                }
+            }
+        } catch {
+            // Noted in storeProblem; the next notification or re-read tries again.
+        }
+    }
+
+    /// Makes a newer fleet copy this host's state: its cookies, its token (for
+    /// callers, the fast path, token files and the proactive timer), and tells
+    /// subscribers what changed before callers can see it.
+    func adoptShared(_ remote: SharedRecord) async {
+        // One adoption at a time, so that a version seen as adopted is in `record`.
+        while adopting {
+            await withCheckedContinuation { adoptQueue.append($0) }
+        }
+        adopting = true
+        defer {
+            adopting = false
+            if !adoptQueue.isEmpty { adoptQueue.removeFirst().resume() }
+        }
+        if let sharedVersion, remote.version <= sharedVersion { return }
+        if fleetBehind {
+            logger.critical(
+                "fenced off: another host wrote the session before this host's refreshed token reached the store; its copy wins",
+                metadata: ["host": "\(remote.writtenBy)"])
+            fleetBehind = false
+        }
+        let before = record
+        let next = remote.record
+        let cookieChanges = jar.replaceAll(with: next.cookies)
+        if !cookieChanges.isEmpty { scheduleCookieExpiry() }
+        await persist(next, what: "fleet copy", toFleet: false)
+        var events = cookieChanges.isEmpty ? [] : [event(.cookies, changes: cookieChanges, of: next)]
+        switch (before.phase, next.phase) {
+        case (.active, .active) where next.generation != before.generation || next.accessToken != before.accessToken:
+            events.append(event(.refreshed, of: next))
+        case (.loginRequired, .active), (.loggedOut, .active):
+            events.append(event(.loggedIn, of: next))
+        case (.active, .loggedOut):
+            events.append(event(.loggedOut, of: next))
+        case (.active, .loginRequired):
+            events.append(event(.loginRequired, of: next))
+        default:
+            break
+        }
+        await publish(events, waitForDelivery: true)
+        sharedVersion = remote.version
+        record = next
+        if next.generation > before.generation || next.phase != .active {
+            backoff.reset()
+            lastError = nil
+        }
+        logger.debug(
+            "adopted the fleet's copy",
+            metadata: ["version": "\(remote.version)", "generation": "\(next.generation)", "host": "\(remote.writtenBy)"])
+        if inFlight == nil {
+            reschedule()
+            // Another host is refreshing. Wait for the lock: if that host dies, this one finds its marker.
+            if next.phase == .active, next.refreshStartedAt != nil, !stopping {
+                let generation = next.generation
+                inFlight = Task { try await self.performFleetRefresh(from: generation, onlyIfMarked: true) }
+            }
+        }
+    }
+
+    /// Runs `body` holding the fleet lock, after adopting the fleet's latest
+    /// copy; `persist` inside writes through the lease. Local sessions run it as it is.
+    func fleetExclusive<T>(_ what: String, _ body: () async throws -> T) async throws -> T {
+        guard let shared else { return try await body() }
+        let held: any SharedLease
+        do {
+            held = try await shared.lock()
+        } catch {
+            noteStoreProblem("\(error)")
+            throw BrokerError.storeUnavailable(name, "\(what): the shared store cannot be reached: \(error)")
+        }
+        lease = held
+        let result: Result<T, any Error>
+        do {
+            if let remote = try await held.read() { await adoptShared(remote) }
+            result = .success(try await body())
+        } catch let error as SharedStoreError {
+            noteStoreProblem(error.description)
+            result = .failure(BrokerError.storeUnavailable(name, "\(what): \(error.description)"))
+        } catch {
+            result = .failure(error)
+        }
+        lease = nil
+        await held.release()
+        return try result.get()
+    }
+
+    /// A refresh for the fleet: under the fleet lock, with the fleet's latest
+    /// copy. A host that waited while another refreshed finds the new
+    /// generation and makes no upstream call; a host that finds a marker (its
+    /// writer died mid-refresh) retries once with the stored refresh token.
+    /// With `onlyIfMarked` it refreshes only in that case.
+    func performFleetRefresh(from generation: Int, onlyIfMarked: Bool) async throws -> Token {
+        defer {
+            inFlight = nil
+            reschedule()
+        }
+        do {
+            return try await fleetExclusive("refresh") {
+                try requireActive()
+                let marked = record.refreshStartedAt != nil
+                if marked {
+                    logger.warning(
+                        "a host stopped during a refresh; retrying once with the stored refresh token",
+                        metadata: ["generation": "\(record.generation)"])
+                } else if onlyIfMarked || record.generation > generation, let token = currentToken,
+                    Double(token.expiresAt) > clock.now()
+                {
+                    return token
+                }
+                return try await performRefresh(afterCrash: marked)
+            }
+        } catch let error as BrokerError where error.code == .storeUnavailable {
+            // No refresh without the lock: a still-valid token, or the store's error.
+            if let token = currentToken, Double(token.expiresAt) > clock.now() { return token }
+            throw error
+        }
+    }
+}

@@ -1,0 +1,296 @@
+import Broker
+import Logging
+import PostgresNIO
+import StateStore
+import Synchronization
+
+/// One session's shared record in PostgreSQL (table `tokend_sessions`).
+///
+/// The fleet lock is a session-level advisory lock, held on a connection of
+/// its own from `lock()` to `release()`: it spans the whole upstream exchange
+/// (the marker must be committed before the request leaves, so a row lock in
+/// a transaction would not do), and PostgreSQL releases it when that
+/// connection ends: a killed host at once, a host cut off once TCP keepalive
+/// gives up (about 11 s with the settings sent at connect). Every write is
+/// fenced by the row's version. A second connection LISTENs for other hosts'
+/// writes and re-reads the row every `rereadInterval` as a safety net.
+public final class PostgresStore: SharedStore {
+    public let hostID: String
+    let session: String
+    let address: StoreAddress
+    let password: String?
+    /// Seals and opens records (the state key every host of the fleet shares).
+    let codec: SessionFile
+    let logger: Logger
+    /// How long a host waits for another to finish its refresh.
+    let lockWait: Duration
+    let statementTimeout: Duration = .seconds(5)
+    let rereadInterval: Duration
+    let turns = TurnQueue()
+    let lockConnection = Mutex<PostgresConnection?>(nil)
+    let schemaReady = Mutex(false)
+    let connectionIDs = Atomic<Int>(0)
+    static let channel = "tokend"
+
+    public init(
+        session: String, address: StoreAddress, password: String?, codec: SessionFile, hostID: String,
+        lockWait: Duration, rereadInterval: Duration = .seconds(10), logger: Logger
+    ) {
+        self.session = session
+        self.address = address
+        self.password = password
+        self.codec = codec
+        self.hostID = hostID
+        self.lockWait = lockWait
+        self.rereadInterval = rereadInterval
+        var logger = logger
+        logger[metadataKey: "session"] = "\(session)"
+        self.logger = logger
+    }
+
+    // MARK: Connections
+
+    func connect(_ purpose: String) async throws -> PostgresConnection {
+        var configuration = PostgresConnection.Configuration(
+            host: address.host, port: address.port, username: address.user, password: password,
+            database: address.database, tls: try address.tls())
+        configuration.options.connectTimeout = .seconds(3)
+        let lockTimeout = lockWait.components.seconds * 1000
+        configuration.options.additionalStartupParameters = [
+            ("application_name", "tokend \(hostID) \(purpose)"),
+            // A host that vanishes without closing its connection lets go of the lock in about 11 s.
+            ("tcp_keepalives_idle", "5"), ("tcp_keepalives_interval", "2"), ("tcp_keepalives_count", "3"),
+            ("tcp_user_timeout", "10000"),
+            ("lock_timeout", "\(lockTimeout)"),
+        ]
+        var quiet = logger
+        quiet.logLevel = .warning
+        let connection = try await PostgresConnection.connect(
+            configuration: configuration, id: connectionIDs.wrappingAdd(1, ordering: .relaxed).newValue, logger: quiet)
+        if !schemaReady.withLock({ $0 }) {
+            do {
+                try await Schema.migrate(on: connection, logger: quiet)
+            } catch {
+                try? await connection.close()
+                throw error
+            }
+            schemaReady.withLock { $0 = true }
+        }
+        return connection
+    }
+
+    @discardableResult
+    /// Runs `body`; past `limit`, closes `connection` (failing what waits on it) and throws.
+    func within<T: Sendable>(
+        _ limit: Duration, on connection: PostgresConnection, _ what: String,
+        _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                try? await Task.sleep(for: limit)
+                return nil
+            }
+            let first = try await group.next()!
+            if let value = first {
+                group.cancelAll()
+                return value
+            }
+            try? await connection.close()
+            throw SharedStoreError("\(what) took more than \(limit.components.seconds) s (database unreachable?)")
+        }
+    }
+
+    /// A plain-language description of a failure, with PostgreSQL's own message when it sent one.
+    func explain(_ error: any Error) -> String {
+        if let error = error as? SharedStoreError { return error.description }
+        if let error = error as? SharedStoreSetupError { return error.description }
+        if let error = error as? StateLoadError { return error.description }
+        if let error = error as? PSQLError {
+            if let message = error.serverInfo?[.message] {
+                let state = error.serverInfo?[.sqlState] ?? "?"
+                if state == "55P03" {
+                    return "another host held the fleet lock for more than \(lockWait.components.seconds) s"
+                }
+                return "\(address): \(message) (SQLSTATE \(state))"
+            }
+            switch error.code {
+            case .connectionError, .serverClosedConnection, .clientClosedConnection, .uncleanShutdown:
+                return "\(address): connection lost"
+            default: return "\(address): \(error.code)"
+            }
+        }
+        return "\(address): \(error)"
+    }
+
+    // MARK: SharedStore
+
+    public func lock() async throws -> any SharedLease {
+        await turns.take()
+        do {
+            let connection: PostgresConnection
+            if let open = lockConnection.withLock({ $0 }), !open.isClosed {
+                connection = open
+            } else {
+                connection = try await connect("lock")
+                lockConnection.withLock { $0 = connection }
+            }
+            let session = self.session
+            let logger = self.logger
+            try await within(lockWait + .seconds(5), on: connection, "waiting for the fleet lock") {
+                try await connection.query(
+                    "SELECT pg_advisory_lock(\(FleetLock.classID), hashtext(\(session)))", logger: logger)
+                return true
+            }
+            return PostgresLease(store: self, connection: connection)
+        } catch {
+            turns.pass()
+            throw SharedStoreError(explain(error))
+        }
+    }
+
+    public func watch(_ handle: @escaping @Sendable (SharedStoreEvent) async -> Void) async {
+        var delay = Duration.seconds(1)
+        while !Task.isCancelled {
+            var opened: PostgresConnection?
+            do {
+                let connection = try await connect("watch")
+                opened = connection
+                delay = .seconds(1)
+                try await follow(connection, handle)
+            } catch is CancellationError {
+            } catch {
+                if Task.isCancelled { break }
+                await handle(.unavailable(explain(error)))
+            }
+            try? await opened?.close()
+            try? await Task.sleep(for: delay)
+            delay = min(delay * 2, .seconds(10))
+        }
+    }
+
+    /// Reads the row now, after every notification for this session, and every `rereadInterval`.
+    func follow(_ connection: PostgresConnection, _ handle: @escaping @Sendable (SharedStoreEvent) async -> Void)
+        async throws
+    {
+        let session = self.session
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try await connection.listen(on: Self.channel) { notifications in
+                    await handle(.current(try await self.read(on: connection)))
+                    for try await note in notifications where note.payload.split(separator: " ", maxSplits: 1).last == Substring(session) {
+                        await handle(.current(try await self.read(on: connection)))
+                    }
+                }
+                throw SharedStoreError("\(self.address): notifications ended")
+            }
+            group.addTask {
+                while true {
+                    try await Task.sleep(for: self.rereadInterval)
+                    await handle(.current(try await self.read(on: connection)))
+                }
+            }
+            defer { group.cancelAll() }
+            try await group.next()
+        }
+    }
+
+    func read(on connection: PostgresConnection) async throws -> SharedRecord? {
+        let session = self.session
+        let logger = self.logger
+        let row = try await within(statementTimeout, on: connection, "reading the shared record") {
+            () -> (Int64, String, String)? in
+            let rows = try await connection.query(
+                "SELECT version, record, written_by FROM tokend_sessions WHERE session = \(session)", logger: logger)
+            for try await row in rows.decode((Int64, String, String).self) { return row }
+            return nil
+        }
+        guard let (version, text, writtenBy) = row else { return nil }
+        do {
+            return SharedRecord(version: version, record: try codec.openSealed(text), writtenBy: writtenBy)
+        } catch {
+            throw SharedStoreError(
+                "the shared record (written by \(writtenBy)) cannot be opened: \(error.problem). "
+                    + "Every host of the fleet needs the same state key")
+        }
+    }
+}
+
+/// The fleet lock, held on the store's lock connection.
+final class PostgresLease: SharedLease {
+    let store: PostgresStore
+    let connection: PostgresConnection
+    let released = Mutex(false)
+
+    init(store: PostgresStore, connection: PostgresConnection) {
+        self.store = store
+        self.connection = connection
+    }
+
+    func read() async throws -> SharedRecord? {
+        do {
+            return try await store.read(on: connection)
+        } catch {
+            throw SharedStoreError(store.explain(error))
+        }
+    }
+
+    func write(_ record: SessionRecord, expected: Int64?) async throws -> Int64? {
+        let store = self.store
+        let connection = self.connection
+        do {
+            let text = try store.codec.sealedText(record)
+            let generation = Int64(record.generation)
+            return try await store.within(store.statementTimeout, on: connection, "writing the shared record") {
+                let rows: PostgresRowSequence
+                if let expected {
+                    rows = try await connection.query(
+                        """
+                        WITH w AS (
+                            UPDATE tokend_sessions SET version = version + 1, generation = \(generation),
+                                record = \(text), written_by = \(store.hostID), written_at = now()
+                            WHERE session = \(store.session) AND version = \(expected)
+                            RETURNING version)
+                        SELECT version, pg_notify(\(PostgresStore.channel), version::text || ' ' || \(store.session))::text
+                        FROM w
+                        """, logger: store.logger)
+                } else {
+                    rows = try await connection.query(
+                        """
+                        WITH w AS (
+                            INSERT INTO tokend_sessions (session, version, generation, record, written_by)
+                            VALUES (\(store.session), 1, \(generation), \(text), \(store.hostID))
+                            ON CONFLICT (session) DO NOTHING
+                            RETURNING version)
+                        SELECT version, pg_notify(\(PostgresStore.channel), version::text || ' ' || \(store.session))::text
+                        FROM w
+                        """, logger: store.logger)
+                }
+                for try await (version, _) in rows.decode((Int64, String).self) { return version }
+                return nil
+            }
+        } catch {
+            throw SharedStoreError(store.explain(error))
+        }
+    }
+
+    func release() async {
+        guard released.withLock({ done in
+            defer { done = true }
+            return !done
+        }) else { return }
+        let store = self.store
+        let connection = self.connection
+        do {
+            try await store.within(store.statementTimeout, on: connection, "releasing the fleet lock") {
+                try await connection.query(
+                    "SELECT pg_advisory_unlock(\(FleetLock.classID), hashtext(\(store.session)))", logger: store.logger)
+                return true
+            }
+        } catch {
+            // Closing the connection releases the lock too.
+            try? await connection.close()
+        }
+        store.turns.pass()
+    }
+}
