@@ -28,6 +28,9 @@ public final class PostgresStore: SharedStore {
     let rereadInterval: Duration
     let turns = TurnQueue()
     let lockConnection = Mutex<PostgresConnection?>(nil)
+    /// Why the watching connection failed last (nil once it reads again): the
+    /// lock connection is then likely dead too, and is opened anew.
+    let watchProblem = Mutex<String?>(nil)
     let schemaReady = Mutex(false)
     let connectionIDs = Atomic<Int>(0)
     static let channel = "tokend"
@@ -81,23 +84,36 @@ public final class PostgresStore: SharedStore {
 
     @discardableResult
     /// Runs `body`; past `limit`, closes `connection` (failing what waits on it) and throws.
+    /// Does not wait for `body` to end: a query written to a connection that has
+    /// just closed may never be answered.
     func within<T: Sendable>(
         _ limit: Duration, on connection: PostgresConnection, _ what: String,
         _ body: @escaping @Sendable () async throws -> T
     ) async throws -> T {
-        try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask { try await body() }
-            group.addTask {
-                try? await Task.sleep(for: limit)
-                return nil
+        guard !connection.isClosed else { throw SharedStoreError("\(address): connection lost") }
+        let outcome = Once<T>()
+        return try await withCheckedThrowingContinuation { continuation in
+            outcome.start(continuation)
+            let work = Task {
+                do {
+                    outcome.finish(.success(try await body()))
+                } catch {
+                    outcome.finish(.failure(error))
+                }
             }
-            let first = try await group.next()!
-            if let value = first {
-                group.cancelAll()
-                return value
+            let timer = Task {
+                do {
+                    try await Task.sleep(for: limit)
+                } catch {
+                    return
+                }
+                let late = SharedStoreError("\(what) took more than \(limit.components.seconds) s (database unreachable?)")
+                if outcome.finish(.failure(late)) {
+                    work.cancel()
+                    try? await connection.close()
+                }
             }
-            try? await connection.close()
-            throw SharedStoreError("\(what) took more than \(limit.components.seconds) s (database unreachable?)")
+            outcome.onFinish { timer.cancel() }
         }
     }
 
@@ -129,9 +145,11 @@ public final class PostgresStore: SharedStore {
         await turns.take()
         do {
             let connection: PostgresConnection
-            if let open = lockConnection.withLock({ $0 }), !open.isClosed {
+            let suspect = watchProblem.withLock { $0 } != nil
+            if let open = lockConnection.withLock({ $0 }), !open.isClosed, !suspect {
                 connection = open
             } else {
+                if let stale = lockConnection.withLock({ $0 }) { try? await stale.close() }
                 connection = try await connect("lock")
                 lockConnection.withLock { $0 = connection }
             }
@@ -161,7 +179,9 @@ public final class PostgresStore: SharedStore {
             } catch is CancellationError {
             } catch {
                 if Task.isCancelled { break }
-                await handle(.unavailable(explain(error)))
+                let problem = explain(error)
+                watchProblem.withLock { $0 = problem }
+                await handle(.unavailable(problem))
             }
             try? await opened?.close()
             try? await Task.sleep(for: delay)
@@ -205,6 +225,7 @@ public final class PostgresStore: SharedStore {
             for try await row in rows.decode((Int64, String, String).self) { return row }
             return nil
         }
+        watchProblem.withLock { $0 = nil }
         guard let (version, text, writtenBy) = row else { return nil }
         do {
             return SharedRecord(version: version, record: try codec.openSealed(text), writtenBy: writtenBy)
@@ -292,5 +313,43 @@ final class PostgresLease: SharedLease {
             try? await connection.close()
         }
         store.turns.pass()
+    }
+}
+
+/// A continuation resumed by whichever finishes first.
+final class Once<T: Sendable>: Sendable {
+    private struct State {
+        var done = false
+        var continuation: CheckedContinuation<T, any Error>?
+        var onFinish: (@Sendable () -> Void)?
+    }
+    private let state = Mutex(State())
+
+    func start(_ continuation: CheckedContinuation<T, any Error>) {
+        state.withLock { $0.continuation = continuation }
+    }
+
+    /// Runs `action` when finished (at once if already).
+    func onFinish(_ action: @escaping @Sendable () -> Void) {
+        let now = state.withLock { state -> Bool in
+            if state.done { return true }
+            state.onFinish = action
+            return false
+        }
+        if now { action() }
+    }
+
+    /// True when this call resumed the continuation.
+    @discardableResult
+    func finish(_ result: Result<T, any Error>) -> Bool {
+        let taken = state.withLock { state -> (CheckedContinuation<T, any Error>?, (@Sendable () -> Void)?)? in
+            if state.done { return nil }
+            state.done = true
+            return (state.continuation, state.onFinish)
+        }
+        guard let (continuation, action) = taken else { return false }
+        continuation?.resume(with: result)
+        action?()
+        return true
     }
 }

@@ -114,9 +114,10 @@ class Tokend:
             f.write("\n".join(lines) + "\n")
         self.process = None
 
-    def start(self, env=None):
+    def start(self, env=None, prefix=()):
+        """`prefix`: a command to run tokend under (e.g. `ip netns exec NAME`)."""
         self.log = open(self.log_path, "a")
-        self.process = subprocess.Popen([os.path.join(BIN, "tokend"), "--config", self.config],
+        self.process = subprocess.Popen([*prefix, os.path.join(BIN, "tokend"), "--config", self.config],
                                         stdout=self.log, stderr=self.log, env=env)
         wait_for(lambda: self._connectable(), 20, "tokend socket")
         return self

@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 from conftest import BIN, Tokend, free_port, wait_for
@@ -14,7 +15,7 @@ PASSWORD = "fleet-db-password"
 
 
 class Postgres:
-    def __init__(self, directory, port=None):
+    def __init__(self, directory, port=None, listen="127.0.0.1", hba=()):
         self.directory = directory
         self.data = os.path.join(directory, "data")
         self.port = port or free_port()
@@ -28,6 +29,10 @@ class Postgres:
         shutil.chown(pwfile, "postgres", "postgres")
         self._as_postgres(f"{PG_BIN}/initdb", "-D", self.data, "-U", "postgres", "--auth-local=trust",
                           "--auth-host=scram-sha-256", f"--pwfile={pwfile}", "-E", "UTF8")
+        self.listen = listen
+        with open(os.path.join(self.data, "pg_hba.conf"), "a") as f:
+            for network in hba:
+                f.write(f"host all all {network} scram-sha-256\n")
         self.start()
         self.sql(f"CREATE ROLE tokend LOGIN PASSWORD '{PASSWORD}'")
         self.sql("CREATE DATABASE tokend OWNER tokend")
@@ -36,13 +41,12 @@ class Postgres:
         return subprocess.run(["runuser", "-u", "postgres", "--", *command], capture_output=True, text=True,
                               check=check, timeout=60)
 
-    @property
-    def url(self):
-        return f"postgresql://tokend@127.0.0.1:{self.port}/tokend?sslmode=disable"
+    def url(self, host="127.0.0.1"):
+        return f"postgresql://tokend@{host}:{self.port}/tokend?sslmode=disable"
 
     def start(self):
         self._as_postgres(f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", os.path.join(self.directory, "log"), "-w",
-                          "-o", f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1", "start")
+                          "-o", f"-p {self.port} -k {self.directory} -c listen_addresses={self.listen}", "start")
 
     def stop(self, mode="fast"):
         self._as_postgres(f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", mode, "-w", "stop", check=False)
@@ -69,7 +73,8 @@ def generate_key(path):
 class Fleet:
     """Hosts a, b, c, ...: one tokend each, sharing session "default" through `pg`."""
 
-    def __init__(self, workdir, server, pg, hosts=("a", "b", "c"), **session):
+    def __init__(self, workdir, server, pg, hosts=("a", "b", "c"), store_hosts=None, **session):
+        """`store_hosts`: the address each host reaches PostgreSQL at (default 127.0.0.1)."""
         self.key = os.path.join(workdir, "fleet.key")
         generate_key(self.key)
         self.password = os.path.join(workdir, "db-password")
@@ -79,7 +84,8 @@ class Fleet:
         for name in hosts:
             directory = os.path.join(workdir, name)
             os.makedirs(directory, exist_ok=True)
-            options = {"shared-store": f'"{pg.url}"', "shared-store-password-file": f'"{self.password}"'}
+            store = (store_hosts or {}).get(name, "127.0.0.1")
+            options = {"shared-store": f'"{pg.url(store)}"', "shared-store-password-file": f'"{self.password}"'}
             options.update(session)
             self.hosts[name] = Tokend(directory, server,
                                       daemon={"host-id": f'"{name}"', "state-key-file": f'"{self.key}"'}, **options)
@@ -106,3 +112,61 @@ class Fleet:
         for name in hosts or self.hosts:
             wait_for(lambda: self.status(name)["generation"] >= generation, timeout,
                      f"host {name} at generation {generation}")
+
+
+class NetworkNamespace:
+    """A network namespace joined to this one by two veth pairs: one to reach
+    PostgreSQL (which `cut()` takes down), one to reach the authorization
+    server (through relays, since it listens on 127.0.0.1)."""
+
+    def __init__(self, name="tkfleet", subnet=231):
+        self.name = name
+        self.db_address = f"10.{subnet}.0.1"
+        self.auth_address = f"10.{subnet}.1.1"
+        self.db_link = f"{name}db0"
+        self.relays = []
+        self.relay_processes = []
+        self.delete()
+        run = lambda *c: subprocess.run(c, check=True, capture_output=True)
+        inside = lambda *c: run("ip", "netns", "exec", name, *c)
+        run("ip", "netns", "add", name)
+        for link, index in ((self.db_link, 0), (f"{name}au0", 1)):
+            peer = link[:-1] + "1"
+            run("ip", "link", "add", link, "type", "veth", "peer", "name", peer)
+            run("ip", "link", "set", peer, "netns", name)
+            run("ip", "addr", "add", f"10.{subnet}.{index}.1/30", "dev", link)
+            run("ip", "link", "set", link, "up")
+            inside("ip", "addr", "add", f"10.{subnet}.{index}.2/30", "dev", peer)
+            inside("ip", "link", "set", peer, "up")
+        inside("ip", "link", "set", "lo", "up")
+
+    @property
+    def prefix(self):
+        return ("ip", "netns", "exec", self.name)
+
+    def forward_loopback_port(self, port):
+        """127.0.0.1:port inside the namespace reaches 127.0.0.1:port here."""
+        from relay import Relay
+        self.relays.append(Relay(self.auth_address, port, "127.0.0.1", port))
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.relay_processes.append(subprocess.Popen(
+            [*self.prefix, sys.executable, os.path.join(here, "relay.py"), "127.0.0.1", str(port),
+             self.auth_address, str(port)]))
+        wait_for(lambda: subprocess.run([*self.prefix, sys.executable, "-c",
+                                         f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"],
+                                        capture_output=True).returncode == 0, 10, "relay into the namespace")
+
+    def cut(self):
+        subprocess.run(["ip", "link", "set", self.db_link, "down"], check=True)
+
+    def restore(self):
+        subprocess.run(["ip", "link", "set", self.db_link, "up"], check=True)
+
+    def delete(self):
+        for process in getattr(self, "relay_processes", []):
+            process.kill()
+        for relay in getattr(self, "relays", []):
+            relay.close()
+        subprocess.run(["ip", "netns", "delete", self.name], capture_output=True)
+        for link in (f"{self.name}db0", f"{self.name}au0"):
+            subprocess.run(["ip", "link", "delete", link], capture_output=True)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import AuthServer, login, read_frame, wait_for
-from fleet import Fleet, Postgres
+from fleet import Fleet, NetworkNamespace, Postgres
 
 
 @pytest.fixture
@@ -132,3 +132,190 @@ def test_three_hosts_300_callers_each_at_expiry_cause_one_refresh(fleet_of, work
         print(f"3 hosts x 300 callers at expiry: {len(grants)} refresh grant; upstream calls per host {refreshed}")
     finally:
         server.stop()
+
+
+def test_proactive_refresh_over_ten_lifetimes_happens_once_per_lifetime(fleet_of, workdir):
+    # Tokens live 6 s and are refreshed 2 s before expiry: a lifetime of about 4 s.
+    server = AuthServer(os.path.join(workdir, "as"), access_ttl=6)
+    try:
+        fleet = fleet_of(server, **{"refresh-margin": 2, "min-valid": 1}).start()
+        login(fleet["a"], server)
+        start = fleet.status("a")["generation"]
+        fleet.wait_generation(start)
+        before = len(server.grants("refresh_token"))
+        fleet.wait_generation(start + 10, timeout=80, hosts="a")
+        grants = server.grants("refresh_token")[before:before + 10]
+        more = server.grants("refresh_token")[before:]
+        assert all(g["status"] == 200 for g in more)
+        # The 10 generations took 10 grants: no host refreshed a lifetime another had refreshed.
+        generation = fleet.status("a")["generation"]
+        assert len(more) == generation - start, f"{len(more)} grants for {generation - start} lifetimes"
+        refreshes = {name: fleet.status(name)["refreshes"] for name in "abc"}
+        assert sum(refreshes.values()) == len(more) + 1, f"upstream calls per host {refreshes} (+1: A's login check)"
+        spacing = [b["t"] - a["t"] for a, b in zip(grants, grants[1:])]
+        assert min(spacing) > 2, f"grants {spacing} s apart: two hosts refreshed one lifetime"
+        print(f"10 lifetimes, 3 hosts: {len(more)} grants, upstream calls per host {refreshes}, "
+              f"spacing {min(spacing):.1f}-{max(spacing):.1f} s")
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("point", ["after-marker", "after-response", "after-persist"])
+def test_kill_9_of_the_lock_holder_loses_nothing_and_the_others_take_over(fleet_of, workdir, point):
+    server = AuthServer(os.path.join(workdir, "as"), grace=5)
+    try:
+        fleet = fleet_of(server).start()
+        login(fleet["a"], server)
+        generation = fleet.status("a")["generation"]
+        fleet.wait_generation(generation)
+        fleet["a"].stop()
+        fleet["a"].start(env=dict(os.environ, TOKEND_TEST_HOOKS="1", TOKEND_CRASH_POINT=point))
+        fleet.wait_generation(generation, hosts="a")
+        before = len(server.grants("refresh_token"))
+        # A refreshes (compare-and-refresh: not rate limited) and dies at `point`, holding the fleet lock.
+        try:
+            fleet["a"].call("io.tokend.Broker.Refresh", staleGeneration=generation)
+        except (ConnectionError, OSError):
+            pass
+        fleet["a"].process.wait(10)
+        died = time.time()
+        assert fleet["a"].process.returncode == -signal.SIGKILL
+        # B and C adopt A's refresh, or find its marker and retry with the stored token.
+        fleet.wait_generation(generation + 1, timeout=15, hosts="bc")
+        takeover = time.time() - died
+        replies = {name: fleet[name].call("io.tokend.Broker.GetToken")[1] for name in "bc"}
+        assert all("error" not in r for r in replies.values()), replies
+        assert len({r["parameters"]["token"]["accessToken"] for r in replies.values()}) == 1
+        # A comes back and serves the fleet's token; the session lives on (one more refresh works).
+        fleet["a"].stop()
+        fleet["a"].start()
+        wait_for(lambda: fleet.status("a")["generation"] >= generation + 1, 10, "A back on the fleet's generation")
+        assert fleet["a"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["accessToken"] \
+            == replies["b"]["parameters"]["token"]["accessToken"]
+        reply = fleet["c"].call("io.tokend.Broker.Refresh", staleGeneration=generation + 1)[1]
+        assert "error" not in reply, reply
+        grants = server.grants("refresh_token")[before:]
+        assert all(g["status"] == 200 for g in grants), grants
+        assert takeover < 5, f"the others took {takeover:.1f} s to take over"
+        print(f"kill -9 {point}: takeover {takeover:.2f} s, {len(grants)} grants, 0 lost")
+    finally:
+        server.stop()
+
+
+def refresh_loop(path, until, outcome, lock):
+    """Back-to-back compare-and-refresh on one host until `until`."""
+    while time.time() < until:
+        try:
+            reply = json.loads(read_frame_call(path, "io.tokend.Broker.GetToken", {}))
+            if "error" not in reply:
+                generation = reply["parameters"]["token"]["generation"]
+                reply = json.loads(read_frame_call(path, "io.tokend.Broker.Refresh", {"staleGeneration": generation}))
+            kind = reply.get("error", "ok")
+        except (ConnectionError, OSError) as error:
+            kind = f"socket: {error}"
+        with lock:
+            outcome[kind] = outcome.get(kind, 0) + 1
+        if kind != "ok":
+            time.sleep(0.05)
+
+
+def read_frame_call(path, method, parameters):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+        s.sendall(json.dumps({"method": method, "parameters": parameters}).encode() + b"\0")
+        return read_frame(s)
+
+
+def test_postgresql_restarted_during_continuous_refreshing_loses_nothing(fleet_of, workdir, pg):
+    server = AuthServer(os.path.join(workdir, "as"), grace=5)
+    try:
+        fleet = fleet_of(server).start()
+        login(fleet["a"], server)
+        fleet.wait_generation(fleet.status("a")["generation"])
+        outcome, lock = {}, threading.Lock()
+        until = time.time() + 14
+        threads = [threading.Thread(target=refresh_loop, args=(fleet[name].socket, until, outcome, lock))
+                   for name in "abc" for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(4)
+        grants_before_restart = len(server.grants("refresh_token"))
+        pg.stop("fast")
+        time.sleep(2)
+        pg.start()
+        for t in threads:
+            t.join(60)
+        assert grants_before_restart > 10, "the hosts were refreshing when PostgreSQL went down"
+        for name in "abc":
+            wait_for(lambda: fleet.status(name)["store"] == "connected", 20, f"host {name} reconnected")
+        # No session lost: every host refreshes, and all end on one generation and token.
+        reply = fleet["b"].call("io.tokend.Broker.Refresh", staleGeneration=fleet.status("b")["generation"])[1]
+        assert "error" not in reply, reply
+        final = reply["parameters"]["token"]
+        fleet.wait_generation(final["generation"])
+        tokens = {fleet[name].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["accessToken"]
+                  for name in "abc"}
+        assert tokens == {final["accessToken"]}
+        assert "io.tokend.Broker.LoginRequired" not in outcome, outcome
+        grants = server.grants("refresh_token")
+        assert all(g["status"] == 200 for g in grants), [g for g in grants if g["status"] != 200][:3]
+        refreshed_after = len(grants) - grants_before_restart
+        assert refreshed_after > 5, "refreshing went on after the restart"
+        print(f"PostgreSQL restart: {len(grants)} grants ({refreshed_after} after the restart), replies {outcome}")
+    finally:
+        server.stop()
+
+
+def test_a_host_cut_off_from_the_database_serves_its_token_refreshes_nothing_and_recovers(workdir):
+    namespace = NetworkNamespace()
+    pg = Postgres(os.path.join(workdir, "pg"), listen=f"127.0.0.1,{namespace.db_address}",
+                  hba=(f"{namespace.db_address[:-1]}0/30",))
+    server = AuthServer(os.path.join(workdir, "as"), access_ttl=30)
+    fleet = None
+    try:
+        namespace.forward_loopback_port(server.port)
+        fleet = Fleet(workdir, server, pg, store_hosts={"c": namespace.db_address},
+                      **{"refresh-margin": 2, "min-valid": 1})
+        for name in "ab":
+            fleet[name].start()
+        fleet["c"].start(prefix=namespace.prefix)
+        login(fleet["a"], server)
+        generation = fleet.status("a")["generation"]
+        fleet.wait_generation(generation)
+        held = fleet["c"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]
+
+        namespace.cut()
+        wait_for(lambda: fleet.status("c")["store"].startswith("unavailable"), 30, "C notices the cut")
+        grants = len(server.grants("refresh_token"))
+        # C serves its still-valid token and refreshes nothing without the fleet lock, even when asked to.
+        reply = fleet["c"].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1]
+        assert "error" not in reply and reply["parameters"]["token"]["accessToken"] == held["accessToken"], reply
+        assert fleet["c"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"] == held
+        assert len(server.grants("refresh_token")) == grants, "C made an upstream call without the lock"
+        # The rest of the fleet goes on: A refreshes.
+        reply = fleet["a"].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1]
+        assert reply["parameters"]["token"]["generation"] == generation + 1
+        # Once C's token has expired, C says why it has none (StoreUnavailable, exit code 9).
+        wait_for(lambda: time.time() > held["expiresAt"] + 1, 40, "C's token expired")
+        reply = fleet["c"].call("io.tokend.Broker.GetToken")[1]
+        assert reply["error"] == "io.tokend.Broker.StoreUnavailable", reply
+        result = fleet["c"].ctl("token")
+        assert result.returncode == 9 and "shared store" in result.stderr, result.stderr
+        assert "shared store unavailable" in fleet["c"].logs()
+        calls_while_cut = [g for g in server.grants("refresh_token")[grants:]]
+
+        namespace.restore()
+        wait_for(lambda: fleet.status("c")["store"] == "connected", 30, "C reconnects")
+        latest = fleet.status("a")["generation"]
+        wait_for(lambda: fleet.status("c")["generation"] >= latest, 10, "C adopts the fleet's generation")
+        token = fleet["c"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]
+        assert token["accessToken"] == fleet["a"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["accessToken"]
+        refreshes_by_c = fleet.status("c")["refreshes"]
+        print(f"cut off: C made {refreshes_by_c} upstream calls; the fleet made {len(calls_while_cut)} while C was cut off")
+        assert refreshes_by_c == 0
+    finally:
+        if fleet:
+            fleet.stop()
+        server.stop()
+        pg.stop("immediate")
+        namespace.delete()
