@@ -77,6 +77,21 @@ import Testing
         #expect(throws: ConfigError.self) { try parse(minimal + "\naccept-cookies = \"sometimes\"") }
     }
 
+    @Test func sharedStoreAndHostID() throws {
+        let directory = (secret as NSString).deletingLastPathComponent
+        try Data("pw".utf8).write(to: URL(fileURLWithPath: directory + "/default.shared-store-password"))
+        let config = try parse(
+            "[daemon]\nhost-id = \"app-3\"\n" + minimal + "\nshared-store = \"postgresql://tokend@db.internal/tokend?sslmode=verify-full\"",
+            environment: ["CREDENTIALS_DIRECTORY": directory])
+        #expect(config.daemon.hostID == "app-3")
+        #expect(config.sessions[0].sharedStore == "postgresql://tokend@db.internal/tokend?sslmode=verify-full")
+        #expect(config.sessions[0].sharedStorePasswordFile == directory + "/default.shared-store-password")
+        // No password in the URL (it would end up in logs and status), no other scheme.
+        #expect(throws: ConfigError.self) { try parse(minimal + "\nshared-store = \"postgresql://u:pw@db/tokend\"") }
+        #expect(throws: ConfigError.self) { try parse(minimal + "\nshared-store = \"mysql://u@db/tokend\"") }
+        #expect(throws: ConfigError.self) { try parse("[daemon]\nhost-id = \"two words\"\n" + minimal) }
+    }
+
     @Test func sessionAccessOverridesOnlyTheKeysItSets() throws {
         let text = """
             [access]

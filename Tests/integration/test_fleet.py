@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import AuthServer, login, read_frame, wait_for
+from conftest import BIN, AuthServer, Tokend, login, read_frame, wait_for
 from fleet import Fleet, NetworkNamespace, Postgres
 
 
@@ -319,3 +319,27 @@ def test_a_host_cut_off_from_the_database_serves_its_token_refreshes_nothing_and
         server.stop()
         pg.stop("immediate")
         namespace.delete()
+
+
+def test_schema_is_created_versioned_and_a_newer_one_refused(server, fleet_of, pg):
+    fleet = fleet_of(server).start()
+    login(fleet["a"], server)
+    assert pg.sql("SELECT max(version) FROM tokend_schema", database="tokend") == "1"
+    for name in "abc":
+        fleet[name].stop()
+    # A newer tokend migrated the database: this one must not write rows it does not understand.
+    pg.sql("INSERT INTO tokend_schema (version) VALUES (2)", database="tokend")
+    fleet["b"].start()
+    wait_for(lambda: "newer than this tokend" in (fleet.status("b")["store"] or ""), 15, "the refusal in status")
+    assert "upgrade tokend" in fleet.status("b")["store"]
+    reply = fleet["b"].call("io.tokend.Broker.Logout")[1]
+    assert reply["error"] == "io.tokend.Broker.StoreUnavailable", reply
+    assert "newer than this tokend" in fleet["b"].logs()
+
+
+def test_a_shared_session_without_a_state_key_does_not_start(server, workdir, pg):
+    daemon = Tokend(workdir, server, **{"shared-store": f'"{pg.url()}"'})
+    run = subprocess.run([os.path.join(BIN, "tokend"), "--config", daemon.config], capture_output=True, text=True,
+                         timeout=20)
+    assert run.returncode != 0
+    assert "shared-store needs a state key" in run.stderr, run.stderr
