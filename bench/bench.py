@@ -25,6 +25,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fleet_bench  # noqa: E402
 import oidc_agent  # noqa: E402
 import startup  # noqa: E402
 
@@ -281,6 +282,7 @@ def main():
         first = [startup.activated_first_reply(directory) for _ in range(10)]
         results["startup"] = {"exec_to_ready_ms": statistics.median(runs), "activated_first_reply_ms": statistics.median(first)}
         results["oidc_agent"] = oidc_agent.measure(args.load, directory)
+        results["fleet"] = fleet_bench.measure(args.bin_dir, directory, endpoint.url + "/fast/token")
     finally:
         limit.terminate()
         if daemon.process.poll() is None:
@@ -343,6 +345,14 @@ def render(r):
             f"{r['rotation_plain']['p50_us']:,} / {r['rotation_plain']['p99_us']:,} |",
             f"| rotation: server answer → state durable, AES-GCM sealed (µs p50 / p99) | "
             f"{r['rotation_sealed']['p50_us']:,} / {r['rotation_sealed']['p99_us']:,} |"]
+    if r.get("fleet"):
+        f = r["fleet"]
+        out += ["", f"Fleet: 3 hosts sharing one session through PostgreSQL 15 on loopback; host A refreshes "
+                f"{f['refreshes']} times, one after another; when B and C have the new token, after A has it "
+                "(each host's `refreshed` event):", "",
+                "| fleet | p50 (ms) | p99 (ms) | max (ms) |", "| --- | ---: | ---: | ---: |",
+                f"| one host's refresh → the new token on the other hosts | {f['p50_ms']:.1f} | {f['p99_ms']:.1f} "
+                f"| {f['max_ms']:.1f} |"]
     o = r["oidc_agent"]
     out += ["", "oidc-agent (" + o.get("version", "?") + ") against the same machine, same load client "
             "(one plain-JSON request per connection, its protocol):", ""]

@@ -87,7 +87,7 @@ extension SessionActor {
         }
         let before = record
         let next = remote.record
-        let cookieChanges = jar.replaceAll(with: next.cookies)
+        let cookieChanges = jar.replaceAll(with: next.cookies, now: Int(clock.now()))
         if !cookieChanges.isEmpty { scheduleCookieExpiry() }
         await persist(next, what: "fleet copy", toFleet: false)
         var events = cookieChanges.isEmpty ? [] : [event(.cookies, changes: cookieChanges, of: next)]

@@ -167,8 +167,10 @@ public struct CookieJar: Sendable {
 
     /// Makes the jar hold exactly `others` (another host's copy of the
     /// session's jar): a deletion for each cookie not among them, a set for
-    /// each new or changed one. The version stays this jar's own.
-    public mutating func replaceAll(with others: [Cookie]) -> [CookieChange] {
+    /// each new or changed one. The version stays this jar's own. Cookies
+    /// expired by `now` are left out (this jar has already removed them).
+    public mutating func replaceAll(with others: [Cookie], now: Int) -> [CookieChange] {
+        let others = others.filter { !$0.isExpired(now: now) }
         var changes: [CookieChange] = []
         while let index = cookies.firstIndex(where: { mine in !others.contains { $0.sameIdentity(as: mine) } }) {
             changes.append(record(.delete, cookies.remove(at: index)))

@@ -35,4 +35,25 @@ import Testing
         #expect(all.count == 2 && j.cookies.isEmpty)
         #expect(j.version == 8)  // four sets, four deletions
     }
+
+    @Test func replaceAllMakesTheJarAnotherHostsCopy() {
+        var mine = jar()
+        _ = mine.set("keep=1", "https://app.example.com/")
+        _ = mine.set("gone=1", "https://app.example.com/")
+        _ = mine.set("changed=old", "https://app.example.com/")
+        var theirs = jar()
+        _ = theirs.set("keep=1", "https://app.example.com/")
+        _ = theirs.set("changed=new", "https://app.example.com/")
+        _ = theirs.set("added=1", "https://app.example.com/")
+        _ = theirs.set("stale=1; Max-Age=10", "https://app.example.com/")
+        let version = mine.version
+        let changes = mine.replaceAll(with: theirs.cookies, now: now + 60)
+        #expect(changes.filter { $0.action == .delete }.map(\.cookie.name) == ["gone"])
+        #expect(Set(changes.filter { $0.action == .set }.map(\.cookie.name)) == ["changed", "added"])
+        #expect(mine.header("https://app.example.com/") .contains("changed=new"))
+        // An expired cookie of theirs is not brought back; the version is this jar's own, +1 per change.
+        #expect(!mine.cookies.contains { $0.name == "stale" })
+        #expect(mine.version == version + changes.count)
+        #expect(mine.replaceAll(with: theirs.cookies, now: now + 60).isEmpty)
+    }
 }

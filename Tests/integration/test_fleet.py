@@ -343,3 +343,22 @@ def test_a_shared_session_without_a_state_key_does_not_start(server, workdir, pg
                          timeout=20)
     assert run.returncode != 0
     assert "shared-store needs a state key" in run.stderr, run.stderr
+
+
+def test_cookies_are_part_of_the_shared_record(server, fleet_of):
+    fleet = fleet_of(server).start()
+    login(fleet["a"], server)
+    fleet.wait_generation(fleet.status("a")["generation"])
+    watcher = Events(fleet["c"].socket)
+    url = "https://app.example.com/"
+    reply = fleet["a"].call("io.tokend.Broker.ImportCookies", url=url, setCookie=["sid=abc; Path=/; Secure"])[1]
+    assert "error" not in reply, reply
+    for name in "bc":
+        wait_for(lambda: fleet[name].call("io.tokend.Broker.GetCookies", url=url)[1]["parameters"]["header"]
+                 == "sid=abc", 10, f"host {name} has A's cookie")
+    reply = fleet["b"].call("io.tokend.Broker.DeleteCookies", url=url, name="sid")[1]
+    assert reply["parameters"]["deleted"] == 1, reply
+    wait_for(lambda: fleet["a"].call("io.tokend.Broker.GetCookies", url=url)[1]["parameters"]["header"] == "",
+             10, "the deletion on B reaches A")
+    wait_for(lambda: [c["action"] for e in watcher.events if e.get("event") == "cookies" for c in e["changes"]]
+             == ["set", "delete"], 10, "C's subscriber told of the set and the deletion")
