@@ -1,4 +1,5 @@
 import Broker
+import NIOCore
 import Synchronization
 import TokendInterface
 import Varlink
@@ -12,7 +13,7 @@ final class FastGetToken: Sendable {
     let broker: Broker
     let policy: @Sendable () -> AccessPolicy
     /// The encoded reply per session, for the generation it was made for.
-    private let replies = Mutex<[String: (generation: Int, expiresAt: Int, bytes: [UInt8])]>([:])
+    private let replies = Mutex<[String: (generation: Int, expiresAt: Int, bytes: ByteBuffer)]>([:])
 
     init(broker: Broker, policy: @escaping @Sendable () -> AccessPolicy) {
         self.broker = broker
@@ -23,7 +24,7 @@ final class FastGetToken: Sendable {
         { call, peer in self.answer(call, peer: peer) }
     }
 
-    func answer(_ call: VarlinkCall, peer: PeerCredentials?) -> [UInt8]? {
+    func answer(_ call: VarlinkCall, peer: PeerCredentials?) -> ByteBuffer? {
         guard call.method == BrokerInterface.method("GetToken"), !call.more, !call.oneway, !call.upgrade else {
             return nil
         }
@@ -48,8 +49,9 @@ final class FastGetToken: Sendable {
             }
             var bytes: [UInt8] = []
             VarlinkReply(parameters: ["token": token.json]).encode(into: &bytes)
-            cache[name] = (token.generation, token.expiresAt, bytes)
-            return bytes
+            let buffer = ByteBuffer(bytes: bytes)
+            cache[name] = (token.generation, token.expiresAt, buffer)
+            return buffer
         }
     }
 }

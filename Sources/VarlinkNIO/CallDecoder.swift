@@ -27,6 +27,10 @@ final class CallDecoder: ChannelInboundHandler, @unchecked Sendable {
     private(set) var queued = 0
     private(set) var lastAnswered = NIODeadline.now()
     private var output: ByteBuffer?
+    /// The last frame parsed and its call: a client repeating a call (most ask
+    /// for a token the same way every time) is not parsed again.
+    private var lastFrame: ByteBuffer?
+    private var lastCall: VarlinkCall?
 
     init(answer: VarlinkServer.FastPath?, peer: PeerCredentials?) {
         self.answer = answer
@@ -37,11 +41,21 @@ final class CallDecoder: ChannelInboundHandler, @unchecked Sendable {
         let frame = unwrapInboundIn(data)
         let inbound: InboundCall
         do {
-            let call = try VarlinkCall(frame: frame.readableBytesView)
-            if queued == 0, context.channel.isWritable, let answer, let reply = answer(call, peer) {
-                var buffer = output ?? context.channel.allocator.buffer(capacity: reply.count)
-                buffer.writeBytes(reply)
-                output = buffer
+            let call: VarlinkCall
+            if let lastCall, frame == lastFrame {
+                call = lastCall
+            } else {
+                call = try VarlinkCall(frame: frame.readableBytesView)
+                lastFrame = frame
+                lastCall = call
+            }
+            if queued == 0, context.channel.isWritable, let answer, var reply = answer(call, peer) {
+                if var buffer = output {
+                    buffer.writeBuffer(&reply)
+                    output = buffer
+                } else {
+                    output = reply  // shared with the cache, copied only if written to
+                }
                 return
             }
             inbound = .call(call)

@@ -46,7 +46,7 @@ public struct VarlinkServer: Sendable {
     let logger: Logger
     /// Answers a call on the event loop when it can (returns the encoded
     /// reply frame, NUL included), or returns nil to let the service handle it.
-    public typealias FastPath = @Sendable (VarlinkCall, PeerCredentials?) -> [UInt8]?
+    public typealias FastPath = @Sendable (VarlinkCall, PeerCredentials?) -> ByteBuffer?
 
     let oversizedFrameError: VarlinkError
     let overloadedError: VarlinkError

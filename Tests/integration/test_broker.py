@@ -248,3 +248,20 @@ def test_config_errors_exit_78_with_one_line(workdir):
     assert result.returncode == 78
     assert result.stderr.strip().count("\n") == 0
     assert f"{path}: sessions.default.bogus: unknown key" in result.stderr
+
+
+def test_one_connection_alternating_calls_each_get_their_own_answer(server, make_tokend):
+    # The event loop keeps the last parsed frame per connection; a different frame must be parsed anew.
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    frames = [b'{"method":"io.tokend.Broker.GetToken","parameters":{}}\0',
+              b'{"method":"io.tokend.Broker.GetToken","parameters":{"session":"nope"}}\0']
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(daemon.socket)
+        for frame in frames * 3 + frames[:1] * 2 + frames[1:]:
+            s.sendall(frame)
+            reply = json.loads(read_frame(s))
+            if b"nope" in frame:
+                assert reply.get("error") == "io.tokend.Broker.NoSuchSession", reply
+            else:
+                assert "token" in reply["parameters"], reply
