@@ -73,8 +73,9 @@ def generate_key(path):
 class Fleet:
     """Hosts a, b, c, ...: one tokend each, sharing session "default" through `pg`."""
 
-    def __init__(self, workdir, server, pg, hosts=("a", "b", "c"), store_hosts=None, **session):
-        """`store_hosts`: the address each host reaches PostgreSQL at (default 127.0.0.1)."""
+    def __init__(self, workdir, server, pg, hosts=("a", "b", "c"), store_hosts=None, servers=None, **session):
+        """`store_hosts`: the address each host reaches PostgreSQL at (default 127.0.0.1);
+        `servers`: a token endpoint of its own for some hosts (default `server`)."""
         self.key = os.path.join(workdir, "fleet.key")
         generate_key(self.key)
         self.password = os.path.join(workdir, "db-password")
@@ -87,7 +88,7 @@ class Fleet:
             store = (store_hosts or {}).get(name, "127.0.0.1")
             options = {"shared-store": f'"{pg.url(store)}"', "shared-store-password-file": f'"{self.password}"'}
             options.update(session)
-            self.hosts[name] = Tokend(directory, server,
+            self.hosts[name] = Tokend(directory, (servers or {}).get(name, server),
                                       daemon={"host-id": f'"{name}"', "state-key-file": f'"{self.key}"'}, **options)
 
     def __getitem__(self, name):

@@ -362,3 +362,60 @@ def test_cookies_are_part_of_the_shared_record(server, fleet_of):
              10, "the deletion on B reaches A")
     wait_for(lambda: [c["action"] for e in watcher.events if e.get("event") == "cookies" for c in e["changes"]]
              == ["set", "delete"], 10, "C's subscriber told of the set and the deletion")
+
+
+def test_a_host_cut_off_while_holding_the_lock_does_not_block_the_fleet(workdir):
+    from faultproxy import FaultProxy
+    namespace = NetworkNamespace()
+    pg = Postgres(os.path.join(workdir, "pg"), listen=f"127.0.0.1,{namespace.db_address}",
+                  hba=(f"{namespace.db_address[:-1]}0/30",))
+    server = AuthServer(os.path.join(workdir, "as"), grace=5)
+    proxy = FaultProxy(server.base)  # C's way to the token endpoint, which we make hang
+    fleet = None
+    try:
+        namespace.forward_loopback_port(proxy.server.server_port)
+        c_server = type("S", (), {"token_url": proxy.url + "/o/token/", "base": proxy.url})()
+        fleet = Fleet(workdir, server, pg, store_hosts={"c": namespace.db_address}, servers={"c": c_server},
+                      **{"upstream-timeout": 30})
+        for name in "ab":
+            fleet[name].start()
+        fleet["c"].start(prefix=namespace.prefix)
+        login(fleet["a"], server)
+        generation = fleet.status("a")["generation"]
+        fleet.wait_generation(generation)
+        # C takes the fleet lock, writes its marker and waits on a token endpoint that never answers.
+        proxy.mode = "hang"
+        def refresh_on_c():
+            try:
+                fleet["c"].call("io.tokend.Broker.Refresh", staleGeneration=generation)
+            except (ConnectionError, OSError):
+                pass  # C may be stopped before its upstream call times out
+        threading.Thread(target=refresh_on_c, daemon=True).start()
+        wait_for(lambda: proxy.calls("hang"), 10, "C's refresh sent upstream")
+        assert pg.sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted", database="tokend") == "1"
+        namespace.cut()
+        cut_at = time.time()
+        # PostgreSQL notices C is gone (keepalive) and releases its lock; A or B finds C's marker and retries.
+        fleet.wait_generation(generation + 1, timeout=40, hosts="ab")
+        takeover = time.time() - cut_at
+        replies = [fleet[name].call("io.tokend.Broker.GetToken")[1] for name in "ab"]
+        assert all("error" not in r for r in replies), replies
+        namespace.restore()
+        proxy.mode = "pass"
+        latest = fleet.status("a")["generation"]
+        wait_for(lambda: fleet.status("c")["store"] == "connected" and fleet.status("c")["generation"] >= latest,
+                 60, "C back on the fleet's generation")
+        token = fleet["c"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]
+        assert token["accessToken"] == fleet["a"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["accessToken"]
+        reply = fleet["b"].call("io.tokend.Broker.Refresh", staleGeneration=token["generation"])[1]
+        assert "error" not in reply, reply
+        assert all(g["status"] == 200 for g in server.grants("refresh_token"))
+        print(f"cut off holding the lock: the fleet went on {takeover:.1f} s after the cut")
+        assert takeover < 20, f"the fleet waited {takeover:.1f} s for the lock of a host that was cut off"
+    finally:
+        if fleet:
+            fleet.stop()
+        proxy.stop()
+        server.stop()
+        pg.stop("immediate")
+        namespace.delete()
