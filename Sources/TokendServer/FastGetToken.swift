@@ -24,8 +24,10 @@ final class FastGetToken: Sendable {
         { call, peer in self.answer(call, peer: peer) }
     }
 
+    static let getToken = BrokerInterface.method("GetToken")
+
     func answer(_ call: VarlinkCall, peer: PeerCredentials?) -> ByteBuffer? {
-        guard call.method == BrokerInterface.method("GetToken"), !call.more, !call.oneway, !call.upgrade else {
+        guard call.method == Self.getToken, !call.more, !call.oneway, !call.upgrade else {
             return nil
         }
         var name = Broker.defaultSession
