@@ -1,5 +1,6 @@
 import Broker
 import Logging
+import NIOSSL
 import PostgresNIO
 import StateStore
 import Synchronization
@@ -130,10 +131,17 @@ public final class PostgresStore: SharedStore {
                 }
                 return "\(address): \(message) (SQLSTATE \(state))"
             }
+            // A refused certificate, a refused connection: what lies under the connection error says which.
+            let cause = error.underlying.map { ": \(String(describing: $0))" } ?? ""
+            if error.underlying is NIOSSLError || cause.contains("NIOSSL") {
+                return "\(address): TLS handshake failed (is the server's certificate signed by sslrootcert?)\(cause)"
+            }
             switch error.code {
+            case .sslUnsupported:
+                return "\(address): the server does not offer TLS (sslmode=\(address.sslMode))"
             case .connectionError, .serverClosedConnection, .clientClosedConnection, .uncleanShutdown:
-                return "\(address): connection lost"
-            default: return "\(address): \(error.code)"
+                return "\(address): connection lost\(cause)"
+            default: return "\(address): \(error.code)\(cause)"
             }
         }
         return "\(address): \(error)"

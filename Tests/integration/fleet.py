@@ -15,7 +15,8 @@ PASSWORD = "fleet-db-password"
 
 
 class Postgres:
-    def __init__(self, directory, port=None, listen="127.0.0.1", hba=()):
+    def __init__(self, directory, port=None, listen="127.0.0.1", hba=(), tls=False):
+        """`tls`: serve TLS with a certificate for 127.0.0.1 made here (`self.certificate`)."""
         self.directory = directory
         self.data = os.path.join(directory, "data")
         self.port = port or free_port()
@@ -30,6 +31,13 @@ class Postgres:
         self._as_postgres(f"{PG_BIN}/initdb", "-D", self.data, "-U", "postgres", "--auth-local=trust",
                           "--auth-host=scram-sha-256", f"--pwfile={pwfile}", "-E", "UTF8")
         self.listen = listen
+        self.options = ""
+        if tls:
+            self.certificate, key = os.path.join(directory, "server.crt"), os.path.join(directory, "server.key")
+            make_certificate(self.certificate, key, "127.0.0.1")
+            for path in (self.certificate, key):
+                shutil.chown(path, "postgres", "postgres")
+            self.options = f" -c ssl=on -c ssl_cert_file={self.certificate} -c ssl_key_file={key}"
         with open(os.path.join(self.data, "pg_hba.conf"), "a") as f:
             for network in hba:
                 f.write(f"host all all {network} scram-sha-256\n")
@@ -46,7 +54,7 @@ class Postgres:
 
     def start(self):
         self._as_postgres(f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", os.path.join(self.directory, "log"), "-w",
-                          "-o", f"-p {self.port} -k {self.directory} -c listen_addresses={self.listen}", "start")
+                          "-o", f"-p {self.port} -k {self.directory} -c listen_addresses={self.listen}{self.options}", "start")
 
     def stop(self, mode="fast"):
         self._as_postgres(f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", mode, "-w", "stop", check=False)
@@ -60,6 +68,14 @@ class Postgres:
         """version|generation|written_by of the shared record."""
         return self.sql(f"SELECT version, generation, written_by FROM tokend_sessions WHERE session = '{session}'",
                         database="tokend")
+
+
+def make_certificate(certificate, key, address):
+    """A self-signed certificate (its own CA) for an IP address."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={address}",
+                    "-addext", f"subjectAltName=IP:{address}", "-keyout", key, "-out", certificate],
+                   check=True, capture_output=True)
+    os.chmod(key, 0o600)
 
 
 def generate_key(path):

@@ -419,3 +419,37 @@ def test_a_host_cut_off_while_holding_the_lock_does_not_block_the_fleet(workdir)
         server.stop()
         pg.stop("immediate")
         namespace.delete()
+
+
+def test_sslmode_verify_full_require_and_a_wrong_certificate(server, workdir):
+    from fleet import make_certificate
+    pg = Postgres(os.path.join(workdir, "pg"), tls=True)
+    other = os.path.join(workdir, "other.crt")
+    make_certificate(other, os.path.join(workdir, "other.key"), "127.0.0.1")
+    fleet = Fleet(workdir, server, pg)
+    hosts = fleet.hosts
+    try:
+        for name, query in (("a", f"sslmode=verify-full&sslrootcert={pg.certificate}"), ("b", "sslmode=require"),
+                            ("c", f"sslmode=verify-full&sslrootcert={other}")):
+            with open(hosts[name].config) as f:
+                config = f.read()
+            with open(hosts[name].config, "w") as f:
+                f.write(config.replace("?sslmode=disable", "?" + query))
+        for host in hosts.values():
+            host.start()
+        login(hosts["a"], server)
+        status = lambda name: hosts[name].call("io.tokend.Broker.GetStatus")[1]["parameters"]["status"]
+        wait_for(lambda: status("b")["store"] == "connected" and status("b")["state"] == "active", 15, "B over TLS")
+        encrypted = pg.sql("SELECT a.application_name, s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
+                           "WHERE a.application_name LIKE 'tokend%' ORDER BY 1")
+        rows = dict(line.split("|") for line in encrypted.splitlines())
+        assert rows and all(ssl == "t" for ssl in rows.values()), encrypted
+        assert any(n.startswith("tokend a ") for n in rows) and any(n.startswith("tokend b ") for n in rows)
+        # A certificate from another CA is refused, and said so.
+        wait_for(lambda: (status("c")["store"] or "").startswith("unavailable"), 15, "C refuses the certificate")
+        assert status("c")["state"] == "loginRequired"
+        assert "TLS handshake failed" in status("c")["store"] and "CERTIFICATE_VERIFY_FAILED" in status("c")["store"]
+    finally:
+        for host in hosts.values():
+            host.stop()
+        pg.stop("immediate")
