@@ -266,6 +266,17 @@ def test_postgresql_restarted_during_continuous_refreshing_loses_nothing(fleet_o
         server.stop()
 
 
+def start_with_c_in(namespace, fleet, server):
+    """A and B here, C in `namespace`; logged in on A and known to all. Returns the generation."""
+    for name in "ab":
+        fleet[name].start()
+    fleet["c"].start(prefix=namespace.prefix)
+    login(fleet["a"], server)
+    generation = fleet.status("a")["generation"]
+    fleet.wait_generation(generation)
+    return generation
+
+
 def test_a_host_cut_off_from_the_database_serves_its_token_refreshes_nothing_and_recovers(workdir):
     namespace = NetworkNamespace()
     pg = Postgres(os.path.join(workdir, "pg"), listen=f"127.0.0.1,{namespace.db_address}",
@@ -276,12 +287,7 @@ def test_a_host_cut_off_from_the_database_serves_its_token_refreshes_nothing_and
         namespace.forward_loopback_port(server.port)
         fleet = Fleet(workdir, server, pg, store_hosts={"c": namespace.db_address},
                       **{"refresh-margin": 2, "min-valid": 1})
-        for name in "ab":
-            fleet[name].start()
-        fleet["c"].start(prefix=namespace.prefix)
-        login(fleet["a"], server)
-        generation = fleet.status("a")["generation"]
-        fleet.wait_generation(generation)
+        generation = start_with_c_in(namespace, fleet, server)
         held = fleet["c"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]
 
         namespace.cut()
@@ -377,12 +383,7 @@ def test_a_host_cut_off_while_holding_the_lock_does_not_block_the_fleet(workdir)
         c_server = type("S", (), {"token_url": proxy.url + "/o/token/", "base": proxy.url})()
         fleet = Fleet(workdir, server, pg, store_hosts={"c": namespace.db_address}, servers={"c": c_server},
                       **{"upstream-timeout": 30})
-        for name in "ab":
-            fleet[name].start()
-        fleet["c"].start(prefix=namespace.prefix)
-        login(fleet["a"], server)
-        generation = fleet.status("a")["generation"]
-        fleet.wait_generation(generation)
+        generation = start_with_c_in(namespace, fleet, server)
         # C takes the fleet lock, writes its marker and waits on a token endpoint that never answers.
         proxy.mode = "hang"
         def refresh_on_c():
