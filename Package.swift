@@ -84,6 +84,8 @@ let package = Package(
             dependencies: ["Varlink", "VarlinkNIO", logging, nio, nioPosix],
             resources: [.embedInCode("org.varlink.certification.varlink")], swiftSettings: strict
         ),
+        // Bench-only: SwiftNIO's own floor per call (a canned reply), next to tokend's in `make bench`.
+        .executableTarget(name: "nio-floor", dependencies: [nio, nioPosix], swiftSettings: strict),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio], swiftSettings: strict),
         .testTarget(name: "OAuthTests", dependencies: [
             "OAuth", "Secrets", .product(name: "JWTKit", package: "jwt-kit"),

@@ -242,6 +242,11 @@ def main():
     limit_socket = os.path.join(directory, "limit.sock")
     limit = subprocess.Popen([args.limit_server, limit_socket, str(reply_bytes)], stdout=subprocess.PIPE, text=True)
     assert limit.stdout.readline().strip() == "ready"
+    # SwiftNIO's own floor: a canned reply of the same size from a bare NIO server (Sources/nio-floor).
+    floor_socket = os.path.join(directory, "floor.sock")
+    floor = subprocess.Popen([os.path.join(args.bin_dir, "nio-floor"), floor_socket, str(reply_bytes)],
+                             stdout=subprocess.PIPE, text=True)
+    assert floor.stdout.readline().strip() == "ready"
     results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),
                "reply_bytes": reply_bytes, "rounds": args.rounds}
     try:
@@ -251,9 +256,10 @@ def main():
         os.mkdir(slow_dir)
         slow = Daemon(args.bin_dir, slow_dir, endpoint,
                       env=dict(os.environ, TOKEND_TEST_HOOKS="1", TOKEND_FAST_PATH="off"))
-        rounds = {"limit": [], "tokend": [], "tokend_actor_path": []}
+        rounds = {"limit": [], "tokend": [], "tokend_actor_path": [], "nio_floor": []}
         for _ in range(args.rounds):  # interleaved, so drift affects all alike
             rounds["limit"].append(socket_suite(args.load, limit_socket, GET_TOKEN, limit.pid))
+            rounds["nio_floor"].append(socket_suite(args.load, floor_socket, GET_TOKEN, floor.pid))
             rounds["tokend"].append(socket_suite(args.load, daemon.socket, GET_TOKEN, daemon.process.pid))
             rounds["tokend_actor_path"].append(socket_suite(args.load, slow.socket, GET_TOKEN, slow.process.pid))
         slow.stop()
@@ -285,6 +291,7 @@ def main():
         results["fleet"] = fleet_bench.measure(args.bin_dir, directory, endpoint.url + "/fast/token")
     finally:
         limit.terminate()
+        floor.terminate()
         if daemon.process.poll() is None:
             daemon.stop()
     table = render(results)
@@ -318,6 +325,17 @@ def render(r):
                    f"{before_ratio:.2f}× |" if lower_is_better else
                    f"| {label} | {limit[key]:,.0f} | {tokend[key]:,.0f} | {ratio:.0%} | {before[key]:,.0f} | "
                    f"{before_ratio:.0%} |")
+    if r.get("nio_floor"):
+        f = r["nio_floor"]
+        out += ["", "SwiftNIO's own floor, same run and load client: a bare NIO server answering each request with a "
+                "canned reply of the same size (`Sources/nio-floor`, no parsing, no lookup):", "",
+                "| measure | limit | NIO floor | floor / limit | tokend | tokend / floor |",
+                "| --- | ---: | ---: | ---: | ---: | ---: |",
+                f"| throughput, 16 connections (req/s) | {limit['rps_16x1']:,.0f} | {f['rps_16x1']:,.0f} | "
+                f"{f['rps_16x1'] / limit['rps_16x1']:.0%} | {tokend['rps_16x1']:,.0f} | {tokend['rps_16x1'] / f['rps_16x1']:.0%} |",
+                f"| server CPU per call at 16 connections (µs) | {limit['cpu_us_per_call_16x1']:.1f} | "
+                f"{f['cpu_us_per_call_16x1']:.1f} | {f['cpu_us_per_call_16x1'] / limit['cpu_us_per_call_16x1']:.2f}× | "
+                f"{tokend['cpu_us_per_call_16x1']:.1f} | {tokend['cpu_us_per_call_16x1'] / f['cpu_us_per_call_16x1']:.2f}× |"]
     out += ["", "Stampede (token inside its min-valid window, upstream answers after a fixed 50 ms):", "",
             "| clients | upstream calls | p50 beyond 50 ms (ms) | p99 beyond 50 ms (ms) | max beyond 50 ms (ms) | errors |",
             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
