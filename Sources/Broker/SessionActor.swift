@@ -159,6 +159,7 @@ public actor SessionActor {
         watcher?.cancel()
         watcher = nil
         if let inFlight { _ = try? await inFlight.value }
+        await shared?.close()
         for continuation in subscribers.values { continuation.finish() }
         subscribers.removeAll()
     }

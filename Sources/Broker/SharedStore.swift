@@ -12,6 +12,8 @@ public protocol SharedStore: Sendable {
     /// each notification, each reconnect and each periodic re-read) and when
     /// the store cannot be reached.
     func watch(_ handle: @escaping @Sendable (SharedStoreEvent) async -> Void) async
+    /// Closes the lock's connection (the session stops: shutdown, or replaced at reload).
+    func close() async
 }
 
 /// Held between `lock()` and `release()`: this host alone writes the session.

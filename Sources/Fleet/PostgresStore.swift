@@ -175,6 +175,14 @@ public final class PostgresStore: SharedStore {
         }
     }
 
+    public func close() async {
+        let open = lockConnection.withLock { connection in
+            defer { connection = nil }
+            return connection
+        }
+        try? await open?.close()
+    }
+
     public func watch(_ handle: @escaping @Sendable (SharedStoreEvent) async -> Void) async {
         var delay = Duration.seconds(1)
         while !Task.isCancelled {
