@@ -37,9 +37,8 @@ extension SessionActor {
     /// Set-Cookie headers a web-side client received from `request`'s URL:
     /// stored, persisted and delivered to subscribers before this returns.
     public func importCookies(from request: CookieRequest, setCookie headers: [String]) async throws -> CookieImport {
-        try requireActive()
         let (changes, outcome) = try await fleetExclusive("importing cookies") {
-            try requireActive()
+            try requireActive()  // after the fleet's latest copy is in
             var changes: [CookieChange] = []
             var outcome = CookieImport(version: 0, applied: 0, rejected: [])
             for (index, header) in headers.enumerated() {

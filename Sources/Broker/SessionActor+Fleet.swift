@@ -70,14 +70,8 @@ extension SessionActor {
     /// subscribers what changed before callers can see it.
     func adoptShared(_ remote: SharedRecord) async {
         // One adoption at a time, so that a version seen as adopted is in `record`.
-        while adopting {
-            await withCheckedContinuation { adoptQueue.append($0) }
-        }
-        adopting = true
-        defer {
-            adopting = false
-            if !adoptQueue.isEmpty { adoptQueue.removeFirst().resume() }
-        }
+        await adoptions.take()
+        defer { adoptions.pass() }
         if let sharedVersion, remote.version <= sharedVersion { return }
         if fleetBehind {
             logger.critical(
@@ -168,17 +162,14 @@ extension SessionActor {
                     logger.warning(
                         "a host stopped during a refresh; retrying once with the stored refresh token",
                         metadata: ["generation": "\(record.generation)"])
-                } else if onlyIfMarked || record.generation > generation, let token = currentToken,
-                    Double(token.expiresAt) > clock.now()
-                {
+                } else if onlyIfMarked || record.generation > generation, let token = validToken(now: clock.now()) {
                     return token
                 }
                 return try await performRefresh(afterCrash: marked)
             }
         } catch let error as BrokerError where error.code == .storeUnavailable {
             // No refresh without the lock: a still-valid token, or the store's error.
-            if let token = currentToken, Double(token.expiresAt) > clock.now() { return token }
-            throw error
+            return try validToken(or: error, now: clock.now())
         }
     }
 }

@@ -106,7 +106,7 @@ extension SessionActor {
     /// failed write is logged; it never holds up callers.
     func syncTokenFiles() {
         guard !tokenFiles.isEmpty else { return }
-        let token = currentToken.flatMap { Double($0.expiresAt) > clock.now() ? $0.accessToken : nil }
+        let token = validToken(now: clock.now())?.accessToken
         if case .some(let held) = tokenFilesHold, held == token { return }
         tokenFilesHold = .some(token)
         for file in tokenFiles {
@@ -199,14 +199,8 @@ extension SessionActor {
     /// fleet's copy, fenced by the version this host last read.
     @discardableResult
     func persist(_ next: SessionRecord? = nil, what: String, toFleet: Bool = true) async -> PersistOutcome {
-        while writing {
-            await withCheckedContinuation { writeQueue.append($0) }
-        }
-        writing = true
-        defer {
-            writing = false
-            if !writeQueue.isEmpty { writeQueue.removeFirst().resume() }
-        }
+        await writes.take()
+        defer { writes.pass() }
         var stored = next ?? record
         stored.cookies = jar.cookies
         stored.cookieVersion = jar.version
@@ -237,8 +231,7 @@ extension SessionActor {
     func fleetWriteFailed(what: String) throws -> Token {
         let reason = "\(what) could not be written to the shared store: " + (storeProblem ?? "another host wrote first")
         logger.error("refresh stopped", metadata: ["reason": "\(reason)"])
-        if let token = currentToken, Double(token.expiresAt) > clock.now() { return token }
-        throw BrokerError.storeUnavailable(name, reason)
+        return try validToken(or: .storeUnavailable(name, reason), now: clock.now())
     }
 
     // MARK: Proactive refresh

@@ -46,9 +46,8 @@ public actor SessionActor {
     var nextSubscriberID = 0
     /// Set when the last successful refresh could not be written to disk.
     var unsavedRecord = false
-    /// A write is on its way to disk; later writes wait in `writeQueue` (see persist).
-    var writing = false
-    var writeQueue: [CheckedContinuation<Void, Never>] = []
+    /// Writes to disk take turns (see persist).
+    let writes = TurnQueue()
     /// Set by stop(): no new refresh may start while tokend shuts down.
     var stopping = false
     /// The session's cookies. Persisted with the record (see `persist`).
@@ -86,8 +85,7 @@ public actor SessionActor {
     /// A refreshed record is here and on disk but not yet in the shared store.
     var fleetBehind = false
     /// Adoptions of the fleet's copy take turns (see adoptShared).
-    var adopting = false
-    var adoptQueue: [CheckedContinuation<Void, Never>] = []
+    let adoptions = TurnQueue()
     var watcher: Task<Void, Never>?
 
     public init(
@@ -224,8 +222,18 @@ public actor SessionActor {
     /// When no upstream call may be made: the current token while it is
     /// still valid (even if short of min-valid), otherwise UpstreamUnavailable.
     func validTokenOrUnavailable(_ reason: String, retryAfter: Int?, now: Double) throws -> Token {
-        if let token = currentToken, Double(token.expiresAt) > now { return token }
-        throw BrokerError.upstreamUnavailable(name, reason, retryAfter: retryAfter)
+        try validToken(or: .upstreamUnavailable(name, reason, retryAfter: retryAfter), now: now)
+    }
+
+    /// The current token while it is still valid, otherwise `error`.
+    func validToken(or error: BrokerError, now: Double) throws -> Token {
+        guard let token = validToken(now: now) else { throw error }
+        return token
+    }
+
+    /// The current token unless it has expired (however little life it has left).
+    func validToken(now: Double) -> Token? {
+        currentToken.flatMap { Double($0.expiresAt) > now ? $0 : nil }
     }
 
     var currentToken: Token? {

@@ -133,7 +133,7 @@ public final class PostgresStore: SharedStore {
             }
             // A refused certificate, a refused connection: what lies under the connection error says which.
             let cause = error.underlying.map { ": \(String(describing: $0))" } ?? ""
-            if error.underlying is NIOSSLError || cause.contains("NIOSSL") {
+            if error.underlying is NIOSSLError {
                 return "\(address): TLS handshake failed (is the server's certificate signed by sslrootcert?)\(cause)"
             }
             switch error.code {

@@ -66,30 +66,21 @@ extension Cookie {
 }
 
 extension BrokerError: VarlinkErrorConvertible {
+    /// One Varlink error per code; its parameters are session and reason,
+    /// plus retryAfter for the "try again" errors (NoSuchLogin carries the id).
     public var varlinkError: VarlinkError {
-        switch code {
-        case .noSuchSession:
-            VarlinkError(BrokerInterface.Error.noSuchSession, ["session": .string(session)])
-        case .loginRequired:
-            VarlinkError(BrokerInterface.Error.loginRequired, ["session": .string(session), "reason": .string(reason)])
-        case .upstreamUnavailable:
-            VarlinkError(
-                BrokerInterface.Error.upstreamUnavailable,
-                ["session": .string(session), "reason": .string(reason), "retryAfter": .optional(retryAfter)])
-        case .noSuchLogin:
-            VarlinkError(BrokerInterface.Error.noSuchLogin, ["id": .string(reason)])
-        case .loginDenied:
-            VarlinkError(BrokerInterface.Error.loginDenied, ["session": .string(session), "reason": .string(reason)])
-        case .loginExpired:
-            VarlinkError(BrokerInterface.Error.loginExpired, ["session": .string(session), "reason": .string(reason)])
-        case .invalidCallback:
-            VarlinkError(BrokerInterface.Error.invalidCallback, ["session": .string(session), "reason": .string(reason)])
-        case .loginFailed:
-            VarlinkError(BrokerInterface.Error.loginFailed, ["session": .string(session), "reason": .string(reason)])
-        case .storeUnavailable:
-            VarlinkError(
-                BrokerInterface.Error.storeUnavailable,
-                ["session": .string(session), "reason": .string(reason), "retryAfter": .optional(retryAfter)])
+        let about: JSONObject = ["session": .string(session), "reason": .string(reason)]
+        let retry: JSONObject = about.merging(["retryAfter": .optional(retryAfter)]) { a, _ in a }
+        return switch code {
+        case .noSuchSession: VarlinkError(BrokerInterface.Error.noSuchSession, ["session": .string(session)])
+        case .noSuchLogin: VarlinkError(BrokerInterface.Error.noSuchLogin, ["id": .string(reason)])
+        case .loginRequired: VarlinkError(BrokerInterface.Error.loginRequired, about)
+        case .loginDenied: VarlinkError(BrokerInterface.Error.loginDenied, about)
+        case .loginExpired: VarlinkError(BrokerInterface.Error.loginExpired, about)
+        case .invalidCallback: VarlinkError(BrokerInterface.Error.invalidCallback, about)
+        case .loginFailed: VarlinkError(BrokerInterface.Error.loginFailed, about)
+        case .upstreamUnavailable: VarlinkError(BrokerInterface.Error.upstreamUnavailable, retry)
+        case .storeUnavailable: VarlinkError(BrokerInterface.Error.storeUnavailable, retry)
         }
     }
 }

@@ -1,16 +1,20 @@
 import Synchronization
 
-/// A first-come first-served turn within this process: one fleet lease at a
-/// time per session (PostgreSQL's advisory locks are re-entrant within one
+/// First come, first served: one holder at a time, the turn handed straight
+/// to the next waiter. The session actor's writes to disk and adoptions of
+/// the fleet's copy take turns (each spans awaits), and so do a process's
+/// fleet leases (PostgreSQL's advisory locks are re-entrant within one
 /// connection, so the process must queue its own users).
-final class TurnQueue: Sendable {
+public final class TurnQueue: Sendable {
     private struct State {
         var busy = false
         var waiting: [CheckedContinuation<Void, Never>] = []
     }
     private let state = Mutex(State())
 
-    func take() async {
+    public init() {}
+
+    public func take() async {
         await withCheckedContinuation { continuation in
             let now = state.withLock { state -> Bool in
                 if state.busy {
@@ -24,7 +28,7 @@ final class TurnQueue: Sendable {
         }
     }
 
-    func pass() {
+    public func pass() {
         let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
             if state.waiting.isEmpty {
                 state.busy = false
