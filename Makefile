@@ -11,7 +11,7 @@ UNITDIR ?= /etc/systemd/system
 USERUNITDIR ?= /etc/systemd/user
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 
-.PHONY: bench bench-flood bench-profile test-crash demo-login deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
+.PHONY: bench bench-flood bench-profile bench-syscalls test-crash demo-login deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -83,6 +83,13 @@ bench-profile: venv release
 	mkdir -p $(BENCH_DIR)
 	gcc -O2 -Wall -o $(BENCH_DIR)/load bench/load.c -lpthread
 	$(PY) bench/profile.py .build/release $(BENCH_DIR)/load
+
+# System calls and user/system CPU per cached call at 16 connections (strace -c; LOOPS=N for N event loops).
+bench-syscalls: venv release
+	@dpkg -s strace >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null; }
+	mkdir -p $(BENCH_DIR)
+	gcc -O2 -Wall -o $(BENCH_DIR)/load bench/load.c -lpthread
+	$(PY) bench/syscalls.py .build/release $(BENCH_DIR)/load $(if $(LOOPS),--loops $(LOOPS))
 
 # A well-behaved client's latency with 10,000 idle and 1,000 stalled connections (bench/FLOOD.md).
 bench-flood: venv release

@@ -142,11 +142,12 @@ def load(binary, *args):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def cpu_seconds(pid):
-    """User + system CPU time the process has used (/proc/PID/stat fields 14 and 15)."""
+def cpu_split(pid):
+    """User and system CPU time the process has used (/proc/PID/stat fields 14 and 15), in seconds."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def socket_suite(binary, path, request, pid):
@@ -154,11 +155,15 @@ def socket_suite(binary, path, request, pid):
     Around the 16-connection run, the server's CPU time per call (user + system)."""
     figures = {"latency": load(binary, "latency", path, 20000, request)}
     for connections, depth in ((1, 1), (16, 1), (64, 1), (16, 16)):
-        cpu_before = cpu_seconds(pid)
+        user, system = cpu_split(pid)
         run = load(binary, "throughput", path, connections, depth, 2, request)
         figures[f"rps_{connections}x{depth}"] = run["rps"]
         if (connections, depth) == (16, 1):
-            figures["cpu_us_per_call_16x1"] = (cpu_seconds(pid) - cpu_before) * 1e6 / run["total_requests"]
+            user_after, system_after = cpu_split(pid)
+            per_call = 1e6 / run["total_requests"]
+            figures["cpu_user_us_per_call_16x1"] = (user_after - user) * per_call
+            figures["cpu_sys_us_per_call_16x1"] = (system_after - system) * per_call
+            figures["cpu_us_per_call_16x1"] = (user_after - user + system_after - system) * per_call
     return figures
 
 
@@ -312,7 +317,9 @@ def render(r):
             ("throughput, 16 connections (req/s)", "rps_16x1", False),
             ("throughput, 64 connections (req/s)", "rps_64x1", False),
             ("throughput, 16 connections × 16 pipelined (req/s)", "rps_16x16", False),
-            ("server CPU per call at 16 connections (µs, user + system)", "cpu_us_per_call_16x1", True)]
+            ("server CPU per call at 16 connections (µs, user + system)", "cpu_us_per_call_16x1", True),
+            ("  of which user (µs)", "cpu_user_us_per_call_16x1", True),
+            ("  of which system (µs)", "cpu_sys_us_per_call_16x1", True)]
     out = [f"# tokend benchmark — {r['date']}", "", f"Machine: {r['machine']}.", "",
            f"Command: `make bench` (release build, {r.get('rounds', 3)} interleaved rounds, medians). "
            f"Limit: C epoll server answering each NUL-terminated request with {r['reply_bytes']} bytes "

@@ -34,6 +34,9 @@ public final class PostgresStore: SharedStore {
     let watchProblem = Mutex<String?>(nil)
     let schemaReady = Mutex(false)
     let connectionIDs = Atomic<Int>(0)
+    /// The newest version this process has read or written: a notification of
+    /// it (this host's own write, most often) needs no read.
+    let knownVersion = Atomic<Int64>(0)
     static let channel = "tokend"
 
     public init(
@@ -83,7 +86,6 @@ public final class PostgresStore: SharedStore {
         return connection
     }
 
-    @discardableResult
     /// Runs `body`; past `limit`, closes `connection` (failing what waits on it) and throws.
     /// Does not wait for `body` to end: a query written to a connection that has
     /// just closed may never be answered.
@@ -164,9 +166,8 @@ public final class PostgresStore: SharedStore {
             let session = self.session
             let logger = self.logger
             try await within(lockWait + .seconds(5), on: connection, "waiting for the fleet lock") {
-                try await connection.query(
+                _ = try await connection.query(
                     "SELECT pg_advisory_lock(\(FleetLock.classID), hashtext(\(session)))", logger: logger)
-                return true
             }
             return PostgresLease(store: self, connection: connection)
         } catch {
@@ -214,7 +215,11 @@ public final class PostgresStore: SharedStore {
             group.addTask {
                 try await connection.listen(on: Self.channel) { notifications in
                     await handle(.current(try await self.read(on: connection)))
-                    for try await note in notifications where note.payload.split(separator: " ", maxSplits: 1).last == Substring(session) {
+                    for try await note in notifications {
+                        // "VERSION SESSION", as the write's pg_notify sends it.
+                        let parts = note.payload.split(separator: " ", maxSplits: 1)
+                        guard parts.count == 2, parts[1] == session else { continue }
+                        if let version = Int64(parts[0]), version <= self.knownVersion.load(ordering: .relaxed) { continue }
                         await handle(.current(try await self.read(on: connection)))
                     }
                 }
@@ -243,6 +248,7 @@ public final class PostgresStore: SharedStore {
         }
         watchProblem.withLock { $0 = nil }
         guard let (version, text, writtenBy) = row else { return nil }
+        knownVersion.max(version, ordering: .relaxed)
         do {
             return SharedRecord(version: version, record: try codec.openSealed(text), writtenBy: writtenBy)
         } catch {
@@ -303,7 +309,10 @@ final class PostgresLease: SharedLease {
                         FROM w
                         """, logger: store.logger)
                 }
-                for try await (version, _) in rows.decode((Int64, String).self) { return version }
+                for try await (version, _) in rows.decode((Int64, String).self) {
+                    store.knownVersion.max(version, ordering: .relaxed)
+                    return version
+                }
                 return nil
             }
         } catch {
@@ -320,9 +329,8 @@ final class PostgresLease: SharedLease {
         let connection = self.connection
         do {
             try await store.within(store.statementTimeout, on: connection, "releasing the fleet lock") {
-                try await connection.query(
+                _ = try await connection.query(
                     "SELECT pg_advisory_unlock(\(FleetLock.classID), hashtext(\(store.session)))", logger: store.logger)
-                return true
             }
         } catch {
             // Closing the connection releases the lock too.

@@ -261,7 +261,11 @@ def test_postgresql_restarted_during_continuous_refreshing_loses_nothing(fleet_o
         assert all(g["status"] == 200 for g in grants), [g for g in grants if g["status"] != 200][:3]
         refreshed_after = len(grants) - grants_before_restart
         assert refreshed_after > 5, "refreshing went on after the restart"
-        print(f"PostgreSQL restart: {len(grants)} grants ({refreshed_after} after the restart), replies {outcome}")
+        # How many refreshes the restart cut into (their marker or result write failed).
+        interrupted = sum(fleet[name].logs().count("refresh stopped") + fleet[name].logs().count("not yet in the shared store")
+                          for name in "abc")
+        print(f"PostgreSQL restart: {len(grants)} grants ({refreshed_after} after the restart), "
+              f"{interrupted} refreshes interrupted, replies {outcome}")
     finally:
         server.stop()
 
