@@ -6,6 +6,7 @@ import shutil
 import tempfile
 
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -51,13 +52,27 @@ class Browser:
     def wait(self, condition, timeout=20):
         return WebDriverWait(self.driver, timeout).until(condition)
 
+    def wait_until_replaced(self, element):
+        """Waits until the page that held `element` has been replaced. While a
+        navigation is under way chromedriver may answer a question about the old
+        element with a stale-reference error or with a generic inspector error
+        ("Node with given id does not belong to the document"); both mean the
+        old document is gone."""
+        def replaced(_driver):
+            try:
+                element.is_enabled()
+                return False
+            except WebDriverException:
+                return True
+        self.wait(replaced)
+
     def sign_in_if_asked(self):
         if self.driver.find_elements(By.ID, "id_username"):
             self.driver.find_element(By.ID, "id_username").send_keys(USER)
             self.driver.find_element(By.ID, "id_password").send_keys(PASSWORD)
             button = self.driver.find_element(By.ID, "sign-in")
             button.click()
-            self.wait(expected_conditions.staleness_of(button))
+            self.wait_until_replaced(button)
 
     def decide(self, accept):
         """Clicks Accept/Deny on the device page, or Authorize/Cancel on the authorization page."""
@@ -76,7 +91,7 @@ class Browser:
         self.wait(expected_conditions.presence_of_element_located((By.ID, "id_user_code")))
         submit = self.driver.find_element(By.CSS_SELECTOR, "form button[type=submit]")
         submit.click()
-        self.wait(expected_conditions.staleness_of(submit))  # else decide() may see this page's button
+        self.wait_until_replaced(submit)  # else decide() may see this page's button
         self.decide(accept)
         self.wait(lambda d: "device-grant-status" in d.current_url or "device-confirm" not in d.current_url)
 
