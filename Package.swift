@@ -36,7 +36,8 @@ let package = Package(
         // A string type that never prints: tokens and client secrets.
         .target(name: "Secrets", swiftSettings: strict),
         // NUL framing, Unix-socket server and client.
-        .target(name: "VarlinkNIO", dependencies: ["Varlink", nio, nioPosix, logging], swiftSettings: strict),
+        .systemLibrary(name: "CLinux"),
+        .target(name: "VarlinkNIO", dependencies: ["CLinux", "Varlink", nio, nioPosix, logging], swiftSettings: strict),
         // The io.tokend.Broker interface: its one declaration and its typed wire values.
         .target(
             name: "TokendInterface",

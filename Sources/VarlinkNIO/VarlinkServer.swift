@@ -75,73 +75,127 @@ public struct VarlinkServer: Sendable {
 
     /// Binds (or adopts) the socket; `onListening` runs once it accepts
     /// connections. Returns when the task is cancelled or the socket fails.
+    ///
+    /// Connections arrive through the front loop (its own thread), which
+    /// answers cached calls itself and hands a connection to SwiftNIO at its
+    /// first call that needs more.
     public func run(
         eventLoopGroup: EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         onListening: @Sendable () async -> Void = {}
     ) async throws {
-        let limits = self.limits
-        let logger = self.logger
-        let fastPath = self.fastPath
-        let open = self.open
-        let initializer: @Sendable (Channel) -> EventLoopFuture<Connection> = { channel in
-            PeerCredentials.of(channel).flatMapThrowing { peer in
-                let admitted = open.admit(limit: limits.maximumConnections)
-                if admitted { channel.closeFuture.whenComplete { _ in open.release() } }
-                let calls = CallDecoder(answer: admitted ? fastPath : nil, peer: peer)
-                let pipeline = channel.pipeline.syncOperations
-                try pipeline.addHandler(
-                    ConnectionGuard(limits: limits, calls: calls) { reason in
-                        logger.notice("closing connection", metadata: ["reason": "\(reason)"])
-                    })
-                try pipeline.addHandler(
-                    ByteToMessageHandler(NULFrameDecoder(maximumFrameLength: limits.maximumFrameLength)))
-                try pipeline.addHandler(calls)
-                let bound = NIOLoopBound(calls, eventLoop: channel.eventLoop)
-                let eventLoop = channel.eventLoop
-                let callAnswered: @Sendable () -> Void = { eventLoop.execute { bound.value.answeredByTask() } }
-                let configuration = NIOAsyncChannel<InboundCall, ByteBuffer>.Configuration(
-                    backPressureStrategy: .init(lowWatermark: 2, highWatermark: 16))
-                _ = channel.setOption(
-                    ChannelOptions.writeBufferWaterMark,
-                    value: .init(low: limits.writeBufferHighWatermark / 2, high: limits.writeBufferHighWatermark))
-                let asyncChannel = try NIOAsyncChannel<InboundCall, ByteBuffer>(
-                    wrappingChannelSynchronously: channel, configuration: configuration)
-                return (asyncChannel, peer, callAnswered, admitted)
-            }
-        }
-        // A burst of clients (a worker pool starting) waits in the kernel's
-        // queue rather than being refused with EAGAIN: the largest backlog the
-        // system allows, drained up to 256 accepts per wake-up.
-        let bootstrap = ServerBootstrap(group: eventLoopGroup)
-            .serverChannelOption(.backlog, value: Self.systemBacklog())
-            .serverChannelOption(.maxMessagesPerRead, value: 256)
-        let server: NIOAsyncChannel<Connection, Never>
+        let listener: CInt
         switch source {
-        case .path(let path, let mode):
-            server = try await bootstrap.bind(
-                unixDomainSocketPath: path, cleanupExistingSocketFile: true, childChannelInitializer: initializer)
-            guard chmod(path, mode) == 0 else {
-                try? await server.channel.close()
-                throw SocketSetupError(path: path, operation: "chmod", errno: errno)
-            }
-        case .fileDescriptor(let fd):
-            server = try await bootstrap.bind(fd, childChannelInitializer: initializer)
+        case .path(let path, let mode): listener = try Self.listen(path: path, mode: mode)
+        case .fileDescriptor(let fd): listener = fd
         }
+        let (handedOff, arrivals) = AsyncStream.makeStream(of: HandedOff.self)
+        let open = self.open
+        let front: FrontLoop
+        do {
+            front = try FrontLoop(
+                listener: listener, limits: limits, fastPath: fastPath, open: open, logger: logger,
+                handOff: { connection in
+                    guard case .terminated = arrivals.yield(connection) else { return }
+                    close(connection.fd)  // the server is stopping
+                    if connection.admitted { open.release() }
+                },
+                ended: { arrivals.finish() })
+        } catch {
+            close(listener)
+            throw error
+        }
+        front.start()
         await onListening()
-        try await withTaskCancellationHandler {
-            try await server.executeThenClose { inbound in
-                try await withThrowingDiscardingTaskGroup { group in
-                    for try await connection in inbound {
-                        group.addTask {
-                            guard connection.admitted else { return await self.refuse(connection) }
-                            await self.serve(connection)
-                        }
-                    }
+        await withTaskCancellationHandler {
+            await withDiscardingTaskGroup { group in
+                for await connection in handedOff {
+                    group.addTask { await self.adopt(connection, eventLoopGroup: eventLoopGroup) }
                 }
             }
         } onCancel: {
-            server.channel.close(promise: nil)
+            front.stop()
+            arrivals.finish()
         }
+    }
+
+    /// A connection from the front loop, taken over by SwiftNIO for good.
+    func adopt(_ handed: HandedOff, eventLoopGroup: EventLoopGroup) async {
+        let connection: Connection
+        do {
+            connection = try await ClientBootstrap(group: eventLoopGroup).withConnectedSocket(handed.fd) { channel in
+                channel.eventLoop.makeCompletedFuture { try self.setUp(channel, handed) }
+            }
+        } catch {
+            logger.warning("cannot take over a connection", metadata: ["error": "\(error)"])
+            return
+        }
+        if connection.admitted {
+            await serve(connection)
+        } else {
+            await refuse(connection)
+        }
+    }
+
+    /// The connection's pipeline: what the front loop owes it, the guard, framing, calls.
+    func setUp(_ channel: Channel, _ handed: HandedOff) throws -> Connection {
+        let open = self.open
+        if handed.admitted { channel.closeFuture.whenComplete { _ in open.release() } }
+        let calls = CallDecoder(answer: handed.admitted ? fastPath : nil, peer: handed.peer)
+        let pipeline = channel.pipeline.syncOperations
+        if !handed.unread.isEmpty || !handed.unwritten.isEmpty {
+            try pipeline.addHandler(Replay(unread: handed.unread, unwritten: handed.unwritten))
+        }
+        let logger = self.logger
+        try pipeline.addHandler(
+            ConnectionGuard(limits: limits, calls: calls) { reason in
+                logger.notice("closing connection", metadata: ["reason": "\(reason)"])
+            })
+        try pipeline.addHandler(ByteToMessageHandler(NULFrameDecoder(maximumFrameLength: limits.maximumFrameLength)))
+        try pipeline.addHandler(calls)
+        let bound = NIOLoopBound(calls, eventLoop: channel.eventLoop)
+        let eventLoop = channel.eventLoop
+        let callAnswered: @Sendable () -> Void = { eventLoop.execute { bound.value.answeredByTask() } }
+        let configuration = NIOAsyncChannel<InboundCall, ByteBuffer>.Configuration(
+            backPressureStrategy: .init(lowWatermark: 2, highWatermark: 16))
+        _ = channel.setOption(
+            ChannelOptions.writeBufferWaterMark,
+            value: .init(low: limits.writeBufferHighWatermark / 2, high: limits.writeBufferHighWatermark))
+        let asyncChannel = try NIOAsyncChannel<InboundCall, ByteBuffer>(
+            wrappingChannelSynchronously: channel, configuration: configuration)
+        return (asyncChannel, handed.peer, callAnswered, handed.admitted)
+    }
+
+    /// A bound, listening Unix socket at `path` (a socket file left there is
+    /// replaced). A burst of clients (a worker pool starting) waits in the
+    /// kernel's queue rather than being refused with EAGAIN: the largest
+    /// backlog the system allows.
+    static func listen(path: String, mode: mode_t) throws -> CInt {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let capacity = MemoryLayout.size(ofValue: address.sun_path)
+        guard path.utf8.count < capacity else {
+            throw SocketSetupError(path: path, operation: "bind", errno: ENAMETOOLONG)
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: path.utf8)
+            raw[path.utf8.count] = 0
+        }
+        var existing = stat()
+        if lstat(path, &existing) == 0, existing.st_mode & S_IFMT == S_IFSOCK { unlink(path) }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SocketSetupError(path: path, operation: "socket", errno: errno) }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        func failure(_ operation: String) -> SocketSetupError {
+            let error = SocketSetupError(path: path, operation: operation, errno: errno)
+            close(fd)
+            return error
+        }
+        guard bound == 0 else { throw failure("bind") }
+        guard chmod(path, mode) == 0 else { throw failure("chmod") }
+        guard Glibc.listen(fd, systemBacklog()) == 0 else { throw failure("listen") }
+        return fd
     }
 
     /// net.core.somaxconn: listen() silently caps any larger backlog to it.
@@ -225,6 +279,35 @@ extension VarlinkServer {
                 group.cancelAll()
             }
         }
+    }
+}
+
+/// Puts back into a connection's stream, as SwiftNIO takes it over, what
+/// the front loop owed it: the replies not yet written go out first, then the
+/// bytes read and not answered go up the pipeline, before anything more is
+/// read from the socket.
+final class Replay: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+    let unread: [UInt8]
+    let unwritten: [UInt8]
+
+    init(unread: [UInt8], unwritten: [UInt8]) {
+        self.unread = unread
+        self.unwritten = unwritten
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        context.fireChannelActive()
+        if !unwritten.isEmpty {
+            context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: unwritten)), promise: nil)
+        }
+        if !unread.isEmpty {
+            context.fireChannelRead(wrapInboundOut(ByteBuffer(bytes: unread)))
+            context.fireChannelReadComplete()
+        }
+        context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
     }
 }
 

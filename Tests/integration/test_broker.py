@@ -265,3 +265,50 @@ def test_one_connection_alternating_calls_each_get_their_own_answer(server, make
                 assert reply.get("error") == "io.tokend.Broker.NoSuchSession", reply
             else:
                 assert "token" in reply["parameters"], reply
+
+
+def test_connection_handed_from_the_front_loop_to_nio_keeps_its_replies_in_order(server, make_tokend):
+    # Cached GetToken calls are answered on the front loop's thread; the first
+    # call it cannot answer moves the connection to SwiftNIO, with the calls
+    # read after it and the replies not yet written. Everything in one write,
+    # then a message split around a pause.
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    get = b'{"method":"io.tokend.Broker.GetToken"}\0'
+    info = b'{"method":"org.varlink.service.GetInfo"}\0'
+    status = b'{"method":"io.tokend.Broker.GetStatus"}\0'
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(daemon.socket)
+        s.sendall(get * 200 + info + get * 200 + status[:20])
+        time.sleep(0.3)
+        s.sendall(status[20:] + get)
+        replies = [json.loads(read_frame(s)) for _ in range(403)]
+    kinds = ["token" if "token" in r["parameters"] else "product" if "product" in r["parameters"]
+             else "status" if "status" in r["parameters"] else repr(r) for r in replies]
+    assert kinds == ["token"] * 200 + ["product"] + ["token"] * 200 + ["status", "token"]
+
+
+def test_a_client_that_reads_late_gets_every_reply(server, make_tokend):
+    # 4,000 pipelined cached calls (about 4 MB of replies) while the client
+    # reads nothing: the front loop stops reading that connection when its
+    # unwritten replies pass the high watermark, and resumes as they drain.
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    get = b'{"method":"io.tokend.Broker.GetToken"}\0'
+    count = 4000
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(daemon.socket)
+        sender = threading.Thread(target=s.sendall, args=(get * count,))
+        sender.start()
+        time.sleep(1)
+        data = b""
+        while data.count(b"\0") < count:
+            chunk = s.recv(1 << 20)
+            assert chunk, "connection closed before every reply came"
+            data += chunk
+        sender.join()
+    replies = data.split(b"\0")[:count]
+    assert len({reply for reply in replies}) == 1 and b'"token"' in replies[0]
+    # The daemon serves others as before.
+    raw, reply = daemon.call("io.tokend.Broker.GetToken")
+    assert "token" in reply["parameters"]
