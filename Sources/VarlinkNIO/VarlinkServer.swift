@@ -1,3 +1,4 @@
+import CLinux
 import Logging
 import NIOCore
 import NIOPosix
