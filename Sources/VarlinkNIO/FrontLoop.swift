@@ -15,71 +15,88 @@ struct HandedOff: Sendable {
     /// Counted against the connection limit (NIO releases it on close);
     /// false: over the limit, to be answered with the overload error.
     let admitted: Bool
-    /// Read and not answered: the first frame the front could not answer and everything after it.
+    /// Read and not answered: the first frame the front could not take and everything after it.
     let unread: [UInt8]
     /// Replies to earlier calls not yet written; they go out first.
     let unwritten: [UInt8]
 }
 
-/// The server's accepting end, and the fast path's own thread.
+/// The server's accepting end and its plain calls, on a thread of its own.
 ///
 /// One thread with epoll owns the listening socket. It accepts (up to 256
-/// connections per wake-up), reads each connection's calls and answers those
-/// the fast path answers at once (a cached token) with one write per read:
-/// a cached call costs here about what a bare C epoll server costs, with no
-/// SwiftNIO pipeline, promise or task in between.
-///
-/// The first frame it cannot answer (another method, a token that needs a
-/// refresh, a malformed or oversized message) hands the connection to the
-/// SwiftNIO server together with the bytes read and not answered and the
-/// replies not yet written, so replies stay in order. A connection over the
-/// limit is handed over at once to be refused there; without a fast path every
-/// connection is. The server's limits hold here too: frame, idle and write
-/// timeouts, and a client that does not read stops being read.
+/// connections per wake-up) and reads each connection's calls:
+/// - a call the fast path answers at once (a cached token) is answered right
+///   there, one write per read: such a call costs about what a bare C epoll
+///   server costs, with no SwiftNIO pipeline, promise or task in between;
+/// - any other call without `more` goes to the service in a task; its reply
+///   comes back to the loop, which writes it. The connection's later calls
+///   wait (it is not read) until then, so replies stay in order;
+/// - a `more` or `upgrade` call, a malformed or an oversized message hands
+///   the connection to the SwiftNIO server with the bytes read and not
+///   answered and the replies not yet written; it stays there.
+/// A connection over the limit is handed over at once, to be refused there.
+/// The server's limits hold here too: frame, idle and write timeouts, and a
+/// client that does not read stops being read.
 final class FrontLoop: @unchecked Sendable {
-    private let listener: CInt
-    private let limits: VarlinkServer.Limits
-    private let fastPath: VarlinkServer.FastPath?
-    private let open: ConnectionCount
-    private let logger: Logger
-    private let handOff: @Sendable (HandedOff) -> Void
-    private let ended: @Sendable () -> Void
-    private let epoll: CInt
-    private let wake: CInt
-    private let stopping = Atomic(false)
+    let listener: CInt
+    let limits: VarlinkServer.Limits
+    let fastPath: VarlinkServer.FastPath?
+    let service: VarlinkService
+    let open: ConnectionCount
+    let logger: Logger
+    let handOff: @Sendable (HandedOff) -> Void
+    let ended: @Sendable () -> Void
+    let epoll: CInt
+    /// Written once by `stop()`.
+    let wake: CInt
+    /// Written when `finished` gains its first entry.
+    let mail: CInt
+    let stopping = Atomic(false)
+    /// Replies of calls the service finished, for the loop to write.
+    let finished = Mutex(Mailbox())
+
+    struct Mailbox {
+        var items: [(fd: CInt, connection: UInt64, replies: [UInt8])] = []
+        /// False once the loop has ended: nothing more is delivered.
+        var open = true
+    }
 
     // Everything below belongs to the loop's thread.
-    private var connections: [CInt: FrontConnection] = [:]
-    private let input = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+    var connections: [CInt: FrontConnection] = [:]
+    var nextConnection: UInt64 = 0
+    let input = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     /// Replies made during one read, written with one call.
-    private var output: [UInt8] = []
-    private var now: Int64 = 0
-    private var lastCheck: Int64 = 0
-    private var acceptPausedUntil: Int64?
+    var output: [UInt8] = []
+    var now: Int64 = 0
+    var lastCheck: Int64 = 0
+    var acceptPausedUntil: Int64?
 
     init(
-        listener: CInt, limits: VarlinkServer.Limits, fastPath: VarlinkServer.FastPath?, open: ConnectionCount,
-        logger: Logger, handOff: @escaping @Sendable (HandedOff) -> Void, ended: @escaping @Sendable () -> Void
+        listener: CInt, limits: VarlinkServer.Limits, fastPath: VarlinkServer.FastPath?, service: VarlinkService,
+        open: ConnectionCount, logger: Logger, handOff: @escaping @Sendable (HandedOff) -> Void,
+        ended: @escaping @Sendable () -> Void
     ) throws {
-        self.ended = ended
         self.listener = listener
         self.limits = limits
         self.fastPath = fastPath
+        self.service = service
         self.open = open
         self.logger = logger
         self.handOff = handOff
+        self.ended = ended
         let flags = fcntl(listener, F_GETFL)
         guard flags >= 0, fcntl(listener, F_SETFL, flags | O_NONBLOCK) == 0 else {
             throw SocketSetupError(path: "listening socket", operation: "fcntl", errno: errno)
         }
         epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
         wake = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
-        guard epoll >= 0, wake >= 0 else {
+        mail = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
+        guard epoll >= 0, wake >= 0, mail >= 0 else {
             throw SocketSetupError(path: "listening socket", operation: "epoll", errno: errno)
         }
-        guard watch(listener, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD),
-            watch(wake, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
-        else { throw SocketSetupError(path: "listening socket", operation: "epoll_ctl", errno: errno) }
+        for fd in [listener, wake, mail] where !watch(fd, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD) {
+            throw SocketSetupError(path: "listening socket", operation: "epoll_ctl", errno: errno)
+        }
         output.reserveCapacity(64 * 1024)
     }
 
@@ -105,25 +122,39 @@ final class FrontLoop: @unchecked Sendable {
         _ = write(wake, &one, 8)
     }
 
+    /// From the service's task: a call's replies, for the loop to write.
+    func post(_ replies: [UInt8], fd: CInt, connection: UInt64) {
+        finished.withLock { mailbox in
+            guard mailbox.open else { return }
+            mailbox.items.append((fd, connection, replies))
+            if mailbox.items.count == 1 {
+                var one: UInt64 = 1
+                _ = write(mail, &one, 8)
+            }
+        }
+    }
+
     private func run() {
         var events = [epoll_event](repeating: epoll_event(), count: 1024)
         let interval = limits.checkInterval.nanoseconds
         loop: while true {
             let timeout = Int32(interval / 1_000_000)
-            let ready = events.withUnsafeMutableBufferPointer { epoll_wait(epoll, $0.baseAddress, 1024, timeout) }
-            if ready < 0, errno != EINTR {
+            let count = events.withUnsafeMutableBufferPointer { epoll_wait(epoll, $0.baseAddress, 1024, timeout) }
+            if count < 0, errno != EINTR {
                 logger.critical("server loop failed", metadata: ["error": "\(String(cString: strerror(errno)))"])
                 break
             }
             now = Self.monotonicNow()
             var accepting = false
-            for index in 0..<max(0, Int(ready)) {
+            for index in 0..<max(0, Int(count)) {
                 let fd = events[index].data.fd
                 if fd == wake { break loop }
                 if fd == listener {
                     accepting = true
+                } else if fd == mail {
+                    deliverFinished()
                 } else if let connection = connections[fd] {
-                    service(connection, flags: events[index].events)
+                    ready(connection, flags: events[index].events)
                 }
             }
             // After the batch: a descriptor closed above and reused by accept
@@ -134,23 +165,23 @@ final class FrontLoop: @unchecked Sendable {
                 check()
             }
         }
+        finished.withLock { $0.open = false }
         for connection in Array(connections.values) { close(connection) }
-        Glibc.close(listener)
-        Glibc.close(epoll)
-        Glibc.close(wake)
+        for fd in [listener, epoll, wake, mail] { Glibc.close(fd) }
         input.deallocate()
         ended()
     }
 
-    private func service(_ connection: FrontConnection, flags: UInt32) {
-        if flags & EPOLLOUT.rawValue != 0 {
-            flush(connection)
-            guard connections[connection.fd] != nil else { return }
+    private func deliverFinished() {
+        var count: UInt64 = 0
+        _ = read(mail, &count, 8)
+        let batch = finished.withLock { mailbox in
+            defer { mailbox.items = [] }
+            return mailbox.items
         }
-        if flags & EPOLLIN.rawValue != 0 {
-            readable(connection)
-        } else if flags & (EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
-            close(connection)
+        for item in batch {
+            guard let connection = connections[item.fd], connection.id == item.connection else { continue }
+            answered(connection, replies: item.replies)
         }
     }
 
@@ -174,18 +205,17 @@ final class FrontLoop: @unchecked Sendable {
                 }
             }
             let peer = Self.peerCredentials(fd)
-            let admitted = open.admit(limit: limits.maximumConnections)
-            guard admitted, fastPath != nil else {
-                handOff(HandedOff(fd: fd, peer: peer, admitted: admitted, unread: [], unwritten: []))
+            guard open.admit(limit: limits.maximumConnections) else {
+                handOff(HandedOff(fd: fd, peer: peer, admitted: false, unread: [], unwritten: []))
                 continue
             }
-            let connection = FrontConnection(fd: fd, peer: peer, now: now)
             guard watch(fd, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD) else {
                 Glibc.close(fd)
                 open.release()
                 continue
             }
-            connections[fd] = connection
+            nextConnection += 1
+            connections[fd] = FrontConnection(fd: fd, id: nextConnection, peer: peer, now: now)
         }
     }
 
@@ -196,122 +226,7 @@ final class FrontLoop: @unchecked Sendable {
         return PeerCredentials(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid)
     }
 
-    // MARK: Reading and answering
-
-    private func readable(_ connection: FrontConnection) {
-        let count = read(connection.fd, input.baseAddress, input.count)
-        if count <= 0 {
-            if count < 0, errno == EAGAIN || errno == EINTR { return }
-            return close(connection)  // end of stream or a reset
-        }
-        connection.lastRead = now
-        let bytes = UnsafeRawBufferPointer(rebasing: input[0..<count])
-        output.removeAll(keepingCapacity: true)
-        var start = 0
-        while let found = memchr(bytes.baseAddress! + start, 0, count - start) {
-            let end = bytes.baseAddress!.distance(to: UnsafeRawPointer(found))
-            let answered: Bool
-            if connection.partial.isEmpty {
-                answered = answer(UnsafeRawBufferPointer(rebasing: bytes[start..<end]), on: connection)
-            } else {
-                connection.partial.append(contentsOf: bytes[start..<end])
-                answered = connection.partial.withUnsafeBytes { answer($0, on: connection) }
-                if answered { connection.partial = [] }
-            }
-            guard answered else {
-                var unread = connection.partial.isEmpty ? [] : connection.partial
-                unread.append(contentsOf: bytes[(unread.isEmpty ? start : end)..<count])
-                return pass(connection, unread: unread)
-            }
-            start = end + 1
-        }
-        if start < count {
-            connection.partial.append(contentsOf: bytes[start..<count])
-            if connection.partial.count > limits.maximumFrameLength {
-                // NIO's frame decoder answers "too large" and closes.
-                return pass(connection, unread: connection.partial)
-            }
-        }
-        send(connection)
-    }
-
-    /// Appends the fast path's reply to `output`; false if it cannot answer.
-    private func answer(_ frame: UnsafeRawBufferPointer, on connection: FrontConnection) -> Bool {
-        guard let fastPath, frame.count > 0 else { return false }
-        let call: VarlinkCall
-        if let last = connection.lastCall, connection.lastFrame.count == frame.count,
-            connection.lastFrame.withUnsafeBytes({ memcmp($0.baseAddress!, frame.baseAddress!, frame.count) == 0 })
-        {
-            call = last  // most clients ask the same way every time: parsed once
-        } else {
-            guard let parsed = try? VarlinkCall(frame: frame) else { return false }
-            call = parsed
-            connection.lastFrame = Array(frame)
-            connection.lastCall = parsed
-        }
-        guard let reply = fastPath(call, connection.peer) else { return false }
-        reply.withUnsafeReadableBytes { output.append(contentsOf: $0) }
-        return true
-    }
-
-    // MARK: Writing
-
-    private func send(_ connection: FrontConnection) {
-        guard !output.isEmpty else { return }
-        guard connection.unwritten.isEmpty else {
-            connection.unwritten.append(contentsOf: output)
-            return updateInterest(connection)
-        }
-        let written = output.withUnsafeBytes { Glibc.send(connection.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-        if written == output.count { return }
-        if written < 0, errno != EAGAIN, errno != EINTR { return close(connection) }
-        connection.unwritten = Array(output[max(0, written)...])
-        connection.unwritableSince = now
-        updateInterest(connection)
-    }
-
-    private func flush(_ connection: FrontConnection) {
-        guard !connection.unwritten.isEmpty else { return updateInterest(connection) }
-        let written = connection.unwritten.withUnsafeBytes {
-            Glibc.send(connection.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
-        }
-        if written < 0 {
-            if errno == EAGAIN || errno == EINTR { return }
-            return close(connection)
-        }
-        connection.unwritten.removeFirst(written)
-        if connection.unwritten.isEmpty { connection.unwritableSince = nil }
-        updateInterest(connection)
-    }
-
-    /// Reads while the replies waiting to be written stay under the high
-    /// watermark; asks to be told when the socket is writable while any wait.
-    private func updateInterest(_ connection: FrontConnection) {
-        var wanted: UInt32 = 0
-        if connection.unwritten.count < limits.writeBufferHighWatermark { wanted |= EPOLLIN.rawValue }
-        if !connection.unwritten.isEmpty { wanted |= EPOLLOUT.rawValue }
-        guard wanted != connection.interest else { return }
-        connection.interest = wanted
-        if !watch(connection.fd, events: wanted, operation: EPOLL_CTL_MOD) { close(connection) }
-    }
-
     // MARK: Ending
-
-    private func pass(_ connection: FrontConnection, unread: [UInt8]) {
-        _ = watch(connection.fd, events: 0, operation: EPOLL_CTL_DEL)
-        connections[connection.fd] = nil
-        var unwritten = connection.unwritten
-        unwritten.append(contentsOf: output)
-        output.removeAll(keepingCapacity: true)
-        handOff(
-            HandedOff(fd: connection.fd, peer: connection.peer, admitted: true, unread: unread, unwritten: unwritten))
-    }
-
-    private func close(_ connection: FrontConnection) {
-        connections[connection.fd] = nil
-        Glibc.close(connection.fd)
-        open.release()
-    }
 
     /// Closes connections that hold resources without using them, as
     /// ConnectionGuard does for connections on the NIO side.
@@ -323,13 +238,15 @@ final class FrontLoop: @unchecked Sendable {
         let frameTimeout = limits.frameTimeout.nanoseconds
         let writeTimeout = limits.writeTimeout.nanoseconds
         let idleTimeout = limits.idleTimeout.nanoseconds
-        for connection in Array(connections.values) {
+        for connection in Array(connections.values) where !connection.busy {
             var reason: String?
-            if !connection.partial.isEmpty, now - connection.lastRead > frameTimeout {
+            if !connection.unprocessed.isEmpty, now - connection.lastRead > frameTimeout {
                 reason = "incomplete message for \(frameTimeout / 1_000_000_000) s"
             } else if let since = connection.unwritableSince, now - since > writeTimeout {
                 reason = "replies not read for \(writeTimeout / 1_000_000_000) s"
-            } else if connection.partial.isEmpty, connection.unwritten.isEmpty, now - connection.lastRead > idleTimeout {
+            } else if connection.unprocessed.isEmpty, connection.unwritten.isEmpty,
+                now - connection.lastRead > idleTimeout
+            {
                 reason = "idle for \(idleTimeout / 1_000_000_000) s"
             }
             guard let reason else { continue }
@@ -338,7 +255,26 @@ final class FrontLoop: @unchecked Sendable {
         }
     }
 
-    private func watch(_ fd: CInt, events: UInt32, operation: Int32) -> Bool {
+    /// Gives the connection to SwiftNIO with what is owed to it.
+    func pass(_ connection: FrontConnection, unread: [UInt8]) {
+        _ = watch(connection.fd, events: 0, operation: EPOLL_CTL_DEL)
+        connections[connection.fd] = nil
+        connection.gone = true
+        var unwritten = connection.unwritten
+        unwritten.append(contentsOf: output)
+        output.removeAll(keepingCapacity: true)
+        handOff(
+            HandedOff(fd: connection.fd, peer: connection.peer, admitted: true, unread: unread, unwritten: unwritten))
+    }
+
+    func close(_ connection: FrontConnection) {
+        connections[connection.fd] = nil
+        connection.gone = true
+        Glibc.close(connection.fd)
+        open.release()
+    }
+
+    func watch(_ fd: CInt, events: UInt32, operation: Int32) -> Bool {
         var event = epoll_event()
         event.events = events
         event.data.fd = fd
@@ -355,20 +291,28 @@ final class FrontLoop: @unchecked Sendable {
 /// A connection while the front loop serves it. Loop thread only.
 final class FrontConnection {
     let fd: CInt
+    /// Tells this connection from a later one that reuses its descriptor.
+    let id: UInt64
     let peer: PeerCredentials?
     var lastRead: Int64
-    /// The start of a message whose end has not arrived.
-    var partial: [UInt8] = []
+    /// Bytes read and not yet taken: the start of an unfinished message, or
+    /// the calls that came after one the service is handling.
+    var unprocessed: [UInt8] = []
     var unwritten: [UInt8] = []
     var unwritableSince: Int64?
+    /// A call is with the service; the connection is not read until it answers.
+    var busy = false
+    /// Closed or handed over.
+    var gone = false
     /// The epoll events asked for.
     var interest = EPOLLIN.rawValue
     /// The last frame parsed, and its call.
     var lastFrame: [UInt8] = []
     var lastCall: VarlinkCall?
 
-    init(fd: CInt, peer: PeerCredentials?, now: Int64) {
+    init(fd: CInt, id: UInt64, peer: PeerCredentials?, now: Int64) {
         self.fd = fd
+        self.id = id
         self.peer = peer
         self.lastRead = now
     }

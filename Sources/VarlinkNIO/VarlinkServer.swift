@@ -78,8 +78,8 @@ public struct VarlinkServer: Sendable {
     /// connections. Returns when the task is cancelled or the socket fails.
     ///
     /// Connections arrive through the front loop (its own thread), which
-    /// answers cached calls itself and hands a connection to SwiftNIO at its
-    /// first call that needs more.
+    /// serves plain calls and hands a connection to SwiftNIO at its first
+    /// `more` call (or a message it cannot take).
     public func run(
         eventLoopGroup: EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         onListening: @Sendable () async -> Void = {}
@@ -94,7 +94,7 @@ public struct VarlinkServer: Sendable {
         let front: FrontLoop
         do {
             front = try FrontLoop(
-                listener: listener, limits: limits, fastPath: fastPath, open: open, logger: logger,
+                listener: listener, limits: limits, fastPath: fastPath, service: service, open: open, logger: logger,
                 handOff: { connection in
                     guard case .terminated = arrivals.yield(connection) else { return }
                     close(connection.fd)  // the server is stopping
