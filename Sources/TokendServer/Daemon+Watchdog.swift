@@ -3,17 +3,18 @@ import NIOPosix
 import Synchronization
 import Systemd
 import UnixSignals
+import VarlinkNIO
 
 extension Daemon {
     /// WATCHDOG=1 every half interval, but only after a health check proves
-    /// that the event loop and every session actor answer. A hung actor or
-    /// loop stops the pings, and systemd restarts tokend.
-    func watchdog() async {
+    /// that the server's front loop, an event loop and every session actor
+    /// answer. A hung actor or loop stops the pings, and systemd restarts tokend.
+    func watchdog(server: VarlinkServer) async {
         guard let interval = Notifier.watchdogInterval() else { return }
         let period = interval / 2
         logger.debug("watchdog enabled", metadata: ["interval": "\(interval)"])
         while !Task.isCancelled {
-            if await healthy(within: period) {
+            if await healthy(within: period, server: server) {
                 Notifier.watchdog()
             } else {
                 logger.critical("health check failed: withholding the watchdog ping")
@@ -22,9 +23,10 @@ extension Daemon {
         }
     }
 
-    func healthy(within limit: Duration) async -> Bool {
+    func healthy(within limit: Duration, server: VarlinkServer) async -> Bool {
         let broker = self.broker
         return await completes(within: limit) {
+            await server.ping()
             try? await MultiThreadedEventLoopGroup.singleton.next().submit {}.get()
             for session in broker.all { await session.ping() }
         }

@@ -170,7 +170,7 @@ public final class Daemon: Service, CustomStringConvertible {
             }
             group.addTask {
                 for await _ in readiness { break }
-                await self.watchdog()
+                await self.watchdog(server: server)
             }
             group.addTask { await self.reloadOnHangup() }
             group.addTask { await self.publishStatus() }

@@ -57,8 +57,12 @@ final class FrontLoop: @unchecked Sendable {
 
     struct Mailbox {
         var items: [(fd: CInt, connection: UInt64, replies: [UInt8])] = []
+        /// Health checks waiting for the loop to come round.
+        var pings: [CheckedContinuation<Void, Never>] = []
         /// False once the loop has ended: nothing more is delivered.
         var open = true
+
+        var isEmpty: Bool { items.isEmpty && pings.isEmpty }
     }
 
     // Everything below belongs to the loop's thread.
@@ -126,12 +130,28 @@ final class FrontLoop: @unchecked Sendable {
     func post(_ replies: [UInt8], fd: CInt, connection: UInt64) {
         finished.withLock { mailbox in
             guard mailbox.open else { return }
+            if mailbox.isEmpty { ring() }
             mailbox.items.append((fd, connection, replies))
-            if mailbox.items.count == 1 {
-                var one: UInt64 = 1
-                _ = write(mail, &one, 8)
-            }
         }
+    }
+
+    /// Returns once the loop has come round to it: a hung loop never returns
+    /// (the watchdog's health check). Returns at once if the loop has ended.
+    func ping() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let waiting = finished.withLock { mailbox -> Bool in
+                guard mailbox.open else { return false }
+                if mailbox.isEmpty { ring() }
+                mailbox.pings.append(continuation)
+                return true
+            }
+            if !waiting { continuation.resume() }
+        }
+    }
+
+    private func ring() {
+        var one: UInt64 = 1
+        _ = write(mail, &one, 8)
     }
 
     private func run() {
@@ -165,7 +185,11 @@ final class FrontLoop: @unchecked Sendable {
                 check()
             }
         }
-        finished.withLock { $0.open = false }
+        let waiting = finished.withLock { mailbox in
+            mailbox.open = false
+            return mailbox.pings
+        }
+        for ping in waiting { ping.resume() }
         for connection in Array(connections.values) { close(connection) }
         for fd in [listener, epoll, wake, mail] { Glibc.close(fd) }
         input.deallocate()
@@ -175,10 +199,14 @@ final class FrontLoop: @unchecked Sendable {
     private func deliverFinished() {
         var count: UInt64 = 0
         _ = read(mail, &count, 8)
-        let batch = finished.withLock { mailbox in
-            defer { mailbox.items = [] }
-            return mailbox.items
+        let (batch, pings) = finished.withLock { mailbox in
+            defer {
+                mailbox.items = []
+                mailbox.pings = []
+            }
+            return (mailbox.items, mailbox.pings)
         }
+        for ping in pings { ping.resume() }
         for item in batch {
             guard let connection = connections[item.fd], connection.id == item.connection else { continue }
             answered(connection, replies: item.replies)

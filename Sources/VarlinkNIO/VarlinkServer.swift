@@ -2,6 +2,7 @@ import CLinux
 import Logging
 import NIOCore
 import NIOPosix
+import Synchronization
 import Varlink
 
 #if canImport(Glibc)
@@ -53,6 +54,8 @@ public struct VarlinkServer: Sendable {
     let overloadedError: VarlinkError
     let fastPath: FastPath?
     let open = ConnectionCount()
+    /// The running front loop, for `ping`.
+    let front = RunningFront()
 
     public init(
         service: VarlinkService, source: ListenSource, limits: Limits = Limits(), logger: Logger,
@@ -106,6 +109,7 @@ public struct VarlinkServer: Sendable {
             throw error
         }
         front.start()
+        self.front.loop.withLock { $0 = front }
         await onListening()
         await withTaskCancellationHandler {
             await withDiscardingTaskGroup { group in
@@ -117,6 +121,12 @@ public struct VarlinkServer: Sendable {
             front.stop()
             arrivals.finish()
         }
+    }
+
+    /// Returns once the server's front loop has come round (at once if it
+    /// is not running); never, if it is stuck.
+    public func ping() async {
+        await front.loop.withLock { $0 }?.ping()
     }
 
     /// A connection from the front loop, taken over by SwiftNIO for good.
@@ -281,6 +291,10 @@ extension VarlinkServer {
             }
         }
     }
+}
+
+final class RunningFront: Sendable {
+    let loop = Mutex<FrontLoop?>(nil)
 }
 
 /// Puts back into a connection's stream, as SwiftNIO takes it over, what
