@@ -32,9 +32,14 @@ extension Daemon {
         }
     }
 
-    /// Test-only (TOKEND_TEST_HOOKS=1): SIGUSR2 hangs the first session actor.
-    func hangOnSignal() async {
-        for await _ in await UnixSignalsSequence(trapping: .sigusr2) {
+    /// Test-only (TOKEND_TEST_HOOKS=1): SIGUSR2 hangs the first session
+    /// actor, SIGUSR1 the server's front loop.
+    func hangOnSignal(server: VarlinkServer) async {
+        for await signal in await UnixSignalsSequence(trapping: .sigusr2, .sigusr1) {
+            if signal == .sigusr1 {
+                server.hangFrontLoopForTesting()
+                continue
+            }
             guard let session = broker.all.first else { continue }
             Task.detached { await session.hangForTesting() }
         }

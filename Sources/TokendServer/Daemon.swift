@@ -174,7 +174,7 @@ public final class Daemon: Service, CustomStringConvertible {
             }
             group.addTask { await self.reloadOnHangup() }
             group.addTask { await self.publishStatus() }
-            if testHooks { group.addTask { await self.hangOnSignal() } }
+            if testHooks { group.addTask { await self.hangOnSignal(server: server) } }
             // Serve until SIGTERM/SIGINT (or the server fails).
             try? await gracefulShutdown()
             Notifier.stopping(status: "stopping: finishing refreshes in flight")

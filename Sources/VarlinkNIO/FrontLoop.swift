@@ -61,8 +61,10 @@ final class FrontLoop: @unchecked Sendable {
         var pings: [CheckedContinuation<Void, Never>] = []
         /// False once the loop has ended: nothing more is delivered.
         var open = true
+        /// Test hook: the loop stops for good when it reads this.
+        var hang = false
 
-        var isEmpty: Bool { items.isEmpty && pings.isEmpty }
+        var isEmpty: Bool { items.isEmpty && pings.isEmpty && !hang }
     }
 
     // Everything below belongs to the loop's thread.
@@ -149,6 +151,14 @@ final class FrontLoop: @unchecked Sendable {
         }
     }
 
+    /// Test-only (the watchdog test): the loop's thread stops for good.
+    func hangForTesting() {
+        finished.withLock { mailbox in
+            if mailbox.isEmpty { ring() }
+            mailbox.hang = true
+        }
+    }
+
     private func ring() {
         var one: UInt64 = 1
         _ = write(mail, &one, 8)
@@ -199,12 +209,16 @@ final class FrontLoop: @unchecked Sendable {
     private func deliverFinished() {
         var count: UInt64 = 0
         _ = read(mail, &count, 8)
-        let (batch, pings) = finished.withLock { mailbox in
+        let (batch, pings, hang) = finished.withLock { mailbox in
             defer {
                 mailbox.items = []
                 mailbox.pings = []
             }
-            return (mailbox.items, mailbox.pings)
+            return (mailbox.items, mailbox.pings, mailbox.hang)
+        }
+        if hang {
+            logger.critical("front loop hanging on purpose (TOKEND_TEST_HOOKS)")
+            while true { sleep(3600) }
         }
         for ping in pings { ping.resume() }
         for item in batch {

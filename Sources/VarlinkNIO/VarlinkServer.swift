@@ -129,6 +129,11 @@ public struct VarlinkServer: Sendable {
         await front.loop.withLock { $0 }?.ping()
     }
 
+    /// Test-only: the front loop stops for good (see the watchdog test).
+    public func hangFrontLoopForTesting() {
+        front.loop.withLock { $0 }?.hangForTesting()
+    }
+
     /// A connection from the front loop, taken over by SwiftNIO for good.
     func adopt(_ handed: HandedOff, eventLoopGroup: EventLoopGroup) async {
         let connection: Connection

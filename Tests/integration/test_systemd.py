@@ -165,7 +165,9 @@ def test_socket_activation_notify_watchdog_reload_and_stop(server, make_tokend, 
             process.kill()
 
 
-def test_hung_actor_stops_watchdog_pings(server, make_tokend, workdir):
+@pytest.mark.parametrize("what", ["actor", "front loop"])
+def test_hung_actor_or_front_loop_stops_watchdog_pings(server, make_tokend, workdir, what):
+    # SIGUSR2 (test hooks) hangs the first session actor; SIGUSR1 the thread that serves the socket.
     daemon = make_tokend(server)
     notify = Notifications(os.path.join(workdir, "notify"))
     env = dict(os.environ, NOTIFY_SOCKET=notify.path, WATCHDOG_USEC="600000", TOKEND_TEST_HOOKS="1")
@@ -174,8 +176,19 @@ def test_hung_actor_stops_watchdog_pings(server, make_tokend, workdir):
     try:
         ready = notify.wait_for("READY=1")
         notify.wait_for("WATCHDOG=1", after=ready)
-        process.send_signal(signal.SIGUSR2)
-        wait_for(lambda: "hanging on purpose" in daemon.logs(), 10, "hang")
+        if what == "front loop":
+            daemon.call("io.tokend.Broker.GetStatus")  # served before the hang
+            process.send_signal(signal.SIGUSR1)
+            wait_for(lambda: "front loop hanging on purpose" in daemon.logs(), 10, "hang")
+            with socket.socket(socket.AF_UNIX) as s:  # the loop is really stuck: no answer
+                s.settimeout(1)
+                s.connect(daemon.socket)
+                s.sendall(b'{"method":"org.varlink.service.GetInfo"}\0')
+                with pytest.raises(socket.timeout):
+                    s.recv(1)
+        else:
+            process.send_signal(signal.SIGUSR2)
+            wait_for(lambda: "hanging on purpose" in daemon.logs(), 10, "hang")
         time.sleep(0.5)
         notify.collect()
         count = len(notify.messages)
