@@ -154,6 +154,7 @@ final class FrontLoop: @unchecked Sendable {
     /// Test-only (the watchdog test): the loop's thread stops for good.
     func hangForTesting() {
         finished.withLock { mailbox in
+            guard mailbox.open else { return }
             if mailbox.isEmpty { ring() }
             mailbox.hang = true
         }

@@ -19,10 +19,13 @@ public enum ListenSource: Sendable {
 
 /// Serves a VarlinkService on a Unix stream socket.
 ///
-/// Each connection is one child task. Calls on a connection are answered in
-/// order; a `more` call occupies its connection until its last reply. A
-/// connection that sends garbage or an oversized frame is answered (where
-/// possible) and closed; the server and other connections are unaffected.
+/// A front loop on a thread of its own accepts and serves plain calls
+/// (FrontLoop); a connection's first `more` call, or a message the loop
+/// cannot take, moves it to SwiftNIO, where each connection is one child
+/// task. Either way calls on a connection are answered in order; a `more`
+/// call occupies its connection until its last reply. A connection that
+/// sends garbage or an oversized frame is answered (where possible) and
+/// closed; the server and other connections are unaffected.
 public struct VarlinkServer: Sendable {
     /// What one client may hold. Every limit is documented in README.
     public struct Limits: Sendable {
