@@ -11,7 +11,7 @@ UNITDIR ?= /etc/systemd/system
 USERUNITDIR ?= /etc/systemd/user
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 
-.PHONY: bench bench-flood bench-profile bench-syscalls test-crash demo-login deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
+.PHONY: bench bench-flood bench-profile bench-syscalls test-crash demo-login demo-fleet deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -107,6 +107,10 @@ demo: venv build
 # The ways in: device login and browser login, the user's part played by headless Chromium.
 demo-login: venv build
 	$(PY) demo/demo_login.py
+
+# One grant shared by three hosts through a real PostgreSQL 15.
+demo-fleet: venv build
+	$(PY) demo/demo_fleet.py
 
 # End to end under a real systemd in a Debian bookworm container (systemd-nspawn);
 # the root filesystem is built once with debootstrap and cached in $(E2E_CACHE).
