@@ -68,7 +68,9 @@ extension FrontLoop {
         let bytes = connection.unprocessed
         connection.unprocessed = []
         let taken = bytes.withUnsafeBytes { take($0, on: connection) }
-        if !connection.gone, taken < bytes.count { connection.unprocessed = Array(bytes[taken...]) }
+        if !connection.gone, taken < bytes.count {
+            connection.unprocessed = taken == 0 ? bytes : Array(bytes[taken...])  // a message still arriving: no copy
+        }
     }
 
     /// Takes the complete messages at the start of `bytes` until a call goes
