@@ -312,3 +312,41 @@ def test_a_client_that_reads_late_gets_every_reply(server, make_tokend):
     # The daemon serves others as before.
     raw, reply = daemon.call("io.tokend.Broker.GetToken")
     assert "token" in reply["parameters"]
+
+
+def test_calls_split_at_random_points_are_answered_in_order(server, make_tokend):
+    # 300 calls of four kinds (cached, through the service, an error, another
+    # interface) sent as one byte stream cut at random points: the front loop
+    # must put messages back together across reads and across the calls it
+    # hands to the service, and answer each in order.
+    import random
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    kinds = {
+        "token": b'{"method":"io.tokend.Broker.GetToken"}\0',
+        "status": b'{"method":"io.tokend.Broker.GetStatus"}\0',
+        "missing": b'{"method":"io.tokend.Broker.GetToken","parameters":{"session":"nope"}}\0',
+        "info": b'{"method":"org.varlink.service.GetInfo"}\0',
+    }
+    seed = random.randrange(1 << 30)
+    chooser = random.Random(seed)
+    calls = [chooser.choice(list(kinds)) for _ in range(300)]
+    stream = b"".join(kinds[c] for c in calls)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(daemon.socket)
+        position = 0
+        while position < len(stream):
+            cut = position + chooser.randint(1, 200)
+            s.sendall(stream[position:cut])
+            position = cut
+            if chooser.random() < 0.1:
+                time.sleep(0.002)
+        replies = [json.loads(read_frame(s)) for _ in calls]
+    def kind(reply):
+        if reply.get("error") == "io.tokend.Broker.NoSuchSession":
+            return "missing"
+        parameters = reply.get("parameters", {})
+        return "token" if "token" in parameters else "status" if "status" in parameters else \
+            "info" if "product" in parameters else repr(reply)
+    assert [kind(r) for r in replies] == calls, f"seed {seed}"
