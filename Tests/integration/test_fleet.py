@@ -388,15 +388,21 @@ def test_a_host_cut_off_while_holding_the_lock_does_not_block_the_fleet(workdir)
         fleet = Fleet(workdir, server, pg, store_hosts={"c": namespace.db_address}, servers={"c": c_server},
                       **{"upstream-timeout": 30})
         generation = start_with_c_in(namespace, fleet, server)
+        wait_for(lambda: fleet.status("c")["store"] == "connected", 20, "C connected to the store")
         # C takes the fleet lock, writes its marker and waits on a token endpoint that never answers.
         proxy.mode = "hang"
+        answered = []
         def refresh_on_c():
             try:
-                fleet["c"].call("io.tokend.Broker.Refresh", staleGeneration=generation)
+                answered.append(fleet["c"].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1])
             except (ConnectionError, OSError):
                 pass  # C may be stopped before its upstream call times out
         threading.Thread(target=refresh_on_c, daemon=True).start()
-        wait_for(lambda: proxy.calls("hang"), 10, "C's refresh sent upstream")
+        try:
+            wait_for(lambda: proxy.calls("hang"), 10, "C's refresh sent upstream")
+        except AssertionError:
+            raise AssertionError(f"C's refresh never reached the server; C answered {answered}, "
+                                 f"status {fleet.status('c')}; log: {fleet['c'].logs()[-2000:]}")
         assert pg.sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted", database="tokend") == "1"
         namespace.cut()
         cut_at = time.time()
