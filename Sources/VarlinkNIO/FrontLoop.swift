@@ -247,7 +247,7 @@ final class FrontLoop: @unchecked Sendable {
                     return
                 }
             }
-            let peer = Self.peerCredentials(fd)
+            let peer = PeerCredentials.of(socket: fd)
             guard open.admit(limit: limits.maximumConnections) else {
                 handOff(HandedOff(fd: fd, peer: peer, admitted: false, unread: [], unwritten: []))
                 continue
@@ -260,13 +260,6 @@ final class FrontLoop: @unchecked Sendable {
             nextConnection += 1
             connections[fd] = FrontConnection(fd: fd, id: nextConnection, peer: peer, now: now)
         }
-    }
-
-    static func peerCredentials(_ fd: CInt) -> PeerCredentials? {
-        var credentials = UCred()
-        var length = socklen_t(MemoryLayout<UCred>.size)
-        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else { return nil }
-        return PeerCredentials(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid)
     }
 
     // MARK: Ending

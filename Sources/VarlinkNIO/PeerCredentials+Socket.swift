@@ -1,5 +1,3 @@
-import NIOCore
-import NIOPosix
 import Varlink
 
 #if canImport(Glibc)
@@ -14,14 +12,11 @@ struct UCred {
 }
 
 extension PeerCredentials {
-    /// SO_PEERCRED of a connected Unix socket channel; nil if unavailable.
-    static func of(_ channel: Channel) -> EventLoopFuture<PeerCredentials?> {
-        guard let provider = channel as? SocketOptionProvider else {
-            return channel.eventLoop.makeSucceededFuture(nil)
-        }
-        let future: EventLoopFuture<UCred> = provider.unsafeGetSocketOption(
-            level: .socket, name: NIOBSDSocket.Option(rawValue: SO_PEERCRED))
-        return future.map { PeerCredentials(pid: $0.pid, uid: $0.uid, gid: $0.gid) }
-            .recover { _ in nil }
+    /// SO_PEERCRED of a connected Unix socket; nil if unavailable.
+    static func of(socket fd: CInt) -> PeerCredentials? {
+        var credentials = UCred()
+        var length = socklen_t(MemoryLayout<UCred>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else { return nil }
+        return PeerCredentials(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid)
     }
 }
