@@ -1,11 +1,10 @@
 import Broker
-import NIOCore
 import Synchronization
 import TokendInterface
 import Varlink
 import VarlinkNIO
 
-/// GetToken answered on the event loop when the session's cached token is
+/// GetToken answered on the server's front loop when the session's cached token is
 /// good enough and the caller may read: no task or actor hop. Everything
 /// else (refresh needed, errors, unusual parameters) returns nil and goes
 /// the ordinary way, which applies the same rules.
@@ -13,7 +12,7 @@ final class FastGetToken: Sendable {
     let broker: Broker
     let policy: @Sendable () -> AccessPolicy
     /// The encoded reply per session, for the generation it was made for.
-    private let replies = Mutex<[String: (generation: Int, expiresAt: Int, bytes: ByteBuffer)]>([:])
+    private let replies = Mutex<[String: (generation: Int, expiresAt: Int, bytes: [UInt8])]>([:])
 
     init(broker: Broker, policy: @escaping @Sendable () -> AccessPolicy) {
         self.broker = broker
@@ -26,7 +25,7 @@ final class FastGetToken: Sendable {
 
     static let getToken = BrokerInterface.method("GetToken")
 
-    func answer(_ call: VarlinkCall, peer: PeerCredentials?) -> ByteBuffer? {
+    func answer(_ call: VarlinkCall, peer: PeerCredentials?) -> [UInt8]? {
         guard call.method == Self.getToken, !call.more, !call.oneway, !call.upgrade else {
             return nil
         }
@@ -51,9 +50,8 @@ final class FastGetToken: Sendable {
             }
             var bytes: [UInt8] = []
             VarlinkReply(parameters: ["token": token.json]).encode(into: &bytes)
-            let buffer = ByteBuffer(bytes: bytes)
-            cache[name] = (token.generation, token.expiresAt, buffer)
-            return buffer
+            cache[name] = (token.generation, token.expiresAt, bytes)
+            return bytes
         }
     }
 }

@@ -88,7 +88,7 @@ extension FrontLoop {
                 return bytes.count
             }
             if let fastPath, let reply = fastPath(call, connection.peer) {
-                reply.withUnsafeReadableBytes { output.append(contentsOf: $0) }
+                output.append(contentsOf: reply)
             } else {
                 dispatch(call, on: connection)
             }

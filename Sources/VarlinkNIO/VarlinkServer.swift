@@ -49,9 +49,9 @@ public struct VarlinkServer: Sendable {
     let source: ListenSource
     let limits: Limits
     let logger: Logger
-    /// Answers a call on the event loop when it can (returns the encoded
+    /// Answers a call on the front loop when it can (returns the encoded
     /// reply frame, NUL included), or returns nil to let the service handle it.
-    public typealias FastPath = @Sendable (VarlinkCall, PeerCredentials?) -> ByteBuffer?
+    public typealias FastPath = @Sendable (VarlinkCall, PeerCredentials?) -> [UInt8]?
 
     let oversizedFrameError: VarlinkError
     let overloadedError: VarlinkError
@@ -159,7 +159,7 @@ public struct VarlinkServer: Sendable {
     func setUp(_ channel: Channel, _ handed: HandedOff) throws -> Connection {
         let open = self.open
         if handed.admitted { channel.closeFuture.whenComplete { _ in open.release() } }
-        let calls = CallDecoder(answer: handed.admitted ? fastPath : nil, peer: handed.peer)
+        let calls = CallDecoder()
         let pipeline = channel.pipeline.syncOperations
         if !handed.unread.isEmpty || !handed.unwritten.isEmpty {
             try pipeline.addHandler(Replay(unread: handed.unread, unwritten: handed.unwritten))

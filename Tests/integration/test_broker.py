@@ -251,7 +251,7 @@ def test_config_errors_exit_78_with_one_line(workdir):
 
 
 def test_one_connection_alternating_calls_each_get_their_own_answer(server, make_tokend):
-    # The event loop keeps the last parsed frame per connection; a different frame must be parsed anew.
+    # The front loop keeps the last parsed frame per connection; a different frame must be parsed anew.
     daemon = make_tokend(server).start()
     login(daemon, server)
     frames = [b'{"method":"io.tokend.Broker.GetToken","parameters":{}}\0',
