@@ -84,12 +84,12 @@ bench-profile: venv release
 	gcc -O2 -Wall -o $(BENCH_DIR)/load bench/load.c -lpthread
 	$(PY) bench/profile.py .build/release $(BENCH_DIR)/load
 
-# System calls and user/system CPU per cached call at 16 connections (strace -c; LOOPS=N for N event loops).
+# System calls and user/system CPU per cached call at 16 connections (strace -c).
 bench-syscalls: venv release
 	@dpkg -s strace >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null; }
 	mkdir -p $(BENCH_DIR)
 	gcc -O2 -Wall -o $(BENCH_DIR)/load bench/load.c -lpthread
-	$(PY) bench/syscalls.py .build/release $(BENCH_DIR)/load $(if $(LOOPS),--loops $(LOOPS))
+	$(PY) bench/syscalls.py .build/release $(BENCH_DIR)/load
 
 # A well-behaved client's latency with 10,000 idle and 1,000 stalled connections (bench/FLOOD.md).
 bench-flood: venv release

@@ -1,9 +1,9 @@
 """make bench-syscalls: the system calls tokend makes per cached GetToken at 16
 connections (`strace -c -f` on the tokend process during 3 s of load from the
-bench's C client), and its user and system CPU per call. With --loops N,
-tokend runs N event loops (NIO_SINGLETON_GROUP_LOOP_COUNT) instead of one per core.
+bench's C client), and its user and system CPU per call. Cached calls are
+served by tokend's front loop, one thread, so there is no loop count to vary.
 
-    python bench/syscalls.py BIN_DIR LOAD [--loops N]
+    python bench/syscalls.py BIN_DIR LOAD
 """
 import argparse
 import os
@@ -20,11 +20,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("bin_dir")
     parser.add_argument("load")
-    parser.add_argument("--loops", type=int)
     args = parser.parse_args()
     directory = tempfile.mkdtemp(prefix="tksc", dir="/tmp")
-    env = dict(os.environ, **({"NIO_SINGLETON_GROUP_LOOP_COUNT": str(args.loops)} if args.loops else {}))
-    daemon = bench.Daemon(args.bin_dir, directory, bench.FakeEndpoint(), env=env)
+    daemon = bench.Daemon(args.bin_dir, directory, bench.FakeEndpoint())
     time.sleep(0.5)
     pid = daemon.process.pid
     try:
