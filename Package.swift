@@ -35,9 +35,11 @@ let package = Package(
         .target(name: "Varlink", swiftSettings: strict),
         // A string type that never prints: tokens and client secrets.
         .target(name: "Secrets", swiftSettings: strict),
-        // NUL framing, Unix-socket server and client.
         .systemLibrary(name: "CLinux"),
-        .target(name: "VarlinkNIO", dependencies: ["CLinux", "Varlink", nio, nioPosix, logging], swiftSettings: strict),
+        // The Varlink server on a Unix socket: one epoll loop, framing, limits, peer credentials. No NIO.
+        .target(name: "UnixServer", dependencies: ["CLinux", "Varlink", logging], swiftSettings: strict),
+        // The Varlink client (SwiftNIO): pipelined calls and `more` streams.
+        .target(name: "VarlinkNIO", dependencies: ["Varlink", nio, nioPosix], swiftSettings: strict),
         // The io.tokend.Broker interface: its one declaration and its typed wire values.
         .target(
             name: "TokendInterface",
@@ -66,8 +68,8 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .target(name: "Systemd", dependencies: ["CSystemd", logging], swiftSettings: strict),
         .target(name: "TokendServer", dependencies: [
-            "Broker", "Config", "CookieJar", "Fleet", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "VarlinkNIO",
-            logging, lifecycle, nio, nioPosix, .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            "Broker", "Config", "CookieJar", "Fleet", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "UnixServer",
+            logging, lifecycle, .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ], swiftSettings: strict),
         .executableTarget(name: "tokend", dependencies: [
             "TokendServer", "Systemd", "Config", "StateStore", argumentParser, logging, lifecycle,
@@ -82,12 +84,13 @@ let package = Package(
         // Test-only: a server implementing org.varlink.certification for the reference suite.
         .executableTarget(
             name: "varlink-certification",
-            dependencies: ["Varlink", "VarlinkNIO", logging, nio, nioPosix],
+            dependencies: ["Varlink", "UnixServer", logging],
             resources: [.embedInCode("org.varlink.certification.varlink")], swiftSettings: strict
         ),
         // Bench-only: SwiftNIO's own floor per call (a canned reply), next to tokend's in `make bench`.
         .executableTarget(name: "nio-floor", dependencies: [nio, nioPosix], swiftSettings: strict),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio], swiftSettings: strict),
+        .testTarget(name: "UnixServerTests", dependencies: ["UnixServer", "Varlink", logging], swiftSettings: strict),
         .testTarget(name: "OAuthTests", dependencies: [
             "OAuth", "Secrets", .product(name: "JWTKit", package: "jwt-kit"),
             .product(name: "_CryptoExtras", package: "swift-crypto"),

@@ -102,25 +102,36 @@ extension SessionActor {
     /// Brings the token files in line with the session: the current access
     /// token while there is a valid one, no file otherwise; written only when
     /// that changes (the record changes far more often, refresh markers
-    /// included). Stopping keeps them: they stay valid across a restart. A
-    /// failed write is logged; it never holds up callers.
+    /// included). The writes go on the state file's queue, after the state
+    /// they follow, never in the actor. Stopping keeps them: they stay valid
+    /// across a restart. A failed write is logged; it never holds up callers.
     func syncTokenFiles() {
         guard !tokenFiles.isEmpty else { return }
         let token = validToken(now: clock.now())?.accessToken
         if case .some(let held) = tokenFilesHold, held == token { return }
         tokenFilesHold = .some(token)
-        for file in tokenFiles {
-            guard let token else {
-                file.remove()
-                continue
+        let (files, logger) = (tokenFiles, self.logger)
+        file.afterSaves {
+            var failed = false
+            for file in files {
+                guard let token else {
+                    file.remove()
+                    continue
+                }
+                do {
+                    try file.write(token.reveal())
+                } catch {
+                    failed = true
+                    logger.error("token file not written", metadata: ["path": "\(file.path)", "problem": "\(error)"])
+                }
             }
-            do {
-                try file.write(token.reveal())
-            } catch {
-                tokenFilesHold = nil  // unknown again: the next change retries
-                logger.error("token file not written", metadata: ["path": "\(file.path)", "problem": "\(error)"])
-            }
+            if failed { Task { await self.forgetTokenFiles() } }
         }
+    }
+
+    /// A token file write failed: what they hold is unknown again, and the next change retries.
+    func forgetTokenFiles() {
+        tokenFilesHold = nil
     }
 
     static func microseconds(_ duration: Duration) -> Int64 {

@@ -198,7 +198,9 @@ extension TableReader {
             }
             let group = try entry.string("group")
             let mode = try entry.fileMode("mode") ?? (group == nil ? 0o600 : 0o640)
-            guard mode & 0o002 == 0 else { throw entry.problem("mode", "must not let everyone read the token") }
+            guard mode & 0o007 == 0 else {
+                throw entry.problem("mode", "must give other users nothing (e.g. \"0640\" with a group): it holds the access token")
+            }
             files.append(TokenFileSettings(path: "\(runtimeDirectory)/\(path)", group: group, mode: mode))
         }
         return files

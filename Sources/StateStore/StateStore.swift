@@ -193,6 +193,12 @@ public final class SessionFile: Sendable {
         }
     }
 
+    /// Runs `work` on the file's write queue, after every save asked for
+    /// before it (token files follow the state file, never the other way).
+    public func afterSaves(_ work: @escaping @Sendable () -> Void) {
+        queue.async(execute: work)
+    }
+
     /// Synchronous save, for tests that inject faults between write steps.
     public func saveNow(_ record: SessionRecord, afterStep: (AtomicFile.Step) throws -> Void = { _ in }) throws {
         try AtomicFile.write(try encode(record), to: path, afterStep: afterStep)

@@ -17,9 +17,27 @@ public struct TokenFile: Sendable, Equatable {
     }
 
     public func write(_ token: String) throws {
-        try FileManager.default.createDirectory(
-            atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try makeDirectories()
         try AtomicFile.write(Array((token + "\n").utf8), to: path, mode: mode, group: group)
+    }
+
+    /// Directories missing on the way to the file: 0750 and the file's group
+    /// (so that group can reach the file), 0700 for a file of tokend's own.
+    func makeDirectories() throws {
+        var missing: [String] = []
+        var directory = (path as NSString).deletingLastPathComponent
+        while !directory.isEmpty, directory != "/", !FileManager.default.fileExists(atPath: directory) {
+            missing.append(directory)
+            directory = (directory as NSString).deletingLastPathComponent
+        }
+        let mode: mode_t = group == nil ? 0o700 : 0o750
+        for directory in missing.reversed() {
+            guard mkdir(directory, mode) == 0 || errno == EEXIST else {
+                throw CocoaError(.fileWriteNoPermission, userInfo: [NSFilePathErrorKey: directory])
+            }
+            if let group { _ = chown(directory, uid_t.max, group) }
+            _ = chmod(directory, mode)  // not narrowed by the umask
+        }
     }
 
     /// The token is no longer valid (logout, login required): the file goes.

@@ -134,14 +134,24 @@ public final class TokendClient: Sendable {
 
     /// The session's events, beginning with a "status" event; with
     /// `sinceVersion`, the cookie changes missed since then come next.
+    ///
+    /// The subscription has a connection of its own (a `more` call occupies
+    /// its connection), so this client's other calls never wait on it. The
+    /// connection closes when the stream ends or its consumer stops.
     public func events(session: String? = nil, sinceVersion: Int? = nil) -> AsyncThrowingStream<SessionEvent, Error> {
-        let replies = connection.stream(
-            BrokerInterface.method("Subscribe"), ["session": .optional(session), "sinceVersion": .optional(sinceVersion)]
-                .filter { !$0.value.isNull })
         let socket = self.socket
+        let parameters: JSONObject = ["session": .optional(session), "sinceVersion": .optional(sinceVersion)]
         return AsyncThrowingStream { continuation in
             let task = Task {
+                let own: TokendClient
                 do {
+                    own = try await TokendClient.connect(socket: socket)
+                } catch {
+                    return continuation.finish(throwing: error)
+                }
+                do {
+                    let replies = own.connection.stream(
+                        BrokerInterface.method("Subscribe"), parameters.filter { !$0.value.isNull })
                     for try await reply in replies { continuation.yield(SessionEvent(reply)) }
                     continuation.finish()
                 } catch let error as VarlinkError {
@@ -149,6 +159,7 @@ public final class TokendClient: Sendable {
                 } catch {
                     continuation.finish(throwing: TokendClientError.unreachable(socket: socket, reason: "\(error)"))
                 }
+                await own.close()
             }
             continuation.onTermination = { _ in task.cancel() }
         }

@@ -8,8 +8,7 @@ import Glibc
 
 /// Which calls a peer (from SO_PEERCRED) may make, globally and per session.
 /// Names are resolved to ids when the policy is built (at start and on
-/// reload); a peer's groups are its primary gid plus its supplementary groups
-/// from the group database.
+/// reload); a peer's groups are those its process had when it connected.
 struct AccessPolicy: Sendable {
     enum MethodClass: String, Sendable {
         case read
@@ -37,13 +36,12 @@ struct AccessPolicy: Sendable {
             ]
         }
 
-        /// Cheap checks (uid, primary gid) first; the group database is read
-        /// only for a peer that only a supplementary group could admit.
+        /// By uid, primary gid and the supplementary groups the kernel
+        /// recorded when the peer connected: no user or group database look-up.
         func allows(_ peer: PeerCredentials, _ wanted: MethodClass) -> Bool {
             let gids = self.gids[wanted]!
             if self.uids[wanted]!.contains(peer.uid) || gids.contains(peer.gid) { return true }
-            guard !gids.isEmpty else { return false }
-            return !gids.isDisjoint(with: AccessPolicy.groups(of: peer))
+            return peer.groups.contains { gids.contains($0) }
         }
     }
 
@@ -74,24 +72,6 @@ struct AccessPolicy: Sendable {
         guard let peer else { return false }
         let rules = session.flatMap { sessions[$0] } ?? global
         return rules.allows(peer, wanted)
-    }
-
-    /// Primary gid plus supplementary groups of the peer's user, if it has an entry.
-    static func groups(of peer: PeerCredentials) -> Set<UInt32> {
-        var result: Set<UInt32> = [peer.gid]
-        var entry = passwd()
-        var buffer = [CChar](repeating: 0, count: 4096)
-        var found: UnsafeMutablePointer<passwd>?
-        guard getpwuid_r(peer.uid, &entry, &buffer, buffer.count, &found) == 0, let found, let name = found.pointee.pw_name
-        else { return result }
-        var count: Int32 = 64
-        var list = [gid_t](repeating: 0, count: Int(count))
-        if getgrouplist(name, peer.gid, &list, &count) == -1 {
-            list = [gid_t](repeating: 0, count: Int(count))
-            _ = getgrouplist(name, peer.gid, &list, &count)
-        }
-        result.formUnion(list.prefix(Int(max(0, count))))
-        return result
     }
 
     static func uid(_ name: String) throws -> UInt32 {

@@ -1,14 +1,12 @@
 import Logging
-import NIOPosix
 import Synchronization
 import Systemd
 import UnixSignals
-import VarlinkNIO
+import UnixServer
 
 extension Daemon {
     /// WATCHDOG=1 every half interval, but only after a health check proves
-    /// that the server's front loop, an event loop and every session actor
-    /// answer. A hung actor or loop stops the pings, and systemd restarts tokend.
+    /// that the server's loop and every session actor answer. A hung actor or loop stops the pings, and systemd restarts tokend.
     func watchdog(server: VarlinkServer) async {
         guard let interval = Notifier.watchdogInterval() else { return }
         let period = interval / 2
@@ -27,17 +25,16 @@ extension Daemon {
         let broker = self.broker
         return await completes(within: limit) {
             await server.ping()
-            try? await MultiThreadedEventLoopGroup.singleton.next().submit {}.get()
             for session in broker.all { await session.ping() }
         }
     }
 
     /// Test-only (TOKEND_TEST_HOOKS=1): SIGUSR2 hangs the first session
-    /// actor, SIGUSR1 the server's front loop.
+    /// actor, SIGUSR1 the server's loop.
     func hangOnSignal(server: VarlinkServer) async {
         for await signal in await UnixSignalsSequence(trapping: .sigusr2, .sigusr1) {
             if signal == .sigusr1 {
-                server.hangFrontLoopForTesting()
+                server.hangLoopForTesting()
                 continue
             }
             guard let session = broker.all.first else { continue }

@@ -4,7 +4,6 @@ import CookieJar
 import Fleet
 import Foundation
 import Logging
-import NIOPosix
 import OAuth
 import Secrets
 import ServiceLifecycle
@@ -14,7 +13,7 @@ import Systemd
 import TokendInterface
 import UnixSignals
 import Varlink
-import VarlinkNIO
+import UnixServer
 
 /// tokend as one service: sessions, the Varlink socket, systemd notification,
 /// the watchdog, reload on SIGHUP and graceful shutdown.

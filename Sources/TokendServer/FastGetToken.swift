@@ -2,9 +2,9 @@ import Broker
 import Synchronization
 import TokendInterface
 import Varlink
-import VarlinkNIO
+import UnixServer
 
-/// GetToken answered on the server's front loop when the session's cached token is
+/// GetToken answered on the server loop when the session's cached token is
 /// good enough and the caller may read: no task or actor hop. Everything
 /// else (refresh needed, errors, unusual parameters) returns nil and goes
 /// the ordinary way, which applies the same rules.

@@ -13,16 +13,19 @@ public struct ServiceInfo: Sendable {
     }
 }
 
-/// The process on the other end of a Unix socket, from SO_PEERCRED.
+/// The process on the other end of a Unix socket, from SO_PEERCRED and SO_PEERGROUPS.
 public struct PeerCredentials: Sendable, Equatable {
     public var pid: Int32
     public var uid: UInt32
     public var gid: UInt32
+    /// Supplementary groups of the peer process when it connected (SO_PEERGROUPS).
+    public var groups: [UInt32]
 
-    public init(pid: Int32, uid: UInt32, gid: UInt32) {
+    public init(pid: Int32, uid: UInt32, gid: UInt32, groups: [UInt32] = []) {
         self.pid = pid
         self.uid = uid
         self.gid = gid
+        self.groups = groups
     }
 }
 

@@ -5,7 +5,7 @@ import Foundation
 import Logging
 import Synchronization
 import Varlink
-import VarlinkNIO
+import UnixServer
 
 let interface = try VarlinkInterface(
     description: String(decoding: PackageResources.org_varlink_certification_varlink, as: UTF8.self))

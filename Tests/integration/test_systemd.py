@@ -165,7 +165,7 @@ def test_socket_activation_notify_watchdog_reload_and_stop(server, make_tokend, 
             process.kill()
 
 
-@pytest.mark.parametrize("what", ["actor", "front loop"])
+@pytest.mark.parametrize("what", ["actor", "server loop"])
 def test_hung_actor_or_front_loop_stops_watchdog_pings(server, make_tokend, workdir, what):
     # SIGUSR2 (test hooks) hangs the first session actor; SIGUSR1 the thread that serves the socket.
     daemon = make_tokend(server)
@@ -176,10 +176,10 @@ def test_hung_actor_or_front_loop_stops_watchdog_pings(server, make_tokend, work
     try:
         ready = notify.wait_for("READY=1")
         notify.wait_for("WATCHDOG=1", after=ready)
-        if what == "front loop":
+        if what == "server loop":
             daemon.call("io.tokend.Broker.GetStatus")  # served before the hang
             process.send_signal(signal.SIGUSR1)
-            wait_for(lambda: "front loop hanging on purpose" in daemon.logs(), 10, "hang")
+            wait_for(lambda: "server loop hanging on purpose" in daemon.logs(), 10, "hang")
             with socket.socket(socket.AF_UNIX) as s:  # the loop is really stuck: no answer
                 s.settimeout(1)
                 s.connect(daemon.socket)

@@ -1,0 +1,156 @@
+import Synchronization
+import Varlink
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What the service's tasks hand back to the loop: a call's replies, one
+/// reply of a stream, health checks.
+struct Mailbox {
+    enum Item {
+        /// A call's replies (any number, possibly none); the connection may be read again.
+        case finished([UInt8])
+        /// One reply of a `more` call; `written` learns whether it reached the socket.
+        case streamed([UInt8], written: CheckedContinuation<Bool, Never>)
+    }
+    var items: [(fd: CInt, connection: UInt64, item: Item)] = []
+    /// Health checks waiting for the loop to come round.
+    var pings: [CheckedContinuation<Void, Never>] = []
+    /// False once the loop has ended: nothing more is delivered.
+    var open = true
+    /// Test hook: the loop stops for good when it reads this.
+    var hang = false
+
+    var isEmpty: Bool { items.isEmpty && pings.isEmpty && !hang }
+}
+
+extension ServerLoop {
+    /// The service handles the call in a task; its replies come back through the mailbox.
+    func dispatch(_ call: VarlinkCall, on connection: Connection) {
+        connection.busy = true
+        let (fd, id, peer, service) = (connection.fd, connection.id, connection.peer, self.service)
+        let task = Task {
+            let replies = EncodedReplies()
+            try? await service.handle(
+                call, peer: peer, send: { replies.append($0) },
+                sendStreamed: { reply in
+                    // Whatever the call answered before (nothing, usually) goes first.
+                    var bytes = replies.take()
+                    reply.encode(into: &bytes)
+                    guard await self.deliver(bytes, fd: fd, connection: id) else { throw ReplyStreamClosed() }
+                })
+            self.post(.finished(replies.take()), fd: fd, connection: id)
+        }
+        if call.more { connection.stream = task }
+    }
+
+    /// From a stream's task: one reply; true once it is on the socket, false
+    /// if the connection closed first (gone, too slow, or the server stopped).
+    func deliver(_ bytes: [UInt8], fd: CInt, connection: UInt64) async -> Bool {
+        await withCheckedContinuation { (written: CheckedContinuation<Bool, Never>) in
+            if !post(.streamed(bytes, written: written), fd: fd, connection: connection) {
+                written.resume(returning: false)
+            }
+        }
+    }
+
+    @discardableResult
+    func post(_ item: Mailbox.Item, fd: CInt, connection: UInt64) -> Bool {
+        mailbox.withLock { mailbox in
+            guard mailbox.open else { return false }
+            if mailbox.isEmpty { ring() }
+            mailbox.items.append((fd, connection, item))
+            return true
+        }
+    }
+
+    /// Returns once the loop has come round to it: a hung loop never returns
+    /// (the watchdog's health check). Returns at once if the loop has ended.
+    func ping() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let waiting = mailbox.withLock { mailbox -> Bool in
+                guard mailbox.open else { return false }
+                if mailbox.isEmpty { ring() }
+                mailbox.pings.append(continuation)
+                return true
+            }
+            if !waiting { continuation.resume() }
+        }
+    }
+
+    /// Test-only (the watchdog test): the loop's thread stops for good.
+    func hangForTesting() {
+        mailbox.withLock { mailbox in
+            guard mailbox.open else { return }
+            if mailbox.isEmpty { ring() }
+            mailbox.hang = true
+        }
+    }
+
+    private func ring() {
+        var one: UInt64 = 1
+        _ = write(mail, &one, 8)
+    }
+
+    /// On the loop: everything posted since the last time.
+    func deliverMail() {
+        var count: UInt64 = 0
+        _ = read(mail, &count, 8)
+        let (batch, pings, hang) = mailbox.withLock { mailbox in
+            defer {
+                mailbox.items = []
+                mailbox.pings = []
+            }
+            return (mailbox.items, mailbox.pings, mailbox.hang)
+        }
+        if hang {
+            logger.critical("server loop hanging on purpose (TOKEND_TEST_HOOKS)")
+            while true { sleep(3600) }
+        }
+        for ping in pings { ping.resume() }
+        for (fd, id, item) in batch {
+            guard let connection = connections[fd], connection.id == id else {
+                if case .streamed(_, let written) = item { written.resume(returning: false) }
+                continue
+            }
+            switch item {
+            case .finished(let replies): answered(connection, replies: replies)
+            case .streamed(let reply, let written): streamed(connection, reply: reply, written: written)
+            }
+        }
+    }
+
+    /// After the loop ends: nothing more is taken, and waiting pings return.
+    func closeMailbox() {
+        let (pings, items) = mailbox.withLock { mailbox in
+            mailbox.open = false
+            defer {
+                mailbox.pings = []
+                mailbox.items = []
+            }
+            return (mailbox.pings, mailbox.items)
+        }
+        for ping in pings { ping.resume() }
+        for (_, _, item) in items {
+            if case .streamed(_, let written) = item { written.resume(returning: false) }
+        }
+    }
+}
+
+/// A call's replies as the service sends them, encoded.
+final class EncodedReplies: Sendable {
+    private let bytes = Mutex<[UInt8]>([])
+
+    func append(_ reply: VarlinkReply) {
+        bytes.withLock { reply.encode(into: &$0) }
+    }
+
+    /// The replies so far, leaving none.
+    func take() -> [UInt8] {
+        bytes.withLock { bytes in
+            defer { bytes = [] }
+            return bytes
+        }
+    }
+}

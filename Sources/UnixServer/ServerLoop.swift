@@ -1,0 +1,317 @@
+import CLinux
+import Logging
+import Synchronization
+import Varlink
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The server: one thread with epoll that owns the listening socket and
+/// every connection, for the connection's whole life.
+///
+/// - A call the fast path answers at once (a cached token) is answered where
+///   it is read, one write per read.
+/// - Any other call goes to the service in a task; its replies come back
+///   through the mailbox and the loop writes them. The connection is not read
+///   meanwhile, so replies stay in order. A `more` call's replies come back
+///   one by one; the task learns when each is on the socket.
+/// - A malformed or oversized message is answered and the connection closed;
+///   `upgrade` is answered with an error.
+/// - A connection over the limit, or from a peer the admission check turns
+///   away, is answered and closed here: no task, and no slot.
+/// Frame, idle and write timeouts are checked once a second.
+final class ServerLoop: @unchecked Sendable {
+    let listener: CInt
+    let limits: VarlinkServer.Limits
+    let errors: VarlinkServer.Errors
+    let fastPath: VarlinkServer.FastPath?
+    let admission: VarlinkServer.Admission?
+    let service: VarlinkService
+    let logger: Logger
+    let ended: @Sendable () -> Void
+    let epoll: CInt
+    /// Written once by `stop()`.
+    let wake: CInt
+    /// Written when the mailbox gains its first entry.
+    let mail: CInt
+    let stopping = Atomic(false)
+    let mailbox = Mutex(Mailbox())
+
+    // Everything below belongs to the loop's thread.
+    var connections: [CInt: Connection] = [:]
+    /// Admitted connections (refused ones are kept apart, briefly).
+    var admitted = 0
+    var refusedHeld = 0
+    var refusedSinceLog = 0
+    var lastRefusalLog: Int64 = 0
+    var nextConnection: UInt64 = 0
+    let input = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+    /// Replies made during one read, written with one call.
+    var output: [UInt8] = []
+    var now: Int64 = 0
+    var lastCheck: Int64 = 0
+    var acceptPausedUntil: Int64?
+
+    init(
+        listener: CInt, limits: VarlinkServer.Limits, errors: VarlinkServer.Errors, fastPath: VarlinkServer.FastPath?,
+        admission: VarlinkServer.Admission?, service: VarlinkService, logger: Logger,
+        ended: @escaping @Sendable () -> Void
+    ) throws {
+        self.listener = listener
+        self.limits = limits
+        self.errors = errors
+        self.fastPath = fastPath
+        self.admission = admission
+        self.service = service
+        self.logger = logger
+        self.ended = ended
+        let flags = fcntl(listener, F_GETFL)
+        guard flags >= 0, fcntl(listener, F_SETFL, flags | O_NONBLOCK) == 0 else {
+            throw SocketSetupError(path: "listening socket", operation: "fcntl", errno: errno)
+        }
+        epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
+        wake = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
+        mail = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
+        guard epoll >= 0, wake >= 0, mail >= 0 else {
+            throw SocketSetupError(path: "listening socket", operation: "epoll", errno: errno)
+        }
+        for fd in [listener, wake, mail] where !watch(fd, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD) {
+            throw SocketSetupError(path: "listening socket", operation: "epoll_ctl", errno: errno)
+        }
+        output.reserveCapacity(64 * 1024)
+    }
+
+    /// Runs the loop on a thread of its own until `stop()`.
+    func start() {
+        var thread = pthread_t()
+        let started = pthread_create(
+            &thread, nil,
+            { argument in
+                let loop = Unmanaged<ServerLoop>.fromOpaque(argument!).takeRetainedValue()
+                loop.run()
+                return nil
+            }, Unmanaged.passRetained(self).toOpaque())
+        precondition(started == 0, "cannot start the server's thread: \(String(cString: strerror(started)))")
+        pthread_detach(thread)
+    }
+
+    /// Ends the loop: it closes the listening socket and every connection,
+    /// then calls `ended` (which it also does if epoll fails).
+    func stop() {
+        guard !stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        var one: UInt64 = 1
+        _ = write(wake, &one, 8)
+    }
+
+    private func run() {
+        var events = [epoll_event](repeating: epoll_event(), count: 1024)
+        let interval = limits.checkInterval.nanoseconds
+        loop: while true {
+            let count = events.withUnsafeMutableBufferPointer {
+                epoll_wait(epoll, $0.baseAddress, 1024, Int32(interval / 1_000_000))
+            }
+            if count < 0, errno != EINTR {
+                logger.critical("server loop failed", metadata: ["error": "\(String(cString: strerror(errno)))"])
+                break
+            }
+            now = Self.monotonicNow()
+            var accepting = false
+            for index in 0..<max(0, Int(count)) {
+                let fd = events[index].data.fd
+                if fd == wake { break loop }
+                if fd == listener {
+                    accepting = true
+                } else if fd == mail {
+                    deliverMail()
+                } else if let connection = connections[fd] {
+                    ready(connection, flags: events[index].events)
+                }
+            }
+            // After the batch: a descriptor closed above and reused by accept
+            // must not receive the rest of the batch's events for the old one.
+            if accepting { acceptAll() }
+            if now - lastCheck >= interval {
+                lastCheck = now
+                check()
+            }
+        }
+        closeMailbox()
+        for connection in Array(connections.values) { close(connection) }
+        for fd in [listener, epoll, wake, mail] { Glibc.close(fd) }
+        input.deallocate()
+        ended()
+    }
+
+    // MARK: Accepting
+
+    private func acceptAll() {
+        for _ in 0..<256 {
+            let fd = accept4(listener, nil, nil, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
+            guard fd >= 0 else {
+                switch errno {
+                case EAGAIN, EINTR: return
+                case ECONNABORTED, EPROTO: continue
+                default:
+                    // Out of descriptors or memory: stop accepting for a moment
+                    // rather than spin on a listener that stays readable.
+                    logger.warning(
+                        "cannot accept connections", metadata: ["error": "\(String(cString: strerror(errno)))"])
+                    _ = watch(listener, events: 0, operation: EPOLL_CTL_DEL)
+                    acceptPausedUntil = now + 100_000_000
+                    return
+                }
+            }
+            let peer = PeerCredentials.of(socket: fd)
+            if let refusal = admission?(peer) {
+                refuse(fd, peer: peer, with: refusal, reason: "peer may call nothing")
+            } else if admitted >= limits.maximumConnections {
+                refuse(fd, peer: peer, with: errors.overloaded, reason: "too many connections")
+            } else {
+                register(fd, peer: peer, refused: false)
+            }
+        }
+    }
+
+    @discardableResult
+    private func register(_ fd: CInt, peer: PeerCredentials?, refused: Bool) -> Connection? {
+        guard watch(fd, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD) else {
+            Glibc.close(fd)
+            return nil
+        }
+        nextConnection += 1
+        let connection = Connection(fd: fd, id: nextConnection, peer: peer, now: now, refused: refused)
+        connections[fd] = connection
+        if refused { refusedHeld += 1 } else { admitted += 1 }
+        return connection
+    }
+
+    /// Answers `error` at once and closes once the client's first message
+    /// arrives (so that it reads the answer rather than a reset), or after a
+    /// short linger. Refused connections hold no slot; beyond as many as the
+    /// limit they are closed right after the answer.
+    private func refuse(_ fd: CInt, peer: PeerCredentials?, with error: VarlinkError, reason: String) {
+        var frame: [UInt8] = []
+        VarlinkReply(error).encode(into: &frame)
+        _ = frame.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        refusedSinceLog += 1
+        if now - lastRefusalLog >= 1_000_000_000 {
+            logger.warning(
+                "connection refused: \(reason)",
+                metadata: [
+                    "limit": "\(limits.maximumConnections)", "refused": "\(refusedSinceLog)",
+                    "peer.uid": "\(peer.map { String($0.uid) } ?? "unknown")",
+                    "peer.pid": "\(peer.map { String($0.pid) } ?? "unknown")",
+                ])
+            lastRefusalLog = now
+            refusedSinceLog = 0
+        }
+        guard refusedHeld < limits.maximumConnections, register(fd, peer: peer, refused: true) != nil else {
+            Glibc.close(fd)
+            return
+        }
+    }
+
+    // MARK: Ending
+
+    /// Closes connections that hold resources without using them.
+    private func check() {
+        if let until = acceptPausedUntil, now >= until {
+            acceptPausedUntil = nil
+            _ = watch(listener, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
+        }
+        let frameTimeout = limits.frameTimeout.nanoseconds
+        let writeTimeout = limits.writeTimeout.nanoseconds
+        let idleTimeout = limits.idleTimeout.nanoseconds
+        for connection in Array(connections.values) {
+            if connection.refused {
+                if now - connection.lastActive > limits.refusedLinger.nanoseconds { close(connection) }
+                continue
+            }
+            var reason: String?
+            if let since = connection.unwritableSince, now - since > writeTimeout {
+                reason = "replies not read for \(writeTimeout / 1_000_000_000) s"
+            } else if connection.busy {
+                continue  // a call in progress or a subscriber waiting for events is not idle
+            } else if let started = connection.frameStarted, now - started > frameTimeout {
+                reason = "incomplete message for \(frameTimeout / 1_000_000_000) s"
+            } else if connection.unprocessed.isEmpty, connection.unwritten.isEmpty,
+                now - connection.lastActive > idleTimeout
+            {
+                reason = "idle for \(idleTimeout / 1_000_000_000) s"
+            }
+            guard let reason else { continue }
+            logger.notice("closing connection", metadata: ["reason": "\(reason)"])
+            close(connection)
+        }
+    }
+
+    func close(_ connection: Connection) {
+        guard !connection.gone else { return }
+        connections[connection.fd] = nil
+        connection.gone = true
+        Glibc.close(connection.fd)
+        if connection.refused { refusedHeld -= 1 } else { admitted -= 1 }
+        connection.stream?.cancel()
+        for waiting in connection.deliveries { waiting.written.resume(returning: false) }
+        connection.deliveries = []
+    }
+
+    func watch(_ fd: CInt, events: UInt32, operation: Int32) -> Bool {
+        var event = epoll_event()
+        event.events = events
+        event.data.fd = fd
+        return epoll_ctl(epoll, operation, fd, &event) == 0
+    }
+
+    static func monotonicNow() -> Int64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
+    }
+}
+
+/// A connection while the loop serves it. Loop thread only.
+final class Connection {
+    let fd: CInt
+    /// Tells this connection from a later one that reuses its descriptor.
+    let id: UInt64
+    let peer: PeerCredentials?
+    /// Over the limit or turned away: answered, read once, closed.
+    let refused: Bool
+    /// The last read, or the last answer.
+    var lastActive: Int64
+    /// When the first byte of the unfinished message at the end of
+    /// `unprocessed` arrived; nil when no message is unfinished.
+    var frameStarted: Int64?
+    /// Bytes read and not yet taken: the start of an unfinished message, or
+    /// the calls that came after one the service is handling.
+    var unprocessed: [UInt8] = []
+    var unwritten: [UInt8] = []
+    var unwritableSince: Int64?
+    /// Bytes handed to the kernel, and bytes queued, since the connection began.
+    var sent = 0
+    var queued = 0
+    /// A call is with the service; the connection is not read until it answers.
+    var busy = false
+    /// The task of the `more` call in progress, cancelled if the connection closes.
+    var stream: Task<Void, Never>?
+    /// Streamed replies queued and not yet on the socket, oldest first.
+    var deliveries: [(end: Int, written: CheckedContinuation<Bool, Never>)] = []
+    /// Answered a protocol error: closes once that answer is written.
+    var closing = false
+    var gone = false
+    /// The epoll events asked for.
+    var interest = EPOLLIN.rawValue
+    /// The last frame parsed, and its call.
+    var lastFrame: [UInt8] = []
+    var lastCall: VarlinkCall?
+
+    init(fd: CInt, id: UInt64, peer: PeerCredentials?, now: Int64, refused: Bool) {
+        self.fd = fd
+        self.id = id
+        self.peer = peer
+        self.lastActive = now
+        self.refused = refused
+    }
+}
