@@ -49,21 +49,23 @@ let package = Package(
         // Token requests and responses (pure) and the AsyncHTTPClient-backed endpoint client.
         // Discovery, device and authorization-code logins, ID tokens (jwt-kit).
         .target(name: "OAuth", dependencies: [
-            "CookieJar", "Secrets", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
+            "CookieJar", "Loopback", "Secrets", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
             .product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit"),
         ], swiftSettings: strict),
         // RFC 6265 cookie jar: parser, storage, retrieval, change log. Foundation only.
-        .target(name: "CookieJar", swiftSettings: strict),
+        .target(name: "CookieJar", dependencies: ["Loopback"], swiftSettings: strict),
+        // What counts as loopback (an IP literal in 127/8 or ::1), said once.
+        .target(name: "Loopback", swiftSettings: strict),
         .target(name: "StateStore", dependencies: [
             "CookieJar", "Secrets", logging, .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: strict),
-        .target(name: "Broker", dependencies: ["CookieJar", "OAuth", "Secrets", "StateStore", logging], swiftSettings: strict),
+        .target(name: "Broker", dependencies: ["CookieJar", "Loopback", "OAuth", "Secrets", "StateStore", logging], swiftSettings: strict),
         // A session shared by several hosts through PostgreSQL: schema, fleet lock, sealed record, LISTEN.
         .target(name: "Fleet", dependencies: [
             "Broker", "StateStore", logging, .product(name: "PostgresNIO", package: "postgres-nio"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ], swiftSettings: strict),
-        .target(name: "Config", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")], swiftSettings: strict),
+        .target(name: "Config", dependencies: ["Loopback", .product(name: "TOMLKit", package: "TOMLKit")], swiftSettings: strict),
         // libsystemd (Debian: libsystemd-dev) and the small Swift layer over it.
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .target(name: "Systemd", dependencies: ["CSystemd", logging], swiftSettings: strict),
@@ -75,7 +77,7 @@ let package = Package(
             "TokendServer", "Systemd", "Config", "StateStore", argumentParser, logging, lifecycle,
         ], swiftSettings: strict),
         .target(name: "TokendClient", dependencies: ["Varlink", "VarlinkNIO", "TokendInterface", nio, nioPosix], swiftSettings: strict),
-        .executableTarget(name: "tokenctl", dependencies: ["TokendClient", "Varlink", argumentParser], swiftSettings: strict),
+        .executableTarget(name: "tokenctl", dependencies: ["Loopback", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
         // WebExtension native messaging framing (pure) and the host the browser starts.
         .target(name: "NativeMessaging", dependencies: ["Varlink"], swiftSettings: strict),
         .executableTarget(name: "tokend-native-host", dependencies: [
@@ -87,8 +89,6 @@ let package = Package(
             dependencies: ["Varlink", "UnixServer", logging],
             resources: [.embedInCode("org.varlink.certification.varlink")], swiftSettings: strict
         ),
-        // Bench-only: SwiftNIO's own floor per call (a canned reply), next to tokend's in `make bench`.
-        .executableTarget(name: "nio-floor", dependencies: [nio, nioPosix], swiftSettings: strict),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio], swiftSettings: strict),
         .testTarget(name: "UnixServerTests", dependencies: ["UnixServer", "Varlink", logging], swiftSettings: strict),
         .testTarget(name: "OAuthTests", dependencies: [
@@ -97,7 +97,7 @@ let package = Package(
         ], swiftSettings: strict),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "CookieJar", "Secrets"], swiftSettings: strict),
         .testTarget(name: "BrokerTests", dependencies: ["Broker", "CookieJar", "OAuth", "Secrets", "StateStore"], swiftSettings: strict),
-        .testTarget(name: "CookieJarTests", dependencies: ["CookieJar"], swiftSettings: strict),
+        .testTarget(name: "CookieJarTests", dependencies: ["CookieJar", "Loopback"], swiftSettings: strict),
         .testTarget(name: "NativeMessagingTests", dependencies: ["NativeMessaging", "Varlink"], swiftSettings: strict),
         .testTarget(name: "ConfigTests", dependencies: ["Config"], swiftSettings: strict),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", logging], swiftSettings: strict),

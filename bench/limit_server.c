@@ -2,6 +2,10 @@
  * Unix stream socket that answers every NUL-terminated request with a canned
  * reply of a given size (GetToken's), doing no other work.
  *
+ * A connection whose request has "more":true is a subscriber: on SIGUSR1
+ * the server writes one event frame (a refresh's, of the same size) to every
+ * subscriber, the floor for tokend's fan-out of one refresh.
+ *
  *   limit_server PATH REPLY_BYTES
  */
 #define _GNU_SOURCE
@@ -22,11 +26,19 @@ struct conn {
     char *out;        /* pending reply bytes */
     size_t out_len, out_cap;
     int want_out;     /* registered for EPOLLOUT */
+    int subscriber;
 };
 
 static struct conn conns[MAX_CONNS];
 static char *reply;
 static size_t reply_len;
+static char *event_frame;
+static volatile sig_atomic_t fire;
+
+static void on_usr1(int signal) {
+    (void)signal;
+    fire = 1;
+}
 
 static void queue_replies(struct conn *c, int count) {
     size_t need = c->out_len + (size_t)count * reply_len;
@@ -63,6 +75,14 @@ int main(int argc, char **argv) {
     memcpy(reply, "{\"parameters\":{\"pad\":\"", 22);
     memcpy(reply + reply_len - 4, "\"}}", 3);
     reply[reply_len - 1] = 0;
+    event_frame = malloc(reply_len);
+    memset(event_frame, 'x', reply_len);
+    const char *event_start = "{\"parameters\":{\"event\":\"refreshed\",\"pad\":\"";
+    memcpy(event_frame, event_start, strlen(event_start));
+    memcpy(event_frame + reply_len - 4, "\"}}", 3);
+    event_frame[reply_len - 1] = 0;
+    struct sigaction action = {.sa_handler = on_usr1};
+    sigaction(SIGUSR1, &action, NULL);
 
     int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     struct sockaddr_un address = {.sun_family = AF_UNIX};
@@ -81,6 +101,13 @@ int main(int argc, char **argv) {
     static char buffer[65536];
     for (;;) {
         int n = epoll_wait(ep, events, 1024, -1);
+        if (fire) {
+            fire = 0;
+            for (int fd = 0; fd < MAX_CONNS; fd++) {
+                if (!conns[fd].subscriber) continue;
+                if (write(fd, event_frame, reply_len) < 0 && errno != EAGAIN) conns[fd].subscriber = 0;
+            }
+        }
         for (int i = 0; i < n; i++) {
             int fd = events[i].data.fd;
             if (fd == listener) {
@@ -100,8 +127,10 @@ int main(int argc, char **argv) {
                     epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
                     close(fd);
                     c->out_len = 0;
+                    c->subscriber = 0;
                     continue;
                 }
+                if (memmem(buffer, (size_t)got, "\"more\":true", 11)) c->subscriber = 1;
                 int requests = 0;
                 for (char *p = buffer; (p = memchr(p, 0, (size_t)(buffer + got - p))) != NULL; p++) requests++;
                 queue_replies(c, requests);

@@ -285,7 +285,7 @@ static int hold(const char *path, int n, const char *request, const char *mark) 
     fflush(stdout);
     char line[64];
     if (!fgets(line, sizeof line, stdin) || strcmp(request, "-") == 0) return 0;
-    double start = now();
+    double start = now(), first = 0;
     int remaining = n;
     static struct epoll_event events[4096];
     while (remaining > 0) {
@@ -295,12 +295,15 @@ static int hold(const char *path, int n, const char *request, const char *mark) 
             int index = (int)events[i].data.u32;
             ssize_t got = read(fds[index], buffer, sizeof buffer);
             if (got > 0 && !seen[index] && memmem(buffer, (size_t)got, mark, strlen(mark))) {
+                if (remaining == n) first = now();
                 seen[index] = 1;
                 remaining--;
             }
         }
     }
-    printf("{\"mode\":\"fanout\",\"subscribers\":%d,\"all_received_ms\":%.1f}\n", n, (now() - start) * 1e3);
+    double end = now();
+    printf("{\"mode\":\"fanout\",\"subscribers\":%d,\"all_received_ms\":%.1f,\"first_to_last_ms\":%.1f}\n", n,
+           (end - start) * 1e3, (end - first) * 1e3);
     return 0;
 }
 

@@ -8,7 +8,7 @@ id per session. Then:
    driven by this script, standing in for your phone) signs in on the
    server's page, enters the code and approves. tokenctl reports who is
    logged in.
-2. `tokenctl login --browser` prints an authorization URL and listens on
+2. `tokenctl login --browser` prints a start URL (its own page, which sends the browser to the provider) and listens on
    127.0.0.1; the browser signs in, approves, and is sent back to tokenctl,
    whose page says "you can close this tab".
 3. `tokenctl token` and `tokenctl status` on both sessions.

@@ -73,6 +73,17 @@ extension SessionActor {
         await adoptions.take()
         defer { adoptions.pass() }
         if let sharedVersion, remote.version <= sharedVersion { return }
+        // Generations never go back: an older one is a rolled-back refresh
+        // token (a database writer's doing), and using it would revoke the family.
+        guard remote.record.generation >= record.generation else {
+            logger.critical(
+                "refused the fleet's copy: it holds an older generation than this host",
+                metadata: [
+                    "version": "\(remote.version)", "generation": "\(remote.record.generation)",
+                    "own_generation": "\(record.generation)", "host": "\(remote.writtenBy)",
+                ])
+            return
+        }
         if fleetBehind {
             logger.critical(
                 "fenced off: another host wrote the session before this host's refreshed token reached the store; its copy wins",

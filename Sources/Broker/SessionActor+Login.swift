@@ -1,5 +1,6 @@
 import Foundation
 import CookieJar
+import Loopback
 import OAuth
 import Secrets
 import StateStore
@@ -236,12 +237,14 @@ extension SessionActor {
         login.owner == nil || caller == 0 || caller == login.owner
     }
 
-    /// RFC 8252 §7.3: http to a loopback IP literal (any port); `localhost` is allowed too (§8.3 advises against it).
+    /// RFC 8252 §7.3: http to a loopback IP literal (any port). Not
+    /// `localhost` (§8.3): it may resolve to [::1] where another local user
+    /// listens on the port tokenctl took on 127.0.0.1.
     static func isLoopbackRedirect(_ uri: String) -> Bool {
         guard let url = URLComponents(string: uri), url.scheme == "http", let host = url.host, url.port != nil,
             url.query == nil, url.fragment == nil
         else { return false }
-        return host == "127.0.0.1" || host == "::1" || host == "[::1]" || host == "localhost"
+        return Loopback.isLiteral(host)
     }
 
     /// Discovery only accepts a document naming the configured issuer, so the

@@ -181,15 +181,22 @@ public actor SessionActor {
     /// Compare-and-refresh: a caller holding an older generation than the
     /// current one gets the current token; otherwise the token is refreshed
     /// (joining a refresh already in flight).
-    public func refresh(staleGeneration: Int?) async throws -> Token {
+    ///
+    /// A refresh the caller forces (no `staleGeneration`, or one at or above
+    /// the current generation: nothing newer to hand out) asks `mayStart`
+    /// before it makes an upstream call; joining a refresh in flight never
+    /// does. `mayStart` returns nil to allow it, or the seconds to wait.
+    public func refresh(staleGeneration: Int?, mayStart: @Sendable () -> Int? = { nil }) async throws -> Token {
         if announcing, let inFlight { return try await inFlight.value }
         try requireActive()
         let now = clock.now()
-        if let staleGeneration, staleGeneration < record.generation, let token = currentToken,
-            Double(token.expiresAt) > now
-        {
+        let valid = currentToken.flatMap { Double($0.expiresAt) > now ? $0 : nil }
+        if let staleGeneration, staleGeneration < record.generation, let valid {
             coalesced += 1
-            return token
+            return valid
+        }
+        if inFlight == nil, valid != nil, let wait = mayStart() {
+            throw RefreshLimited(session: name, retryAfter: wait)
         }
         return try await refreshUnlessBackingOff(now: now)
     }
@@ -250,4 +257,10 @@ public actor SessionActor {
             throw BrokerError.loginRequired(name, record.reason ?? "not logged in")
         }
     }
+}
+
+/// A forced refresh refused by the caller's limit (see `refresh(staleGeneration:mayStart:)`).
+public struct RefreshLimited: Error, Sendable {
+    public let session: String
+    public let retryAfter: Int
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Loopback
 import TOMLKit
 
 extension Configuration {
@@ -32,7 +33,7 @@ extension Configuration {
             let r = TableReader(file: file, table: table, path: "daemon")
             try r.allowOnly([
                 "socket", "state-directory", "runtime-directory", "state-key-file", "socket-mode", "log-level", "log-target",
-                "max-connections", "idle-timeout", "frame-timeout", "write-timeout", "forced-refreshes-per-minute", "host-id",
+                "max-connections", "max-connections-per-user", "idle-timeout", "frame-timeout", "write-timeout", "forced-refreshes-per-minute", "host-id",
             ])
             daemon.hostID = try r.string("host-id")
             if let hostID = daemon.hostID, hostID.isEmpty || hostID.utf8.count > 63 || hostID.contains(where: \.isWhitespace) {
@@ -41,6 +42,7 @@ extension Configuration {
             daemon.frameTimeout = try r.integer("frame-timeout", in: 1...3600) ?? daemon.frameTimeout
             daemon.writeTimeout = try r.integer("write-timeout", in: 1...3600) ?? daemon.writeTimeout
             daemon.maxConnections = try r.integer("max-connections", in: 1...65536) ?? daemon.maxConnections
+            daemon.maxConnectionsPerUser = try r.integer("max-connections-per-user", in: 1...65536)
             daemon.idleTimeout = try r.integer("idle-timeout", in: 1...86400) ?? daemon.idleTimeout
             daemon.forcedRefreshesPerMinute = try r.integer("forced-refreshes-per-minute", in: 1...600)
                 ?? daemon.forcedRefreshesPerMinute
@@ -310,8 +312,8 @@ struct TableReader {
         switch scheme {
         case "https": return url
         case "http":
-            guard ["localhost", "127.0.0.1", "::1", "[::1]"].contains(host) || host.hasPrefix("127.") else {
-                throw problem(name, "must use https (plain http is accepted only for loopback addresses)")
+            guard Loopback.isLiteral(host) else {
+                throw problem(name, "must use https (plain http is accepted only for 127.0.0.1 or [::1], not a name)")
             }
             return url
         default:

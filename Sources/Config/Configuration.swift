@@ -51,6 +51,8 @@ public struct DaemonSettings: Sendable, Equatable {
     public var socketMode: UInt32 = 0o660
     /// Connections served at once; more are answered TooManyConnections.
     public var maxConnections = 512
+    /// Connections one non-admin uid may hold; nil: half of maxConnections.
+    public var maxConnectionsPerUser: Int?
     /// Seconds a connection may stay without a call in progress or data.
     public var idleTimeout = 300
     /// Seconds a begun message may take to complete.

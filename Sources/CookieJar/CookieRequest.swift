@@ -1,4 +1,5 @@
 import Foundation
+import Loopback
 
 /// The parts of a request URL that cookie storage and retrieval look at.
 public struct CookieRequest: Sendable, Equatable {
@@ -6,7 +7,8 @@ public struct CookieRequest: Sendable, Equatable {
     public var host: String
     /// The percent-encoded path, "/" when empty.
     public var path: String
-    /// A secure context: https, or http to a loopback host (as browsers treat localhost).
+    /// A secure context: https, or http to a loopback IP literal (never a name
+    /// such as `127.example.com`, which anything may resolve to).
     public var secure: Bool
 
     public init(host: String, path: String, secure: Bool) {
@@ -23,9 +25,9 @@ public struct CookieRequest: Sendable, Equatable {
         else { return nil }
         var canonical = host.lowercased()
         if canonical.hasPrefix("["), canonical.hasSuffix("]") { canonical = String(canonical.dropFirst().dropLast()) }
-        let loopback = canonical == "localhost" || canonical.hasSuffix(".localhost") || canonical == "::1"
-            || canonical.hasPrefix("127.")
-        self.init(host: canonical, path: components.percentEncodedPath, secure: scheme == "https" || loopback)
+        self.init(
+            host: canonical, path: components.percentEncodedPath,
+            secure: scheme == "https" || Loopback.isLiteral(canonical))
     }
 
     public init?(string: String) {

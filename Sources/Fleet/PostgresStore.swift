@@ -249,13 +249,22 @@ public final class PostgresStore: SharedStore {
         watchProblem.withLock { $0 = nil }
         guard let (version, text, writtenBy) = row else { return nil }
         knownVersion.max(version, ordering: .relaxed)
+        let record: SessionRecord
         do {
-            return SharedRecord(version: version, record: try codec.openSealed(text), writtenBy: writtenBy)
+            record = try codec.openSealed(text)
         } catch {
             throw SharedStoreError(
                 "the shared record (written by \(writtenBy)) cannot be opened: \(error.problem). "
                     + "Every host of the fleet needs the same state key")
         }
+        // A record sealed for another version was moved there by someone
+        // with write access to the database, not written by a host.
+        if let sealedFor = record.fleetVersion, sealedFor != version {
+            throw SharedStoreError(
+                "the shared record at version \(version) was sealed for version \(sealedFor): replayed or altered "
+                    + "in the database; not adopted")
+        }
+        return SharedRecord(version: version, record: record, writtenBy: writtenBy)
     }
 }
 
@@ -282,7 +291,10 @@ final class PostgresLease: SharedLease {
         let store = self.store
         let connection = self.connection
         do {
-            let text = try store.codec.sealedText(record)
+            // The version the row will have, under the seal (see PostgresStore.read).
+            var bound = record
+            bound.fleetVersion = (expected ?? 0) + 1
+            let text = try store.codec.sealedText(bound)
             let generation = Int64(record.generation)
             return try await store.within(store.statementTimeout, on: connection, "writing the shared record") {
                 let rows: PostgresRowSequence

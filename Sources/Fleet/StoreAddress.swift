@@ -3,9 +3,9 @@ import NIOSSL
 import PostgresNIO
 
 /// Where a fleet's shared store is: `postgresql://USER@HOST[:PORT]/DATABASE[?sslmode=MODE&sslrootcert=FILE]`.
-/// sslmode means what it means to libpq: disable, prefer (the default), require (encrypted, any
-/// certificate), verify-ca (a certificate from sslrootcert or the system's CAs), verify-full (and
-/// the host name).
+/// sslmode means what it means to libpq: disable, prefer, require (encrypted, any certificate),
+/// verify-ca (a certificate from sslrootcert or the system's CAs), verify-full (and the host name;
+/// the default: anything less lets a man in the middle feed every host an old record).
 public struct StoreAddress: Sendable, CustomStringConvertible {
     public let host: String
     public let port: Int
@@ -29,7 +29,7 @@ public struct StoreAddress: Sendable, CustomStringConvertible {
         for name in query.keys where !["sslmode", "sslrootcert"].contains(name) {
             throw SharedStoreSetupError("\(name): unknown parameter (known: sslmode, sslrootcert)")
         }
-        sslMode = query["sslmode"] ?? "prefer"
+        sslMode = query["sslmode"] ?? "verify-full"
         guard Self.sslModes.contains(sslMode) else {
             throw SharedStoreSetupError("sslmode=\(sslMode): use one of \(Self.sslModes.joined(separator: ", "))")
         }

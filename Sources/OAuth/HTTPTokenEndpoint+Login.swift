@@ -1,4 +1,5 @@
 import Foundation
+import Loopback
 import Secrets
 
 extension HTTPTokenEndpoint {
@@ -106,7 +107,5 @@ extension HTTPTokenEndpoint {
 
 /// https, or plain http to a loopback address (where no network can read tokens).
 public func isSafeEndpoint(_ url: URL) -> Bool {
-    guard let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty else { return false }
-    if scheme == "https" { return true }
-    return scheme == "http" && (["localhost", "::1", "[::1]"].contains(host) || host.hasPrefix("127."))
+    Loopback.isSafeScheme(url.scheme, host: url.host)
 }

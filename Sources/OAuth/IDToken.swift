@@ -62,8 +62,16 @@ public struct IDTokenVerifier: Sendable {
             throw IDTokenError("the ID token's issuer is \"\(TokenResponse.sanitize(claims.iss.value))\", not \"\(issuer)\"")
         }
         guard claims.aud.value.contains(clientID) else { throw IDTokenError("the ID token is not meant for this client") }
-        if claims.aud.value.count > 1, let azp = claims.azp, azp != clientID {
+        // OIDC Core §3.1.3.7: with several audiences, azp must be there and name this client.
+        if claims.aud.value.count > 1 || claims.azp != nil, claims.azp != clientID {
             throw IDTokenError("the ID token was issued to another party (azp)")
+        }
+        let now = Date().timeIntervalSince1970
+        if let issuedAt = claims.iat?.value.timeIntervalSince1970, issuedAt > now + IDTokenClaims.skew {
+            throw IDTokenError("the ID token was issued in the future (iat)")
+        }
+        if let notBefore = claims.nbf?.value.timeIntervalSince1970, notBefore > now + IDTokenClaims.skew {
+            throw IDTokenError("the ID token is not valid yet (nbf)")
         }
         if let nonce {
             guard let received = claims.nonce, constantTimeEqual(received, nonce) else {
@@ -93,18 +101,23 @@ struct IDTokenClaims: JWTPayload {
     var sub: SubjectClaim
     var aud: AudienceClaim
     var exp: ExpirationClaim
+    var iat: IssuedAtClaim?
+    var nbf: NotBeforeClaim?
     var azp: String?
     var nonce: String?
     var preferredUsername: String?
     var email: String?
 
     enum CodingKeys: String, CodingKey {
-        case iss, sub, aud, exp, azp, nonce, email
+        case iss, sub, aud, exp, iat, nbf, azp, nonce, email
         case preferredUsername = "preferred_username"
     }
 
-    /// `exp` with a minute's allowance for clock skew.
+    /// The allowance for clock skew, either way.
+    static let skew: Double = 60
+
+    /// `exp` with the skew allowance (`iat` and `nbf` are checked by `verify(_:nonce:)`).
     func verify(using algorithm: some JWTAlgorithm) async throws {
-        try exp.verifyNotExpired(currentDate: Date().addingTimeInterval(-60))
+        try exp.verifyNotExpired(currentDate: Date().addingTimeInterval(-Self.skew))
     }
 }

@@ -82,7 +82,7 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
 
     public init(
         endpoints: ProviderEndpoints, credentials: ClientCredentials, scope: String?, timeout: Duration,
-        client: HTTPClient = .shared
+        client: HTTPClient = HTTPTokenEndpoint.sharedClient
     ) {
         self.configured = endpoints
         self.endpoints = Mutex(endpoints)
@@ -91,6 +91,16 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         self.timeout = timeout
         self.client = client
     }
+
+    /// The one client for every provider request. It follows no redirect by
+    /// itself: a POST carries a refresh token, a code or a client secret and
+    /// is never re-sent elsewhere (a 3xx is an error); a GET follows only the
+    /// redirects `get` checks.
+    public static let sharedClient: HTTPClient = {
+        var configuration = HTTPClient.Configuration()
+        configuration.redirectConfiguration = .disallow
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }()
 
     public var current: ProviderEndpoints { endpoints.withLock { $0 } }
     public var tokenURL: URL? { current.token }
@@ -117,11 +127,10 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         if !cookieHeader.isEmpty { form.headers.append(("Cookie", cookieHeader)) }
         do {
             let answer = try await post(form, to: tokenURL)
-            return RefreshAnswer(
-                result: TokenResponse.classify(status: answer.status, retryAfterHeader: answer.retryAfter, body: answer.body),
-                setCookie: answer.setCookie)
+            let result = TokenResponse.classify(status: answer.status, retryAfterHeader: answer.retryAfter, body: answer.body)
+            return RefreshAnswer(result: result.mapError { $0.redacting(form.secrets) }, setCookie: answer.setCookie)
         } catch {
-            return RefreshAnswer(result: .failure(error), setCookie: [])
+            return RefreshAnswer(result: .failure(error.redacting(form.secrets)), setCookie: [])
         }
     }
 
@@ -135,6 +144,7 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
     struct HTTPAnswer {
         var status: Int
         var retryAfter: String?
+        var location: String? = nil
         var setCookie: [String]
         var body: [UInt8]
     }
@@ -147,11 +157,25 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         return try await send(request)
     }
 
+    /// A GET; a redirect is followed (at most 3) only without a bearer
+    /// token, only to https (or http to a loopback literal), never from
+    /// https down to http.
     func get(_ url: URL, bearer: Secret? = nil) async throws(TokenEndpointError) -> HTTPAnswer {
-        var request = HTTPClientRequest(url: url.absoluteString)
-        request.headers.add(name: "Accept", value: "application/json")
-        if let bearer { request.headers.add(name: "Authorization", value: "Bearer \(bearer.reveal())") }
-        return try await send(request)
+        var target = url
+        for _ in 0...3 {
+            var request = HTTPClientRequest(url: target.absoluteString)
+            request.headers.add(name: "Accept", value: "application/json")
+            if let bearer { request.headers.add(name: "Authorization", value: "Bearer \(bearer.reveal())") }
+            let answer = try await send(request)
+            guard [301, 302, 303, 307, 308].contains(answer.status), bearer == nil else { return answer }
+            guard let location = answer.location, let next = URL(string: location, relativeTo: target)?.absoluteURL,
+                isSafeEndpoint(next), !(target.scheme == "https" && next.scheme?.lowercased() != "https")
+            else {
+                throw .transient("\(target) redirected to an unsafe or missing location; not followed")
+            }
+            target = next
+        }
+        throw .transient("\(url) redirected more than 3 times")
     }
 
     func send(_ request: HTTPClientRequest) async throws(TokenEndpointError) -> HTTPAnswer {
@@ -167,7 +191,8 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
                     let body = try await response.body.collect(upTo: maximumBodySize)
                     return HTTPAnswer(
                         status: Int(response.status.code), retryAfter: response.headers.first(name: "Retry-After"),
-                        setCookie: response.headers["Set-Cookie"], body: Array(buffer: body))
+                        location: response.headers.first(name: "Location"), setCookie: response.headers["Set-Cookie"],
+                        body: Array(buffer: body))
                 }
                 group.addTask {
                     try await Task.sleep(for: timeout)

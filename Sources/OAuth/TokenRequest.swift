@@ -28,6 +28,13 @@ public struct FormRequest: Sendable {
     public var headers: [(String, String)]
     /// The encoded body; contains secrets, never log it.
     public var body: Secret
+    /// The secrets it carries (refresh token, code, verifier, client
+    /// secret...): whatever the provider answers is redacted of them.
+    public var secrets: [String] = []
+
+    static let secretFields: Set<String> = [
+        "refresh_token", "client_secret", "code", "code_verifier", "device_code", "token",
+    ]
 
     /// `grant_type=refresh_token` (RFC 6749 §6).
     public static func refresh(refreshToken: Secret, scope: String?, credentials: ClientCredentials) -> FormRequest {
@@ -85,7 +92,9 @@ public struct FormRequest: Sendable {
             fields.append(("client_id", credentials.clientID))
         }
         let body = fields.map { "\(formEncode($0.0))=\(formEncode($0.1))" }.joined(separator: "&")
-        return FormRequest(headers: headers, body: Secret(body))
+        var secrets = fields.filter { secretFields.contains($0.0) && !$0.1.isEmpty }.map(\.1)
+        if let secret = credentials.secret?.reveal(), !secret.isEmpty { secrets.append(secret) }
+        return FormRequest(headers: headers, body: Secret(body), secrets: secrets)
     }
 
     /// application/x-www-form-urlencoded: everything but unreserved characters escaped.

@@ -55,6 +55,18 @@ public struct TokenEndpointError: Error, Sendable, Equatable, CustomStringConver
     }
 
     public var description: String { reason }
+
+    /// The same error with every secret (as sent, and form-encoded) cut out
+    /// of its reason: a provider that echoes what it received leaks nothing.
+    public func redacting(_ secrets: [String]) -> TokenEndpointError {
+        var text = reason
+        for secret in secrets where !secret.isEmpty {
+            for form in [secret, FormRequest.formEncode(secret)] {
+                text = text.replacingOccurrences(of: form, with: "[redacted]")
+            }
+        }
+        return TokenEndpointError(kind: kind, code: code, reason: text, retryAfter: retryAfter)
+    }
 }
 
 extension TokenResponse {

@@ -39,6 +39,9 @@ public struct SessionRecord: Sendable, Equatable {
     /// The last good discovery document (JSON), reused when the issuer is
     /// unreachable at the next start. Kept across logins and logouts.
     public var providerMetadata: String?
+    /// In a fleet's shared record: the row version it was sealed for, so a
+    /// database writer cannot move an old sealed record to a newer version.
+    public var fleetVersion: Int64?
 
     public init(
         phase: Phase, reason: String? = nil, refreshToken: Secret? = nil, accessToken: Secret? = nil,
@@ -85,6 +88,7 @@ struct StoredRecord: Codable {
     var username: String?
     var email: String?
     var providerMetadata: String?
+    var fleetVersion: Int64?
 
     init(_ record: SessionRecord) {
         phase = record.phase
@@ -104,6 +108,7 @@ struct StoredRecord: Codable {
         username = record.username
         email = record.email
         providerMetadata = record.providerMetadata
+        fleetVersion = record.fleetVersion
     }
 
     var record: SessionRecord {
@@ -114,6 +119,7 @@ struct StoredRecord: Codable {
             refreshStartedAt: refreshStartedAt, cookies: cookies ?? [], cookieVersion: cookieVersion ?? 0,
             subject: subject, username: username, email: email)
         record.providerMetadata = providerMetadata
+        record.fleetVersion = fleetVersion
         return record
     }
 }

@@ -1,5 +1,6 @@
 import Config
 import Foundation
+import UnixServer
 import Varlink
 
 #if canImport(Glibc)
@@ -72,6 +73,16 @@ struct AccessPolicy: Sendable {
         guard let peer else { return false }
         let rules = session.flatMap { sessions[$0] } ?? global
         return rules.allows(peer, wanted)
+    }
+
+    /// Decided once at accept: an admin anywhere gets the admins' reserved
+    /// slots; a peer that may read nothing anywhere holds no slot at all.
+    func standing(of peer: PeerCredentials?) -> VarlinkServer.Standing {
+        guard let peer else { return .refused(.permissionDenied) }
+        let all = [global] + Array(sessions.values)
+        if all.contains(where: { $0.allows(peer, .admin) }) { return .admin }
+        if all.contains(where: { $0.allows(peer, .read) }) { return .caller }
+        return .refused(.permissionDenied)
     }
 
     static func uid(_ name: String) throws -> UInt32 {

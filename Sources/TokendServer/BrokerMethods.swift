@@ -76,12 +76,20 @@ func brokerMethods(
                 let session = try broker.session(try parameters.optionalString("session"))
                 let stale = try parameters.optionalInt("staleGeneration")
                 logger.debug("refresh requested", metadata: context.metadata(session.name))
-                if stale == nil, let wait = limiter.take(uid: context.peer?.uid ?? UInt32.max, session: session.name) {
+                // A refresh this caller forces (no staleGeneration, or one at or
+                // above the current generation) counts against its limit.
+                let uid = context.peer?.uid ?? UInt32.max
+                do {
+                    let token = try await session.refresh(staleGeneration: stale) {
+                        limiter.take(uid: uid, session: session.name)
+                    }
+                    return ["token": token.json]
+                } catch let limited as RefreshLimited {
                     logger.notice("forced refresh rate-limited", metadata: context.metadata(session.name))
                     throw VarlinkError(
-                        BrokerInterface.Error.rateLimited, ["session": .string(session.name), "retryAfter": .int(wait)])
+                        BrokerInterface.Error.rateLimited,
+                        ["session": .string(limited.session), "retryAfter": .int(limited.retryAfter)])
                 }
-                return ["token": try await session.refresh(staleGeneration: stale).json]
             },
             "GetStatus": .call { parameters, _ in
                 let session = try broker.session(try parameters.optionalString("session"))

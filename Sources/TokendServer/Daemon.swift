@@ -23,6 +23,8 @@ public final class Daemon: Service, CustomStringConvertible {
     let configPath: String
     let environment: [String: String]
     let store: StateStore
+    /// Held for the process's life: no second tokend on this state.
+    let owner: OwnerLock
     let broker: Broker
     let logger: Logger
     let testHooks: Bool
@@ -58,6 +60,7 @@ public final class Daemon: Service, CustomStringConvertible {
                 metadata: ["fix": "tokend --generate-state-key, then LoadCredentialEncrypted=tokend.state-key or daemon.state-key-file"])
         }
         store = try StateStore(directory: configuration.daemon.stateDirectory, key: key)
+        owner = try OwnerLock.acquire(directory: store.directory)
         cookiePolicy = CookiePolicy(publicSuffixes: Self.loadPublicSuffixes(logger: logger))
         var sessions: [SessionActor] = []
         for settings in configuration.sessions {
@@ -202,6 +205,7 @@ public final class Daemon: Service, CustomStringConvertible {
         var limits = VarlinkServer.Limits()
         let settings = configuration.withLock { $0.daemon }
         limits.maximumConnections = settings.maxConnections
+        limits.maximumConnectionsPerUser = settings.maxConnectionsPerUser ?? max(1, settings.maxConnections / 2)
         limits.idleTimeout = .seconds(Int64(settings.idleTimeout))
         limits.frameTimeout = .seconds(Int64(settings.frameTimeout))
         limits.writeTimeout = .seconds(Int64(settings.writeTimeout))
@@ -212,7 +216,8 @@ public final class Daemon: Service, CustomStringConvertible {
                 BrokerInterface.Error.tooManyConnections, ["limit": .int(limits.maximumConnections)]),
             fastPath: testHooks && environment["TOKEND_FAST_PATH"] == "off"
                 ? nil  // the benchmark's "before" figures
-                : FastGetToken(broker: broker, policy: { self.access.withLock { $0 } }).handler)
+                : FastGetToken(broker: broker, policy: { self.access.withLock { $0 } }).handler,
+            admission: { peer in self.access.withLock { $0 }.standing(of: peer) })
     }
 
     /// "2 sessions: 1 active, 1 login required", plus a failed reload.

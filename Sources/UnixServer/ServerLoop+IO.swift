@@ -8,7 +8,7 @@ import Glibc
 /// Reading, answering and writing on the loop's thread.
 extension ServerLoop {
     func ready(_ connection: Connection, flags: UInt32) {
-        if connection.refused { return close(connection) }  // its first message, or its end
+        if connection.refused { return closeRefused(connection) }  // its first message, or its end
         if flags & EPOLLOUT.rawValue != 0 {
             flush(connection)
             if connection.gone { return }
@@ -76,6 +76,12 @@ extension ServerLoop {
     /// answered and the connection closed; replies are written.
     private func settle(_ connection: Connection) {
         if !connection.busy, connection.unprocessed.count > limits.maximumFrameLength { return tooLarge(connection) }
+        guard account(connection, holding: connection.unprocessed.count) else {
+            logger.notice(
+                "closing connection: too many unfinished bytes from one user",
+                metadata: ["limit": "\(limits.maximumUnfinishedBytesPerUser)", "peer.uid": "\(connection.peer?.uid ?? 0)"])
+            return answerAndClose(connection, errors.oversized)
+        }
         if connection.unprocessed.isEmpty {
             connection.frameStarted = nil
         } else if connection.frameStarted == nil {

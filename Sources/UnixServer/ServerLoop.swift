@@ -43,6 +43,10 @@ final class ServerLoop: @unchecked Sendable {
     /// Admitted connections (refused ones are kept apart, briefly).
     var admitted = 0
     var refusedHeld = 0
+    /// Connections per caller uid (admins are not counted here).
+    var perUser: [UInt32: Int] = [:]
+    /// Unread bytes (unfinished messages, calls waiting behind a busy one) per uid.
+    var unfinishedPerUser: [UInt32: Int] = [:]
     var refusedSinceLog = 0
     var lastRefusalLog: Int64 = 0
     var nextConnection: UInt64 = 0
@@ -163,12 +167,23 @@ final class ServerLoop: @unchecked Sendable {
                 }
             }
             let peer = PeerCredentials.of(socket: fd)
-            if let refusal = admission?(peer) {
-                refuse(fd, peer: peer, with: refusal, reason: "peer may call nothing")
-            } else if admitted >= limits.maximumConnections {
-                refuse(fd, peer: peer, with: errors.overloaded, reason: "too many connections")
-            } else {
+            switch admission?(peer) ?? .caller {
+            case .refused(let error):
+                refuse(fd, peer: peer, with: error, reason: "peer may call nothing")
+            case .admin where admitted < limits.maximumConnections + limits.adminConnections:
                 register(fd, peer: peer, refused: false)
+            case .caller where admitted < limits.maximumConnections:
+                let uid = peer?.uid ?? UInt32.max
+                guard perUser[uid, default: 0] < limits.maximumConnectionsPerUser else {
+                    refuse(fd, peer: peer, with: errors.overloaded, reason: "too many connections from one user")
+                    continue
+                }
+                if let connection = register(fd, peer: peer, refused: false) {
+                    perUser[uid, default: 0] += 1
+                    connection.countedUID = uid
+                }
+            default:
+                refuse(fd, peer: peer, with: errors.overloaded, reason: "too many connections")
             }
         }
     }
@@ -186,14 +201,12 @@ final class ServerLoop: @unchecked Sendable {
         return connection
     }
 
-    /// Answers `error` at once and closes once the client's first message
-    /// arrives (so that it reads the answer rather than a reset), or after a
-    /// short linger. Refused connections hold no slot; beyond as many as the
-    /// limit they are closed right after the answer.
+    /// Answers the client's first message with `error` and closes (so that
+    /// the answer is to a call, and read rather than lost to a reset); a
+    /// client that sends nothing within a short linger is answered and
+    /// closed then. Refused connections hold no slot and no task; beyond as
+    /// many as the limit they are answered and closed at once.
     private func refuse(_ fd: CInt, peer: PeerCredentials?, with error: VarlinkError, reason: String) {
-        var frame: [UInt8] = []
-        VarlinkReply(error).encode(into: &frame)
-        _ = frame.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         refusedSinceLog += 1
         if now - lastRefusalLog >= 1_000_000_000 {
             logger.warning(
@@ -206,10 +219,18 @@ final class ServerLoop: @unchecked Sendable {
             lastRefusalLog = now
             refusedSinceLog = 0
         }
-        guard refusedHeld < limits.maximumConnections, register(fd, peer: peer, refused: true) != nil else {
+        guard refusedHeld < limits.maximumConnections, let connection = register(fd, peer: peer, refused: true) else {
+            Self.answer(fd, error)
             Glibc.close(fd)
             return
         }
+        connection.refusal = error
+    }
+
+    static func answer(_ fd: CInt, _ error: VarlinkError) {
+        var frame: [UInt8] = []
+        VarlinkReply(error).encode(into: &frame)
+        _ = frame.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 
     // MARK: Ending
@@ -225,7 +246,7 @@ final class ServerLoop: @unchecked Sendable {
         let idleTimeout = limits.idleTimeout.nanoseconds
         for connection in Array(connections.values) {
             if connection.refused {
-                if now - connection.lastActive > limits.refusedLinger.nanoseconds { close(connection) }
+                if now - connection.lastActive > limits.refusedLinger.nanoseconds { closeRefused(connection) }
                 continue
             }
             var reason: String?
@@ -246,15 +267,40 @@ final class ServerLoop: @unchecked Sendable {
         }
     }
 
+    /// A refused connection's answer, then its end.
+    func closeRefused(_ connection: Connection) {
+        if let refusal = connection.refusal { Self.answer(connection.fd, refusal) }
+        close(connection)
+    }
+
     func close(_ connection: Connection) {
         guard !connection.gone else { return }
         connections[connection.fd] = nil
         connection.gone = true
         Glibc.close(connection.fd)
         if connection.refused { refusedHeld -= 1 } else { admitted -= 1 }
+        if let uid = connection.countedUID { release(uid) }
+        account(connection, holding: 0)
         connection.stream?.cancel()
         for waiting in connection.deliveries { waiting.written.resume(returning: false) }
         connection.deliveries = []
+    }
+
+    /// Records how many unread bytes the connection holds; false when its
+    /// uid's connections together hold more than they may.
+    @discardableResult
+    func account(_ connection: Connection, holding bytes: Int) -> Bool {
+        guard bytes != connection.accounted else { return true }
+        let uid = connection.peer?.uid ?? UInt32.max
+        let total = unfinishedPerUser[uid, default: 0] - connection.accounted + bytes
+        unfinishedPerUser[uid] = total > 0 ? total : nil
+        connection.accounted = bytes
+        return total <= limits.maximumUnfinishedBytesPerUser
+    }
+
+    private func release(_ uid: UInt32) {
+        let left = perUser[uid, default: 1] - 1
+        perUser[uid] = left > 0 ? left : nil
     }
 
     func watch(_ fd: CInt, events: UInt32, operation: Int32) -> Bool {
@@ -279,6 +325,10 @@ final class Connection {
     let peer: PeerCredentials?
     /// Over the limit or turned away: answered, read once, closed.
     let refused: Bool
+    /// What a refused connection is answered.
+    var refusal: VarlinkError?
+    /// The caller uid whose per-user count this connection is in.
+    var countedUID: UInt32?
     /// The last read, or the last answer.
     var lastActive: Int64
     /// When the first byte of the unfinished message at the end of
@@ -287,6 +337,8 @@ final class Connection {
     /// Bytes read and not yet taken: the start of an unfinished message, or
     /// the calls that came after one the service is handling.
     var unprocessed: [UInt8] = []
+    /// `unprocessed.count` as last counted against the uid's total.
+    var accounted = 0
     var unwritten: [UInt8] = []
     var unwritableSince: Int64?
     /// Bytes handed to the kernel, and bytes queued, since the connection began.

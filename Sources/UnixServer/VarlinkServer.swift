@@ -29,8 +29,16 @@ public struct VarlinkServer: Sendable {
         public var maximumFrameLength = 1 << 20
         /// Connections served at once; more are answered `overloadedError` and closed.
         public var maximumConnections = 512
+        /// Connections one uid (not an admin) may hold.
+        public var maximumConnectionsPerUser = 256
+        /// Slots beyond `maximumConnections` that only admins may take, so
+        /// that a caller holding every slot cannot lock out Login and Logout.
+        public var adminConnections = 16
         /// A connection with no call in progress and no data for this long is closed.
         public var idleTimeout = Duration.seconds(300)
+        /// Bytes of messages begun and not finished that one uid's
+        /// connections may hold together (slow senders cannot pile up memory).
+        public var maximumUnfinishedBytesPerUser = 4 << 20
         /// A message not finished this long after its first byte closes the connection.
         public var frameTimeout = Duration.seconds(10)
         /// Replies the client does not read for this long (socket buffer and
@@ -49,10 +57,18 @@ public struct VarlinkServer: Sendable {
     /// frame, NUL included), or returns nil to let the service handle it.
     public typealias FastPath = @Sendable (VarlinkCall, PeerCredentials?) -> [UInt8]?
 
-    /// Whether a peer may take a connection slot at all: nil admits it; an
-    /// error is sent to it and the connection closed (a peer that may call
-    /// nothing holds no slot). Runs on the loop: it must not block.
-    public typealias Admission = @Sendable (PeerCredentials?) -> VarlinkError?
+    /// Who a peer is to the server, decided once at accept. Runs on the
+    /// loop: it must not block.
+    public typealias Admission = @Sendable (PeerCredentials?) -> Standing
+
+    public enum Standing: Sendable {
+        /// Answered this error and closed: a peer that may call nothing holds no slot.
+        case refused(VarlinkError)
+        /// Shares the slots, at most `maximumConnectionsPerUser` of them per uid.
+        case caller
+        /// Also has `adminConnections` slots beyond the limit, which no caller can take.
+        case admin
+    }
 
     let service: VarlinkService
     let source: ListenSource

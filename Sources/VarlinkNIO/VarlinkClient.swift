@@ -33,7 +33,12 @@ public final class VarlinkClient: Sendable {
     public func call(_ method: String, _ parameters: JSONObject = [:]) async throws -> JSONObject {
         let promise = channel.eventLoop.makePromise(of: VarlinkReply.self)
         let call = VarlinkCall(method: method, parameters: parameters)
-        try await channel.writeAndFlush(Outgoing(call: call, pending: .single(promise))).get()
+        do {
+            try await channel.writeAndFlush(Outgoing(call: call, pending: .single(promise))).get()
+        } catch {
+            promise.fail(error)  // never written, so never answered (a no-op if the handler failed it)
+            throw error
+        }
         let reply = try await promise.futureResult.get()
         if let error = reply.error { throw VarlinkError(error, reply.parameters) }
         return reply.parameters

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Loopback
 import TokendClient
 
 #if canImport(Glibc)
@@ -24,6 +25,12 @@ struct GitCredentialCommand: AsyncParsableCommand {
         let request = Self.readRequest()
         guard operation == "get" || operation == "erase" else { return }  // store: tokend keeps the token
         guard let host = request.fields["host"] else { return }
+        // A bearer token travels only encrypted, or to this machine.
+        guard Loopback.isSafeScheme(request.fields["protocol"], host: Self.withoutPort(host)) else {
+            FileHandle.standardError.write(
+                Data("tokenctl git-credential: no token for \(request.fields["protocol"] ?? "?")://\(host): only https (or http to 127.0.0.1/[::1])\n".utf8))
+            return
+        }
         // Any failure leaves git to its next helper, with the reason on stderr.
         guard let client = try? await TokendClient.connect(socket: socket) else {
             FileHandle.standardError.write(Data("tokenctl git-credential: tokend is not reachable\n".utf8))
@@ -54,6 +61,12 @@ struct GitCredentialCommand: AsyncParsableCommand {
         } catch {
             FileHandle.standardError.write(Data("tokenctl git-credential: \(error)\n".utf8))
         }
+    }
+
+    /// git's `host` field is host[:port]; an IPv6 literal keeps its brackets.
+    static func withoutPort(_ host: String) -> String {
+        if host.hasPrefix("["), let end = host.firstIndex(of: "]") { return String(host[...end]) }
+        return host.split(separator: ":", maxSplits: 1).first.map(String.init) ?? host
     }
 
     struct Request {

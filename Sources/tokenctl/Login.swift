@@ -86,14 +86,16 @@ struct LoginCommand: AsyncParsableCommand {
         }
         let cancel = cancelOnInterrupt(client, login)
         defer { cancel.cancel() }
-        let url = login.authorizationURL ?? ""
-        print("Open this URL in a browser on this machine to log in:\n\n    \(url)\n")
+        // The browser opens our own start page, which redirects to the
+        // provider: the authorization URL goes on no command line.
+        print("Open this URL in a browser on this machine to log in:\n\n    \(listener.startURL)\n")
         fflush(nil)
-        if !noOpen, hasDesktop { openInBrowser(url) }
+        if !noOpen, hasDesktop { openInBrowser(listener.startURL) }
         let progress = showWaiting("Waiting for the browser")
         defer { progress.cancel() }
         let deadline = Date(timeIntervalSince1970: TimeInterval(login.expiresAt))
-        while let (callback, connection) = await listener.nextCallback(until: deadline) {
+        let authorizationURL = login.authorizationURL ?? ""
+        while let (callback, connection) = await listener.nextCallback(until: deadline, authorizationURL: authorizationURL) {
             do {
                 let status = try await client.finishLogin(id: login.id, callbackURL: callback)
                 let who = status.username ?? status.email ?? status.subject

@@ -7,9 +7,18 @@ import Glibc
 /// The redirect target of a browser login (RFC 8252 §7.3): an HTTP listener
 /// on 127.0.0.1 at a port the system picks, for the one request the browser
 /// makes when the provider sends it back.
+///
+/// It serves only the user who began the login: loopback TCP carries no
+/// credentials, so each connection's owner is looked up in /proc/net/tcp and
+/// any other uid gets 403 (another local user could otherwise cancel the
+/// login, or complete it with a code of its own). The authorization URL
+/// (state, nonce, code challenge) never goes on a command line, where every
+/// user can read it: the browser is sent to `startURL`, a path with a random
+/// name on this listener, which redirects to it.
 final class LoopbackListener: @unchecked Sendable {
     let port: UInt16
     private let fd: Int32
+    let startPath = "/start/" + (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
 
     init() throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -36,16 +45,20 @@ final class LoopbackListener: @unchecked Sendable {
     deinit { close(fd) }
 
     var redirectURI: String { "http://127.0.0.1:\(port)/callback" }
+    var startURL: String { "http://127.0.0.1:\(port)\(startPath)" }
 
-    /// The next request for /callback, with the connection to answer it on;
-    /// other requests (a favicon) get 404. nil when `deadline` passes.
-    func nextCallback(until deadline: Date) async -> (url: String, connection: Int32)? {
+    /// The next request for /callback from this user, with the connection to
+    /// answer it on; `startPath` redirects to `authorizationURL`; other
+    /// requests (a favicon) get 404. nil when `deadline` passes.
+    func nextCallback(until deadline: Date, authorizationURL: String) async -> (url: String, connection: Int32)? {
         await withCheckedContinuation { continuation in
-            Thread.detachNewThread { continuation.resume(returning: self.waitForCallback(until: deadline)) }
+            Thread.detachNewThread {
+                continuation.resume(returning: self.waitForCallback(until: deadline, authorizationURL: authorizationURL))
+            }
         }
     }
 
-    private func waitForCallback(until deadline: Date) -> (url: String, connection: Int32)? {
+    private func waitForCallback(until deadline: Date, authorizationURL: String) -> (url: String, connection: Int32)? {
         while true {
             let remaining = deadline.timeIntervalSinceNow
             guard remaining > 0 else { return nil }
@@ -53,8 +66,18 @@ final class LoopbackListener: @unchecked Sendable {
             guard poll(&entry, 1, Int32(min(remaining, 1) * 1000)) > 0 else { continue }
             let connection = accept(fd, nil, nil)
             guard connection >= 0 else { continue }
+            guard Self.ownerUID(of: connection) == getuid() else {
+                Self.respond(
+                    connection, status: "403 Forbidden", title: "Not yours",
+                    message: "This login belongs to another user of this computer.")
+                continue
+            }
             guard let target = Self.readRequestTarget(connection) else {
                 Self.respond(connection, status: "400 Bad Request", title: "Bad request", message: "")
+                continue
+            }
+            if target == startPath {
+                Self.redirect(connection, to: authorizationURL)
                 continue
             }
             guard target.hasPrefix("/callback") else {
@@ -83,6 +106,45 @@ final class LoopbackListener: @unchecked Sendable {
             }
         }
         return nil
+    }
+
+    /// The uid owning the other end of an accepted loopback TCP connection:
+    /// its socket is the /proc/net/tcp entry whose local address is our
+    /// peer and whose remote address is us. nil if not found.
+    static func ownerUID(of connection: Int32) -> uid_t? {
+        var peer = sockaddr_in()
+        var local = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let named = withUnsafeMutablePointer(to: &peer) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(connection, $0, &length) }
+        }
+        length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ours = withUnsafeMutablePointer(to: &local) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(connection, $0, &length) }
+        }
+        guard named == 0, ours == 0, let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8) else {
+            return nil
+        }
+        // The kernel prints the address as the 32-bit value in memory and the port in host order.
+        let format = { (address: sockaddr_in) in
+            String(format: "%08X:%04X", address.sin_addr.s_addr, UInt16(bigEndian: address.sin_port))
+        }
+        let (theirs, mine) = (format(peer), format(local))
+        for line in table.split(separator: "\n").dropFirst() {
+            let fields = line.split(separator: " ")
+            guard fields.count > 7, fields[1] == theirs, fields[2] == mine else { continue }
+            return uid_t(fields[7])
+        }
+        return nil
+    }
+
+    /// Sends the browser on to `location`.
+    static func redirect(_ connection: Int32, to location: String) {
+        let response = "HTTP/1.1 302 Found\r\nLocation: \(location)\r\nContent-Length: 0\r\nCache-Control: no-store\r\n"
+            + "Referrer-Policy: no-referrer\r\nConnection: close\r\n\r\n"
+        let bytes = Array(response.utf8)
+        _ = bytes.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+        close(connection)
     }
 
     /// A small page for the browser tab, then the connection is closed.

@@ -13,6 +13,8 @@ import Glibc
 
 /// sysexits.h EX_CONFIG: the configuration is wrong.
 let exitConfigError: Int32 = 78
+/// sysexits.h EX_TEMPFAIL: another tokend owns the state directory (try again once it stops).
+let exitAlreadyRunning: Int32 = 75
 
 @main
 struct Tokend: AsyncParsableCommand {
@@ -83,6 +85,9 @@ struct Tokend: AsyncParsableCommand {
         let daemon: Daemon
         do {
             daemon = try Daemon(configuration: configuration, configPath: config, environment: environment, logger: logger)
+        } catch let error as OwnerLockError {
+            FileHandle.standardError.write(Data("tokend: \(error)\n".utf8))
+            throw ExitCode(exitAlreadyRunning)
         } catch {
             FileHandle.standardError.write(Data("tokend: \(error)\n".utf8))
             throw ExitCode(exitConfigError)

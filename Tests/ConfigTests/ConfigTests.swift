@@ -153,3 +153,27 @@ import Testing
         }
     }
 }
+
+@Suite struct SecurityConfigTests {
+    let base = ConfigTests()
+
+    @Test func tokenFilesMayGiveOtherUsersNothing() throws {
+        for mode in ["0644", "0604", "0641", "0666"] {
+            #expect(throws: ConfigError.self) {
+                try base.parse(base.minimal + "\ntoken-files = [{ path = \"t\", group = \"0\", mode = \"\(mode)\" }]")
+            }
+        }
+        let config = try base.parse(base.minimal + "\ntoken-files = [{ path = \"t\", group = \"0\", mode = \"0640\" }]")
+        #expect(config.sessions[0].tokenFiles.first?.mode == 0o640)
+    }
+
+    @Test func plainHTTPOnlyToALoopbackLiteral() throws {
+        let plain = { (host: String) in
+            base.minimal.replacingOccurrences(of: "https://id.example/token", with: "http://\(host)/token")
+        }
+        _ = try base.parse(plain("127.0.0.1:8000"))
+        _ = try base.parse(plain("[::1]:8000"))
+        #expect(throws: ConfigError.self) { try base.parse(plain("127.attacker.example")) }
+        #expect(throws: ConfigError.self) { try base.parse(plain("localhost:8000")) }
+    }
+}

@@ -19,10 +19,12 @@ import _CryptoExtras
     }
 
     func token(iss: String = issuer, aud: [String] = ["client"], exp: Date = Date().addingTimeInterval(300),
-               nonce: String? = "n1", azp: String? = nil) async throws -> Secret {
+               nonce: String? = "n1", azp: String? = nil, iat: Date? = nil, nbf: Date? = nil) async throws -> Secret {
         let claims = IDTokenClaims(
             iss: IssuerClaim(value: iss), sub: SubjectClaim(value: "42"), aud: AudienceClaim(value: aud),
-            exp: ExpirationClaim(value: exp), azp: azp, nonce: nonce, preferredUsername: "alice", email: "a@example.test")
+            exp: ExpirationClaim(value: exp), iat: iat.map { IssuedAtClaim(value: $0) },
+            nbf: nbf.map { NotBeforeClaim(value: $0) }, azp: azp, nonce: nonce, preferredUsername: "alice",
+            email: "a@example.test")
         return Secret(try await keys.sign(claims, kid: "k1"))
     }
 
@@ -44,6 +46,22 @@ import _CryptoExtras
         }
         await #expect(throws: IDTokenError.self) { try await verifier.verify(try await token(), nonce: "n2") }
         await #expect(throws: IDTokenError.self) { try await verifier.verify(try await token(nonce: nil), nonce: "n1") }
+    }
+
+    @Test func severalAudiencesNeedAnAzpNamingThisClient() async throws {
+        await #expect(throws: IDTokenError.self) {
+            try await verifier.verify(try await token(aud: ["client", "other"]), nonce: "n1")
+        }
+        _ = try await verifier.verify(try await token(aud: ["client", "other"], azp: "client"), nonce: "n1")
+        await #expect(throws: IDTokenError.self) { try await verifier.verify(try await token(azp: "other"), nonce: "n1") }
+    }
+
+    @Test func aTokenFromTheFutureIsRefused() async throws {
+        let later = Date().addingTimeInterval(600)
+        await #expect(throws: IDTokenError.self) { try await verifier.verify(try await token(iat: later), nonce: "n1") }
+        await #expect(throws: IDTokenError.self) { try await verifier.verify(try await token(nbf: later), nonce: "n1") }
+        let now = Date().addingTimeInterval(30)  // within the skew allowance
+        _ = try await verifier.verify(try await token(iat: now, nbf: now), nonce: "n1")
     }
 
     @Test func aTokenFromAnotherKeyIsRefused() async throws {

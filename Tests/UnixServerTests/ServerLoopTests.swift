@@ -129,7 +129,7 @@ import Varlink
     }
 
     @Test func aPeerTheAdmissionCheckTurnsAwayIsAnsweredAndClosed() async throws {
-        let harness = try await Harness(admission: { peer in peer == nil ? nil : .permissionDenied })
+        let harness = try await Harness(admission: { _ in .refused(.permissionDenied) })
         let client = try harness.client()
         #expect(client.reply()?.error == "org.varlink.service.PermissionDenied")
         #expect(client.closedByServer())

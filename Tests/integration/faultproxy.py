@@ -24,6 +24,12 @@ FAULTS = {
     "oversize": "200 with a 300 KiB body (over the 256 KiB cap)",
 }
 
+# Not faults to survive but attacks to refuse (test_security.py).
+ATTACKS = {
+    "redirect": "307 to another origin, which records what it is sent",
+    "echo": "400 whose error_description repeats the request it received",
+}
+
 
 class FaultProxy:
     def __init__(self, upstream):
@@ -112,10 +118,19 @@ class FaultProxy:
             def fault_error_field(self, *_):
                 self.send(200, b'{"error":"temporarily_unavailable"}', [("Content-Type", "application/json")])
 
+            def fault_redirect(self, *_):
+                self.send(307, b"", [("Location", proxy.thief.url + "/steal")])
+
+            def fault_echo(self, body, _):
+                import urllib.parse as parse
+                document = {"error": "invalid_request", "error_description": "you sent " + parse.unquote(body.decode())}
+                self.send(400, json.dumps(document).encode(), [("Content-Type", "application/json")])
+
             def fault_oversize(self, *_):
                 self.send(200, b'{"access_token":"' + b"x" * 300 * 1024 + b'"}', [("Content-Type", "application/json")])
 
         self.strip_expires_in = False
+        self.thief = Recorder()
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.server.handle_error = lambda request, address: None  # resets and hangs are the point
@@ -125,6 +140,36 @@ class FaultProxy:
     def calls(self, mode=None):
         with self.lock:
             return [t for t, m in self.requests if mode is None or m == mode]
+
+    def stop(self):
+        self.server.shutdown()
+        self.thief.stop()
+
+
+class Recorder:
+    """Another origin: records every request it receives (what a redirect would leak)."""
+
+    def __init__(self):
+        self.received = []
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                recorder.received.append(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            do_GET = do_POST
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self):
         self.server.shutdown()

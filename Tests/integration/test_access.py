@@ -104,3 +104,69 @@ def test_cookie_writers_and_per_session_policy(server, make_tokend, workdir):
     # ListSessions shows a caller only the sessions it may read.
     listed = run(5001, "sessions", "--json")
     assert listed.returncode == 6, "5001 reads only the default session, not the global list"
+
+
+CALLS_AS = r"""
+import json, socket, sys
+path, count = sys.argv[1], int(sys.argv[2])
+s = socket.socket(socket.AF_UNIX)
+s.connect(path)
+call = b'{"method":"io.tokend.Broker.GetToken","parameters":{}}\0'
+answered = 0
+buffer = b""
+try:
+    for _ in range(count):
+        s.sendall(call)
+        while b"\0" not in buffer:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise EOFError
+            buffer += chunk
+        frame, _, buffer = buffer.partition(b"\0")
+        if "token" in json.loads(frame).get("parameters", {}):
+            answered += 1
+except (OSError, EOFError):
+    pass
+print(answered)
+"""
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is needed")
+def test_a_group_admitted_caller_costs_no_user_or_group_database_lookup(server, make_tokend, workdir):
+    # uid 4300 may read only through its supplementary group 4301. Access is
+    # decided from the groups the kernel recorded at connect (SO_PEERGROUPS):
+    # 1,000 calls must not read /etc/group or /etc/passwd (or ask nscd) on
+    # the thread that serves every client.
+    os.chmod(workdir, 0o755)
+    daemon = make_tokend(server, daemon={"socket-mode": '"0666"'})
+    with open(daemon.config) as f:
+        text = f.read()
+    with open(daemon.config, "w") as f:
+        f.write('[access]\nread-groups = ["4301"]\n' + text)
+    daemon.start()
+    login(daemon, server)
+    trace = os.path.join(workdir, "strace.txt")
+    tracer = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=openat,open,connect", "-o", trace,
+                               "-p", str(daemon.process.pid)], stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: os.path.exists(trace), 10, "strace attached")
+        import time
+        time.sleep(0.5)
+
+        def calls(groups):
+            result = subprocess.run(["setpriv", "--reuid=4300", "--regid=4300", f"--groups={groups}",
+                                     "/usr/bin/python3", "-c", CALLS_AS, daemon.socket, "1000"],
+                                    capture_output=True, text=True, timeout=60)
+            return result.stdout.strip() + result.stderr
+
+        admitted = calls("4301")
+        assert admitted == "1000", f"the group admits the caller: {admitted}"
+        assert calls("4302") == "0", "without the group it is not admitted"
+    finally:
+        tracer.terminate()
+        tracer.wait(timeout=10)
+    with open(trace) as f:
+        lines = f.read().splitlines()
+    lookups = [line for line in lines if "/etc/group" in line or "/etc/passwd" in line or "nscd" in line]
+    print(f"strace saw {len(lines)} open/connect calls, {len(lookups)} user or group database look-ups")
+    assert len(lookups) <= 5, lookups[:10]

@@ -186,10 +186,12 @@ def test_bad_input_gets_clear_errors_and_server_stays_up(server, make_tokend):
     assert reply == {"error": "org.varlink.service.InvalidParameter", "parameters": {"parameter": "minValidSeconds"}}
     raw, reply = daemon.call("io.tokend.Broker.Nope")
     assert reply["error"] == "org.varlink.service.MethodNotFound"
-    # Malformed JSON: the connection is closed with a log line.
+    # Malformed JSON: answered, then the connection is closed with a log line.
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(daemon.socket)
         s.sendall(b"{this is not json\0")
+        answer = json.loads(read_frame(s))
+        assert answer == {"error": "org.varlink.service.InvalidParameter", "parameters": {"parameter": "message"}}
         assert s.recv(100) == b""
     # Oversized frame: an error reply, then close.
     with socket.socket(socket.AF_UNIX) as s:

@@ -276,7 +276,9 @@ def start_with_c_in(namespace, fleet, server):
         fleet[name].start()
     fleet["c"].start(prefix=namespace.prefix)
     login(fleet["a"], server)
-    generation = fleet.status("a")["generation"]
+    # The generation of a token A serves (the login's first refresh done),
+    # and every host on it before anyone relies on it.
+    generation = fleet["a"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"]
     fleet.wait_generation(generation)
     return generation
 
@@ -389,6 +391,8 @@ def test_a_host_cut_off_while_holding_the_lock_does_not_block_the_fleet(workdir)
                       **{"upstream-timeout": 30})
         generation = start_with_c_in(namespace, fleet, server)
         wait_for(lambda: fleet.status("c")["store"] == "connected", 20, "C connected to the store")
+        # The generation C itself serves now: a Refresh naming it must go upstream.
+        generation = fleet["c"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"]
         # C takes the fleet lock, writes its marker and waits on a token endpoint that never answers.
         proxy.mode = "hang"
         answered = []
@@ -464,3 +468,26 @@ def test_sslmode_verify_full_require_and_a_wrong_certificate(server, workdir):
         for host in hosts.values():
             host.stop()
         pg.stop("immediate")
+
+
+def test_a_database_writer_cannot_roll_the_fleet_back(server, fleet_of, pg):
+    # The attack: someone with write access to tokend_sessions puts an older
+    # sealed record (a spent refresh token) at a newer version. Hosts would
+    # adopt it and replay the spent token: the provider revokes the family.
+    fleet = fleet_of(server).start()
+    login(fleet["a"], server)
+    generation = fleet["a"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"]
+    fleet.wait_generation(generation)
+    old = pg.sql("SELECT record FROM tokend_sessions", database="tokend")
+    reply = fleet["a"].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1]
+    assert "error" not in reply, reply
+    fleet.wait_generation(generation + 1)
+    current = fleet["b"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]
+    escaped = old.replace("'", "''")
+    pg.sql(f"UPDATE tokend_sessions SET version = version + 1, record = '{escaped}'; "
+           "SELECT pg_notify('tokend', version::text || ' ' || session) FROM tokend_sessions", database="tokend")
+    wait_for(lambda: all("replayed or altered" in fleet[name].logs() for name in "abc"), 20, "every host refusing it")
+    for name in "abc":
+        token = fleet[name].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]
+        assert token["generation"] == current["generation"] and token["accessToken"] == current["accessToken"]
+    assert all(g["status"] == 200 for g in server.grants("refresh_token")), "no spent refresh token was replayed"

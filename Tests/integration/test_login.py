@@ -9,7 +9,9 @@ import sqlite3
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 
 import pytest
 
@@ -112,9 +114,24 @@ def test_device_login_end_to_end(oidc_server, make_tokend, browser):
     sub.close()
 
 
+def authorization_url(start_url):
+    """Where tokenctl's start page sends this user's browser (its Location)."""
+    class NoFollow(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+    try:
+        urllib.request.build_opener(NoFollow).open(start_url, timeout=10)
+    except urllib.error.HTTPError as redirect:
+        assert redirect.code == 302, redirect.code
+        return redirect.headers["Location"]
+    raise AssertionError("the start page did not redirect")
+
+
 def test_browser_login_end_to_end(oidc_server, make_tokend, browser):
     daemon = make_tokend(oidc_server, sessions=login_sessions(oidc_server)).start()
-    process, url, _ = start_login(daemon, "browser", "web")
+    process, start, _ = start_login(daemon, "browser", "web")
+    assert "/start/" in start and "state=" not in start, "tokenctl prints its own start page, not the provider's URL"
+    url = authorization_url(start)
     query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
     assert query["code_challenge_method"] == ["S256"] and len(query["code_challenge"][0]) == 43
     assert query["nonce"] and query["state"] and query["redirect_uri"][0].startswith("http://127.0.0.1:")
@@ -357,3 +374,49 @@ def test_ctrl_c_cancels_the_pending_login(oidc_server, make_tokend):
     polls = len(oidc_server.grants("urn:ietf:params:oauth:grant-type:device_code"))
     time.sleep(2.5)
     assert len(oidc_server.grants("urn:ietf:params:oauth:grant-type:device_code")) == polls, "tokend still polls"
+
+
+OTHER_USER_GET = r"""
+import sys, urllib.error, urllib.request
+class NoFollow(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+try:
+    print(urllib.request.build_opener(NoFollow).open(sys.argv[1], timeout=10).status)
+except urllib.error.HTTPError as answer:
+    print(answer.code)
+"""
+
+
+def test_browser_login_serves_only_the_user_who_began_it(oidc_server, make_tokend, browser, workdir):
+    # The attack: another local user read the authorization URL from
+    # xdg-open's command line and called the loopback listener itself, to
+    # cancel the login or complete it with a code of its own.
+    daemon = make_tokend(oidc_server, sessions=login_sessions(oidc_server)).start()
+    opener = os.path.join(workdir, "bin")
+    os.makedirs(opener, exist_ok=True)
+    argv_file = os.path.join(workdir, "xdg-open.argv")
+    with open(os.path.join(opener, "xdg-open"), "w") as f:
+        f.write(f"#!/bin/sh\necho \"$@\" > {argv_file}\n")
+    os.chmod(os.path.join(opener, "xdg-open"), 0o755)
+    env = dict(os.environ, PATH=opener + ":" + os.environ["PATH"], DISPLAY=":99")
+    process = subprocess.Popen(
+        [os.path.join(BIN, "tokenctl"), "login", "--browser", "--session", "web", "--socket", daemon.socket],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    start = next(line.strip() for line in process.stdout if line.strip().startswith("http"))
+    wait_for(lambda: os.path.exists(argv_file), 10, "xdg-open started")
+    with open(argv_file) as f:
+        opened = f.read().strip()
+    assert opened == start and "state=" not in opened and "code_challenge" not in opened, opened
+    base = start.split("/start/")[0]
+
+    def as_nobody(url):
+        return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                               OTHER_USER_GET, url], capture_output=True, text=True, timeout=30).stdout.strip()
+    assert as_nobody(start) == "403", "another user cannot learn the authorization URL"
+    assert as_nobody(base + "/callback?code=forged&state=forged&error=access_denied") == "403"
+    assert process.poll() is None, "the login goes on"
+    page = browser.authorize(authorization_url(start))
+    assert "Logged in" in page and "alice" in page
+    code, out, err = finish(process)
+    assert code == 0 and "ignored a callback" not in err, err
