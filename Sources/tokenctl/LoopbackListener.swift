@@ -122,9 +122,11 @@ final class LoopbackListener: @unchecked Sendable {
         let ours = withUnsafeMutablePointer(to: &local) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(connection, $0, &length) }
         }
-        guard named == 0, ours == 0, let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8) else {
-            return nil
-        }
+        // Read to the end: procfs reports a size of 0, which Foundation's file readers trust.
+        guard named == 0, ours == 0, let file = FileHandle(forReadingAtPath: "/proc/net/tcp"),
+            let data = try? file.readToEnd()
+        else { return nil }
+        let table = String(decoding: data, as: UTF8.self)
         // The kernel prints the address as the 32-bit value in memory and the port in host order.
         let format = { (address: sockaddr_in) in
             String(format: "%08X:%04X", address.sin_addr.s_addr, UInt16(bigEndian: address.sin_port))

@@ -26,7 +26,7 @@ def refresh_grants(server):
 
 
 def test_a_second_tokend_on_the_same_state_exits_and_the_session_survives(server, make_tokend, workdir):
-    daemon = make_tokend(server, daemon={"forced-refreshes-per-minute": 60000}).start()
+    daemon = make_tokend(server, daemon={"forced-refreshes-per-minute": 600}).start()
     login(daemon, server)
     socket_inode = os.stat(daemon.socket).st_ino
     stop, problems, refreshed = threading.Event(), [], []
