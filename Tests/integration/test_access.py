@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -154,7 +155,6 @@ def test_a_group_admitted_caller_costs_no_user_or_group_database_lookup(server, 
                                "-p", str(daemon.process.pid)], stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: os.path.exists(trace), 10, "strace attached")
-        import time
         time.sleep(0.5)
 
         def calls(groups):
@@ -166,6 +166,9 @@ def test_a_group_admitted_caller_costs_no_user_or_group_database_lookup(server, 
         admitted = calls("4301")
         assert admitted == "1000", f"the group admits the caller: {admitted}"
         assert calls("4302") == "0", "without the group it is not admitted"
+        # The trace works: a refresh writes the state file, which strace must see.
+        assert "error" not in varlink_call(daemon.socket, "io.tokend.Broker.Refresh")[1]
+        time.sleep(0.5)
     finally:
         tracer.terminate()
         tracer.wait(timeout=10)
@@ -173,4 +176,5 @@ def test_a_group_admitted_caller_costs_no_user_or_group_database_lookup(server, 
         lines = f.read().splitlines()
     lookups = [line for line in lines if "/etc/group" in line or "/etc/passwd" in line or "nscd" in line]
     print(f"strace saw {len(lines)} open/connect calls, {len(lookups)} user or group database look-ups")
+    assert any(".session" in line for line in lines), "strace saw the refresh's state write"
     assert len(lookups) <= 5, lookups[:10]
