@@ -8,6 +8,10 @@ let lifecycle = Target.Dependency.product(name: "ServiceLifecycle", package: "sw
 let argumentParser = Target.Dependency.product(name: "ArgumentParser", package: "swift-argument-parser")
 /// Our own targets build without warnings, and stay so: a warning fails the build.
 let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
+/// Crash points and hang hooks exist only in builds made for tests: debug
+/// builds, and `make test-crash`'s release build (-DTOKEND_TEST_HOOKS). A
+/// release build, and the .deb, contain none.
+let hooks: [SwiftSetting] = strict + [.define("TOKEND_TEST_HOOKS", .when(configuration: .debug))]
 
 let package = Package(
     name: "tokend",
@@ -37,7 +41,7 @@ let package = Package(
         .target(name: "Secrets", swiftSettings: strict),
         .systemLibrary(name: "CLinux"),
         // The Varlink server on a Unix socket: one epoll loop, framing, limits, peer credentials. No NIO.
-        .target(name: "UnixServer", dependencies: ["CLinux", "Varlink", logging], swiftSettings: strict),
+        .target(name: "UnixServer", dependencies: ["CLinux", "Varlink", logging], swiftSettings: hooks),
         // The Varlink client (SwiftNIO): pipelined calls and `more` streams.
         .target(name: "VarlinkNIO", dependencies: ["Varlink", nio, nioPosix], swiftSettings: strict),
         // The io.tokend.Broker interface: its one declaration and its typed wire values.
@@ -59,7 +63,7 @@ let package = Package(
         .target(name: "StateStore", dependencies: [
             "CookieJar", "Secrets", logging, .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: strict),
-        .target(name: "Broker", dependencies: ["CookieJar", "Loopback", "OAuth", "Secrets", "StateStore", logging], swiftSettings: strict),
+        .target(name: "Broker", dependencies: ["CookieJar", "Loopback", "OAuth", "Secrets", "StateStore", logging], swiftSettings: hooks),
         // A session shared by several hosts through PostgreSQL: schema, fleet lock, sealed record, LISTEN.
         .target(name: "Fleet", dependencies: [
             "Broker", "StateStore", logging, .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -72,7 +76,7 @@ let package = Package(
         .target(name: "TokendServer", dependencies: [
             "Broker", "Config", "CookieJar", "Fleet", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "UnixServer",
             logging, lifecycle, .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-        ], swiftSettings: strict),
+        ], swiftSettings: hooks),
         .executableTarget(name: "tokend", dependencies: [
             "TokendServer", "Systemd", "Config", "StateStore", argumentParser, logging, lifecycle,
         ], swiftSettings: strict),
@@ -91,6 +95,9 @@ let package = Package(
         ),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio], swiftSettings: strict),
         .testTarget(name: "UnixServerTests", dependencies: ["UnixServer", "Varlink", logging], swiftSettings: strict),
+        .testTarget(
+            name: "TokendServerTests", dependencies: ["TokendServer", "Broker", "Config", "UnixServer", "Varlink"],
+            swiftSettings: strict),
         .testTarget(name: "OAuthTests", dependencies: [
             "OAuth", "Secrets", .product(name: "JWTKit", package: "jwt-kit"),
             .product(name: "_CryptoExtras", package: "swift-crypto"),

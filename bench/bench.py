@@ -301,18 +301,10 @@ def main():
     results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),
                "reply_bytes": reply_bytes, "rounds": args.rounds}
     try:
-        # "tokend_actor_path": the same binary with the event-loop fast path off
-        # (TOKEND_FAST_PATH=off, a test hook): every call goes through a task and the actor.
-        slow_dir = os.path.join(directory, "actor-path")
-        os.mkdir(slow_dir)
-        slow = Daemon(args.bin_dir, slow_dir, endpoint,
-                      env=dict(os.environ, TOKEND_TEST_HOOKS="1", TOKEND_FAST_PATH="off"))
-        rounds = {"limit": [], "tokend": [], "tokend_actor_path": []}
+        rounds = {"limit": [], "tokend": []}
         for _ in range(args.rounds):  # interleaved, so drift affects all alike
             rounds["limit"].append(socket_suite(args.load, limit_socket, GET_TOKEN, limit.pid))
             rounds["tokend"].append(socket_suite(args.load, daemon.socket, GET_TOKEN, daemon.process.pid))
-            rounds["tokend_actor_path"].append(socket_suite(args.load, slow.socket, GET_TOKEN, slow.process.pid))
-        slow.stop()
         for target, data in rounds.items():
             results[target] = {
                 "p50_us": median_of(data, "latency", "p50_us"), "p90_us": median_of(data, "latency", "p90_us"),
@@ -355,7 +347,7 @@ def main():
 
 
 def render(r):
-    limit, tokend, before = r["limit"], r["tokend"], r["tokend_actor_path"]
+    limit, tokend = r["limit"], r["tokend"]
     rows = [("cached GetToken p50 (µs, 1 connection, sequential)", "p50_us", True),
             ("cached GetToken p90 (µs)", "p90_us", True), ("cached GetToken p99 (µs)", "p99_us", True),
             ("throughput, 1 connection (req/s)", "rps_1x1", False),
@@ -369,14 +361,12 @@ def render(r):
            f"Command: `make bench` (release build, {r.get('rounds', 3)} interleaved rounds, medians). "
            f"Limit: C epoll server answering each NUL-terminated request with {r['reply_bytes']} bytes "
            "(a GetToken reply's size); the same C load client drives both.", "",
-           "| measure | limit | tokend | tokend / limit | tokend, fast path off | that / limit |",
-           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+           "| measure | limit | tokend | tokend / limit |",
+           "| --- | ---: | ---: | ---: |"]
     for label, key, lower_is_better in rows:
-        ratio, before_ratio = tokend[key] / limit[key], before[key] / limit[key]
-        out.append(f"| {label} | {limit[key]:,.1f} | {tokend[key]:,.1f} | {ratio:.2f}× | {before[key]:,.1f} | "
-                   f"{before_ratio:.2f}× |" if lower_is_better else
-                   f"| {label} | {limit[key]:,.0f} | {tokend[key]:,.0f} | {ratio:.0%} | {before[key]:,.0f} | "
-                   f"{before_ratio:.0%} |")
+        ratio = tokend[key] / limit[key]
+        out.append(f"| {label} | {limit[key]:,.1f} | {tokend[key]:,.1f} | {ratio:.2f}× |" if lower_is_better else
+                   f"| {label} | {limit[key]:,.0f} | {tokend[key]:,.0f} | {ratio:.0%} |")
     out += ["", "Stampede (token inside its min-valid window, upstream answers after a fixed 50 ms):", "",
             "| clients | upstream calls | p50 beyond 50 ms (ms) | p99 beyond 50 ms (ms) | max beyond 50 ms (ms) | errors |",
             "| ---: | ---: | ---: | ---: | ---: | ---: |"]

@@ -61,12 +61,14 @@ extension SessionActor {
     /// Answers when the actor is responsive (watchdog health check).
     public func ping() {}
 
-    /// Test-only: blocks this actor's thread forever, so that the watchdog
-    /// health check fails. Reached only when TOKEND_TEST_HOOKS=1.
+    #if TOKEND_TEST_HOOKS
+    /// Test builds only: blocks this actor's thread forever, so that the
+    /// watchdog health check fails.
     public func hangForTesting() {
         logger.critical("hanging on purpose (TOKEND_TEST_HOOKS)")
         while true { sleep(3600) }
     }
+    #endif
 
     // MARK: Status and events
 

@@ -5,7 +5,8 @@ import Synchronization
 import Glibc
 #endif
 
-/// Test-only (TOKEND_TEST_HOOKS=1): kills tokend with SIGKILL the
+#if TOKEND_TEST_HOOKS
+/// Test builds only (TOKEND_TEST_HOOKS=1 at run time too): kills tokend with SIGKILL the
 /// TOKEND_CRASH_AFTER-th time (default 1) a refresh reaches the checkpoint
 /// TOKEND_CRASH_POINT, e.g. "after-response": between the server's answer
 /// and the durable write. Used by the kill -9 campaign.
@@ -30,3 +31,4 @@ final class CrashPoint: Sendable {
         }
     }
 }
+#endif

@@ -29,6 +29,7 @@ extension Daemon {
         }
     }
 
+    #if TOKEND_TEST_HOOKS
     /// Test-only (TOKEND_TEST_HOOKS=1): SIGUSR2 hangs the first session
     /// actor, SIGUSR1 the server's loop.
     func hangOnSignal(server: VarlinkServer) async {
@@ -41,6 +42,7 @@ extension Daemon {
             Task.detached { await session.hangForTesting() }
         }
     }
+    #endif
 }
 
 /// True if `body` finishes within `limit`. Does not need `body` to honour

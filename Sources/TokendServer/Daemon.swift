@@ -43,7 +43,11 @@ public final class Daemon: Service, CustomStringConvertible {
         self.configPath = configPath
         self.environment = environment
         self.logger = logger
+        #if TOKEND_TEST_HOOKS
         self.testHooks = environment["TOKEND_TEST_HOOKS"] == "1"
+        #else
+        self.testHooks = false
+        #endif
         self.configuration = Mutex(configuration)
         access = Mutex(try AccessPolicy(configuration.access, sessions: configuration.sessions))
         let key: StateKey?
@@ -67,7 +71,7 @@ public final class Daemon: Service, CustomStringConvertible {
             sessions.append(
                 try Self.makeSession(
                     settings, store: store, cookiePolicy: cookiePolicy, hostID: configuration.daemon.hostID, logger: logger,
-                    checkpoint: testHooks ? CrashPoint(environment: environment)?.checkpoint : nil))
+                    checkpoint: Self.crashPoint(environment, hooks: testHooks)))
         }
         broker = Broker(sessions: sessions)
     }
@@ -176,7 +180,9 @@ public final class Daemon: Service, CustomStringConvertible {
             }
             group.addTask { await self.reloadOnHangup() }
             group.addTask { await self.publishStatus() }
+            #if TOKEND_TEST_HOOKS
             if testHooks { group.addTask { await self.hangOnSignal(server: server) } }
+            #endif
             // Serve until SIGTERM/SIGINT (or the server fails).
             try? await gracefulShutdown()
             Notifier.stopping(status: "stopping: finishing refreshes in flight")
@@ -214,10 +220,17 @@ public final class Daemon: Service, CustomStringConvertible {
             oversizedFrameError: VarlinkError(BrokerInterface.Error.requestTooLarge, ["limit": .int(limits.maximumFrameLength)]),
             overloadedError: VarlinkError(
                 BrokerInterface.Error.tooManyConnections, ["limit": .int(limits.maximumConnections)]),
-            fastPath: testHooks && environment["TOKEND_FAST_PATH"] == "off"
-                ? nil  // the benchmark's "before" figures
-                : FastGetToken(broker: broker, policy: { self.access.withLock { $0 } }).handler,
+            fastPath: FastGetToken(broker: broker, policy: { self.access.withLock { $0 } }).handler,
             admission: { peer in self.access.withLock { $0 }.standing(of: peer) })
+    }
+
+    /// Test builds with TOKEND_TEST_HOOKS=1: the kill -9 campaign's crash point.
+    static func crashPoint(_ environment: [String: String], hooks: Bool) -> (@Sendable (String) -> Void)? {
+        #if TOKEND_TEST_HOOKS
+        return hooks ? CrashPoint(environment: environment)?.checkpoint : nil
+        #else
+        return nil
+        #endif
     }
 
     /// "2 sessions: 1 active, 1 login required", plus a failed reload.

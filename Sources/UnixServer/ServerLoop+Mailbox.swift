@@ -19,7 +19,7 @@ struct Mailbox {
     var pings: [CheckedContinuation<Void, Never>] = []
     /// False once the loop has ended: nothing more is delivered.
     var open = true
-    /// Test hook: the loop stops for good when it reads this.
+    /// Test builds: the loop stops for good when it reads this.
     var hang = false
 
     var isEmpty: Bool { items.isEmpty && pings.isEmpty && !hang }
@@ -79,7 +79,8 @@ extension ServerLoop {
         }
     }
 
-    /// Test-only (the watchdog test): the loop's thread stops for good.
+    #if TOKEND_TEST_HOOKS
+    /// Test builds only (the watchdog test): the loop's thread stops for good.
     func hangForTesting() {
         mailbox.withLock { mailbox in
             guard mailbox.open else { return }
@@ -87,6 +88,7 @@ extension ServerLoop {
             mailbox.hang = true
         }
     }
+    #endif
 
     private func ring() {
         var one: UInt64 = 1
@@ -104,10 +106,12 @@ extension ServerLoop {
             }
             return (mailbox.items, mailbox.pings, mailbox.hang)
         }
+        #if TOKEND_TEST_HOOKS
         if hang {
             logger.critical("server loop hanging on purpose (TOKEND_TEST_HOOKS)")
             while true { sleep(3600) }
         }
+        #endif
         for ping in pings { ping.resume() }
         for (fd, id, item) in batch {
             guard let connection = connections[fd], connection.id == id else {

@@ -137,10 +137,12 @@ public struct VarlinkServer: Sendable {
         await running.loop.withLock { $0 }?.ping()
     }
 
-    /// Test-only: the loop stops for good (see the watchdog test).
+    #if TOKEND_TEST_HOOKS
+    /// Test builds only: the loop stops for good (see the watchdog test).
     public func hangLoopForTesting() {
         running.loop.withLock { $0 }?.hangForTesting()
     }
+    #endif
 
     /// A bound, listening Unix socket at `path`. A socket file left there by
     /// a tokend that is gone is replaced; the caller makes sure none is
