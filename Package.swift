@@ -37,6 +37,8 @@ let package = Package(
     targets: [
         // Wire types, JSON, interface declarations: no NIO.
         .target(name: "Varlink", swiftSettings: strict),
+        // The one timeout race (a body that ignores cancellation is abandoned, not awaited).
+        .target(name: "Deadline", swiftSettings: strict),
         // A string type that never prints: tokens and client secrets.
         .target(name: "Secrets", swiftSettings: strict),
         .systemLibrary(name: "CLinux"),
@@ -53,7 +55,7 @@ let package = Package(
         // Token requests and responses (pure) and the AsyncHTTPClient-backed endpoint client.
         // Discovery, device and authorization-code logins, ID tokens (jwt-kit).
         .target(name: "OAuth", dependencies: [
-            "CookieJar", "Loopback", "Secrets", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
+            "CookieJar", "Deadline", "Loopback", "Secrets", "Varlink", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
             .product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit"),
         ], swiftSettings: strict),
         // RFC 6265 cookie jar: parser, storage, retrieval, change log. Foundation only.
@@ -63,10 +65,10 @@ let package = Package(
         .target(name: "StateStore", dependencies: [
             "CookieJar", "Secrets", logging, .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: strict),
-        .target(name: "Broker", dependencies: ["CookieJar", "Loopback", "OAuth", "Secrets", "StateStore", logging], swiftSettings: hooks),
+        .target(name: "Broker", dependencies: ["CookieJar", "Deadline", "Loopback", "OAuth", "Secrets", "StateStore", logging], swiftSettings: hooks),
         // A session shared by several hosts through PostgreSQL: schema, fleet lock, sealed record, LISTEN.
         .target(name: "Fleet", dependencies: [
-            "Broker", "StateStore", logging, .product(name: "PostgresNIO", package: "postgres-nio"),
+            "Broker", "Deadline", "StateStore", logging, .product(name: "PostgresNIO", package: "postgres-nio"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ], swiftSettings: strict),
         .target(name: "Config", dependencies: ["Loopback", .product(name: "TOMLKit", package: "TOMLKit")], swiftSettings: strict),
@@ -74,7 +76,7 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .target(name: "Systemd", dependencies: ["CSystemd", logging], swiftSettings: strict),
         .target(name: "TokendServer", dependencies: [
-            "Broker", "Config", "CookieJar", "Fleet", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "UnixServer",
+            "Broker", "Config", "CookieJar", "Deadline", "Fleet", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "UnixServer",
             logging, lifecycle, .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ], swiftSettings: hooks),
         .executableTarget(name: "tokend", dependencies: [
@@ -87,14 +89,12 @@ let package = Package(
         .executableTarget(name: "tokend-native-host", dependencies: [
             "NativeMessaging", "TokendInterface", "Varlink", "VarlinkNIO",
         ], swiftSettings: strict),
-        // Test-only: a server implementing org.varlink.certification for the reference suite.
-        .executableTarget(
-            name: "varlink-certification",
-            dependencies: ["Varlink", "UnixServer", logging],
-            resources: [.embedInCode("org.varlink.certification.varlink")], swiftSettings: strict
-        ),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio], swiftSettings: strict),
-        .testTarget(name: "UnixServerTests", dependencies: ["UnixServer", "Varlink", logging], swiftSettings: strict),
+        .testTarget(name: "TokendInterfaceTests", dependencies: ["TokendInterface", "Varlink"], swiftSettings: strict),
+        // The server loop over real sockets, and the reference Varlink certification suite against it.
+        .testTarget(
+            name: "UnixServerTests", dependencies: ["UnixServer", "Varlink", logging],
+            resources: [.embedInCode("Resources/org.varlink.certification.varlink")], swiftSettings: strict),
         .testTarget(
             name: "TokendServerTests", dependencies: ["TokendServer", "Broker", "Config", "UnixServer", "Varlink"],
             swiftSettings: strict),

@@ -1,3 +1,4 @@
+import Deadline
 import Synchronization
 
 /// Lets the session wait until its subscribers' connections have taken an
@@ -38,10 +39,10 @@ public final class DeliveryReceipt: Sendable {
 
     /// Returns when every subscriber has taken the event, or after `deadline`.
     func wait(deadline: Duration) async {
-        let timer = Task {
-            try? await Task.sleep(for: deadline)
-            self.expire()
-        }
+        if (try? await within(deadline, { await self.allDelivered() })) == nil { expire() }
+    }
+
+    private func allDelivered() async {
         await withCheckedContinuation { continuation in
             let done = state.withLock { state -> Bool in
                 if state.remaining <= 0 { return true }
@@ -50,6 +51,5 @@ public final class DeliveryReceipt: Sendable {
             }
             if done { continuation.resume() }
         }
-        timer.cancel()
     }
 }

@@ -1,4 +1,5 @@
 import Broker
+import Deadline
 import Logging
 import NIOSSL
 import PostgresNIO
@@ -94,30 +95,13 @@ public final class PostgresStore: SharedStore {
         _ body: @escaping @Sendable () async throws -> T
     ) async throws -> T {
         guard !connection.isClosed else { throw SharedStoreError("\(address): connection lost") }
-        let outcome = Once<T>()
-        return try await withCheckedThrowingContinuation { continuation in
-            outcome.start(continuation)
-            let work = Task {
-                do {
-                    outcome.finish(.success(try await body()))
-                } catch {
-                    outcome.finish(.failure(error))
-                }
-            }
-            let timer = Task {
-                do {
-                    try await Task.sleep(for: limit)
-                } catch {
-                    return
-                }
-                let late = SharedStoreError("\(what) took more than \(limit.components.seconds) s (database unreachable?)")
-                if outcome.finish(.failure(late)) {
-                    work.cancel()
-                    try? await connection.close()
-                }
-            }
-            outcome.onFinish { timer.cancel() }
+        // A statement written to a connection that just closed may never be
+        // answered: the deadline does not wait for it.
+        guard let result = try await Deadline.within(limit, body) else {
+            try? await connection.close()
+            throw SharedStoreError("\(what) took more than \(limit.components.seconds) s (database unreachable?)")
         }
+        return result
     }
 
     /// A plain-language description of a failure, with PostgreSQL's own message when it sent one.
@@ -349,43 +333,5 @@ final class PostgresLease: SharedLease {
             try? await connection.close()
         }
         store.turns.pass()
-    }
-}
-
-/// A continuation resumed by whichever finishes first.
-final class Once<T: Sendable>: Sendable {
-    private struct State {
-        var done = false
-        var continuation: CheckedContinuation<T, any Error>?
-        var onFinish: (@Sendable () -> Void)?
-    }
-    private let state = Mutex(State())
-
-    func start(_ continuation: CheckedContinuation<T, any Error>) {
-        state.withLock { $0.continuation = continuation }
-    }
-
-    /// Runs `action` when finished (at once if already).
-    func onFinish(_ action: @escaping @Sendable () -> Void) {
-        let now = state.withLock { state -> Bool in
-            if state.done { return true }
-            state.onFinish = action
-            return false
-        }
-        if now { action() }
-    }
-
-    /// True when this call resumed the continuation.
-    @discardableResult
-    func finish(_ result: Result<T, any Error>) -> Bool {
-        let taken = state.withLock { state -> (CheckedContinuation<T, any Error>?, (@Sendable () -> Void)?)? in
-            if state.done { return nil }
-            state.done = true
-            return (state.continuation, state.onFinish)
-        }
-        guard let (continuation, action) = taken else { return false }
-        continuation?.resume(with: result)
-        action?()
-        return true
     }
 }

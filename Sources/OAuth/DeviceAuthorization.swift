@@ -25,9 +25,9 @@ public struct DeviceAuthorization: Sendable {
     }
 
     public static func parse(status: Int, body: [UInt8]) throws(TokenEndpointError) -> DeviceAuthorization {
-        let json = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any]
-        if let code = json?["error"] as? String {
-            let description = (json?["error_description"] as? String).map { ": \(TokenResponse.sanitize($0))" } ?? ""
+        let json = providerObject(body)
+        if let code = json?["error"]?.stringValue {
+            let description = json?["error_description"]?.stringValue.map { ": \(TokenResponse.sanitize($0))" } ?? ""
             let reason = "device authorization endpoint answered \(TokenResponse.sanitize(code))\(description)"
             // A refused client or scope is a configuration problem: retrying cannot help.
             if ["invalid_client", "unauthorized_client", "invalid_scope", "invalid_request"].contains(code) {
@@ -39,16 +39,16 @@ public struct DeviceAuthorization: Sendable {
             throw .transient("device authorization endpoint answered HTTP \(status)")
         }
         // RFC 8628 names it verification_uri; some servers still send Google's verification_url.
-        guard let deviceCode = json["device_code"] as? String, !deviceCode.isEmpty,
-            let userCode = json["user_code"] as? String, !userCode.isEmpty,
-            let verification = (json["verification_uri"] ?? json["verification_url"]) as? String
+        guard let deviceCode = json["device_code"]?.stringValue, !deviceCode.isEmpty,
+            let userCode = json["user_code"]?.stringValue, !userCode.isEmpty,
+            let verification = (json["verification_uri"] ?? json["verification_url"])?.stringValue
         else {
             throw .transient("device authorization answer lacks device_code, user_code or verification_uri")
         }
         return DeviceAuthorization(
             deviceCode: Secret(deviceCode), userCode: TokenResponse.sanitize(userCode),
             verificationURI: TokenResponse.sanitize(verification),
-            verificationURIComplete: (json["verification_uri_complete"] as? String).map(TokenResponse.sanitize),
-            expiresIn: jsonInteger(json["expires_in"]) ?? 600, interval: max(1, jsonInteger(json["interval"]) ?? 5))
+            verificationURIComplete: json["verification_uri_complete"]?.stringValue.map(TokenResponse.sanitize),
+            expiresIn: json["expires_in"]?.lenientInt ?? 600, interval: max(1, json["interval"]?.lenientInt ?? 5))
     }
 }

@@ -17,13 +17,11 @@ public struct Identity: Sendable, Equatable, Codable {
 
     /// From a userinfo answer (OpenID Connect Core §5.3.2); nil without `sub`.
     public static func fromUserInfo(_ body: [UInt8]) -> Identity? {
-        guard let json = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any],
-            let subject = json["sub"] as? String, !subject.isEmpty
-        else { return nil }
+        guard let json = providerObject(body), let subject = json["sub"]?.stringValue, !subject.isEmpty else { return nil }
         return Identity(
             subject: TokenResponse.sanitize(subject),
-            username: (json["preferred_username"] as? String).map(TokenResponse.sanitize),
-            email: (json["email"] as? String).map(TokenResponse.sanitize))
+            username: json["preferred_username"]?.stringValue.map(TokenResponse.sanitize),
+            email: json["email"]?.stringValue.map(TokenResponse.sanitize))
     }
 }
 

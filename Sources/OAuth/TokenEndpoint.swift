@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Deadline
 import Foundation
 import NIOCore
 import Secrets
@@ -141,7 +142,7 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         return .transient("no \(which) endpoint is configured")
     }
 
-    struct HTTPAnswer {
+    struct HTTPAnswer: Sendable {
         var status: Int
         var retryAfter: String?
         var location: String? = nil
@@ -185,23 +186,16 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         do {
             // The deadline covers the whole exchange, the body included: a
             // server that sends its body slowly is cut off like one that hangs.
-            return try await withThrowingTaskGroup(of: HTTPAnswer?.self) { group in
-                group.addTask {
-                    let response = try await client.execute(prepared, deadline: deadline)
-                    let body = try await response.body.collect(upTo: maximumBodySize)
-                    return HTTPAnswer(
-                        status: Int(response.status.code), retryAfter: response.headers.first(name: "Retry-After"),
-                        location: response.headers.first(name: "Location"), setCookie: response.headers["Set-Cookie"],
-                        body: Array(buffer: body))
-                }
-                group.addTask {
-                    try await Task.sleep(for: timeout)
-                    return nil
-                }
-                defer { group.cancelAll() }
-                guard case let answer?? = try await group.next() else { throw HTTPClientError.deadlineExceeded }
-                return answer
+            let answer = try await within(timeout) {
+                let response = try await client.execute(prepared, deadline: deadline)
+                let body = try await response.body.collect(upTo: maximumBodySize)
+                return HTTPAnswer(
+                    status: Int(response.status.code), retryAfter: response.headers.first(name: "Retry-After"),
+                    location: response.headers.first(name: "Location"), setCookie: response.headers["Set-Cookie"],
+                    body: Array(buffer: body))
             }
+            guard let answer else { throw HTTPClientError.deadlineExceeded }
+            return answer
         } catch let error as NIOTooManyBytesError {
             _ = error
             throw .transient("\(request.url) answered with more than \(maximumBodySize) bytes")

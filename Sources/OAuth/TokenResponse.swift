@@ -1,5 +1,6 @@
 import CookieJar
 import Foundation
+import Varlink
 import Secrets
 
 /// A successful token-endpoint answer (RFC 6749 §5.1).
@@ -75,9 +76,9 @@ extension TokenResponse {
         status: Int, retryAfterHeader: String?, body: [UInt8], now: Date = Date()
     ) -> Result<TokenResponse, TokenEndpointError> {
         let retryAfter = retryAfterHeader.flatMap { parseRetryAfter($0, now: now) }
-        let json = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any]
-        if let code = json?["error"] as? String {
-            return .failure(classifyError(code: code, description: json?["error_description"] as? String,
+        let json = providerObject(body)
+        if let code = json?["error"]?.stringValue {
+            return .failure(classifyError(code: code, description: json?["error_description"]?.stringValue,
                 status: status, retryAfter: retryAfter))
         }
         switch status {
@@ -103,17 +104,16 @@ extension TokenResponse {
         }
     }
 
-    static func parseSuccess(_ json: [String: Any]) -> Result<TokenResponse, TokenEndpointError> {
-        guard let access = json["access_token"] as? String, !access.isEmpty else {
+    static func parseSuccess(_ json: JSONObject) -> Result<TokenResponse, TokenEndpointError> {
+        guard let access = json["access_token"]?.stringValue, !access.isEmpty else {
             return .failure(.transient("token endpoint answer has no access_token"))
         }
-        let expiresIn = jsonInteger(json["expires_in"])
-        let refresh = (json["refresh_token"] as? String).flatMap { $0.isEmpty ? nil : Secret($0) }
+        let refresh = json["refresh_token"]?.stringValue.flatMap { $0.isEmpty ? nil : Secret($0) }
         return .success(
             TokenResponse(
-                accessToken: Secret(access), tokenType: (json["token_type"] as? String) ?? "Bearer",
-                expiresIn: expiresIn, refreshToken: refresh, scope: json["scope"] as? String,
-                idToken: (json["id_token"] as? String).flatMap { $0.isEmpty ? nil : Secret($0) }))
+                accessToken: Secret(access), tokenType: json["token_type"]?.stringValue ?? "Bearer",
+                expiresIn: json["expires_in"]?.lenientInt, refreshToken: refresh, scope: json["scope"]?.stringValue,
+                idToken: json["id_token"]?.stringValue.flatMap { $0.isEmpty ? nil : Secret($0) }))
     }
 
     /// Retry-After as delay-seconds or an HTTP-date (RFC 9110 §10.2.3).

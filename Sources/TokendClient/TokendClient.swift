@@ -6,6 +6,7 @@ import VarlinkNIO
 
 /// A connection to tokend. Safe to share between tasks; calls are pipelined.
 public final class TokendClient: Sendable {
+    typealias I = BrokerInterface
     public static let defaultSocket = "/run/tokend/io.tokend.Broker"
 
     /// `explicit`, else $TOKEND_SOCKET, else the system socket.
@@ -41,30 +42,25 @@ public final class TokendClient: Sendable {
     public func close() async { await connection.close() }
 
     public func token(session: String? = nil, minValidSeconds: Int? = nil) async throws(TokendClientError) -> AccessToken {
-        let reply = try await call("GetToken", ["session": .optional(session), "minValidSeconds": .optional(minValidSeconds)])
-        return try AccessToken(reply["token"])
+        try await call("GetToken", I.GetToken.In(session: session, minValidSeconds: minValidSeconds), I.GetToken.Out.self)
+            .token
     }
 
     public func refresh(session: String? = nil, staleGeneration: Int? = nil) async throws(TokendClientError) -> AccessToken {
-        let reply = try await call("Refresh", ["session": .optional(session), "staleGeneration": .optional(staleGeneration)])
-        return try AccessToken(reply["token"])
+        try await call("Refresh", I.Refresh.In(session: session, staleGeneration: staleGeneration), I.Refresh.Out.self)
+            .token
     }
 
     public func status(session: String? = nil) async throws(TokendClientError) -> SessionStatus {
-        try SessionStatus(try await call("GetStatus", ["session": .optional(session)])["status"])
+        try await call("GetStatus", I.GetStatus.In(session: session), I.GetStatus.Out.self).status
     }
 
     public func sessions() async throws(TokendClientError) -> [SessionStatus] {
-        let reply = try await call("ListSessions", [:])
-        guard let list = reply["sessions"]?.arrayValue else { throw .malformedReply("session list") }
-        var statuses: [SessionStatus] = []
-        for element in list { statuses.append(try SessionStatus(element)) }
-        return statuses
+        try await call("ListSessions", I.ListSessions.In(), I.ListSessions.Out.self).sessions
     }
 
     public func login(session: String? = nil, refreshToken: String) async throws(TokendClientError) -> SessionStatus {
-        let reply = try await call("Login", ["session": .optional(session), "refreshToken": .string(refreshToken)])
-        return try SessionStatus(reply["status"])
+        try await call("Login", I.Login.In(session: session, refreshToken: refreshToken), I.Login.Out.self).status
     }
 
     /// Begins a device login (`redirectURI` nil) or a browser login (a loopback
@@ -72,29 +68,28 @@ public final class TokendClient: Sendable {
     public func beginLogin(
         session: String? = nil, flow: String, redirectURI: String? = nil
     ) async throws(TokendClientError) -> PendingLogin {
-        let reply = try await call(
-            "BeginLogin", ["session": .optional(session), "flow": .string(flow), "redirectUri": .optional(redirectURI)])
-        return try PendingLogin(reply["login"])
+        try await call(
+            "BeginLogin", I.BeginLogin.In(session: session, flow: flow, redirectUri: redirectURI), I.BeginLogin.Out.self
+        ).login
     }
 
     /// Waits for the user's approval (device) or hands over the browser's
     /// callback URL (browser); returns the logged-in session's status.
     public func finishLogin(id: String, callbackURL: String? = nil) async throws(TokendClientError) -> SessionStatus {
-        let reply = try await call("FinishLogin", ["id": .string(id), "callbackUrl": .optional(callbackURL)])
-        return try SessionStatus(reply["status"])
+        try await call("FinishLogin", I.FinishLogin.In(id: id, callbackUrl: callbackURL), I.FinishLogin.Out.self).status
     }
 
     public func cancelLogin(id: String) async throws(TokendClientError) {
-        _ = try await call("CancelLogin", ["id": .string(id)])
+        _ = try await call("CancelLogin", I.CancelLogin.In(id: id), I.CancelLogin.Out.self)
     }
 
     public func logout(session: String? = nil, revoke: Bool = true) async throws(TokendClientError) {
-        _ = try await call("Logout", ["session": .optional(session), "revoke": .bool(revoke)])
+        _ = try await call("Logout", I.Logout.In(session: session, revoke: revoke), I.Logout.Out.self)
     }
 
     /// The cookies a browser would send to `url`, its Cookie header and the jar's version.
     public func cookies(session: String? = nil, url: String) async throws(TokendClientError) -> CookieSet {
-        try CookieSet(try await call("GetCookies", ["session": .optional(session), "url": .string(url)]))
+        try await call("GetCookies", I.GetCookies.In(session: session, url: url), I.GetCookies.Out.self)
     }
 
     /// Reports Set-Cookie headers received from `url`; returns the jar's version,
@@ -103,12 +98,8 @@ public final class TokendClient: Sendable {
         session: String? = nil, url: String, setCookie: [String]
     ) async throws(TokendClientError) -> (version: Int, applied: Int, rejected: [String]) {
         let reply = try await call(
-            "ImportCookies",
-            ["session": .optional(session), "url": .string(url), "setCookie": .array(setCookie.map(JSONValue.string))])
-        guard let version = reply["version"]?.intValue, let applied = reply["applied"]?.intValue,
-            let rejected = reply["rejected"]?.arrayValue
-        else { throw .malformedReply("ImportCookies reply") }
-        return (version, applied, rejected.compactMap(\.stringValue))
+            "ImportCookies", I.ImportCookies.In(session: session, url: url, setCookie: setCookie), I.ImportCookies.Out.self)
+        return (reply.version, reply.applied, reply.rejected)
     }
 
     /// Deletes the cookies a request to `url` would carry (those named `name`
@@ -118,18 +109,14 @@ public final class TokendClient: Sendable {
         session: String? = nil, url: String? = nil, name: String? = nil
     ) async throws(TokendClientError) -> (version: Int, deleted: Int) {
         let reply = try await call(
-            "DeleteCookies", ["session": .optional(session), "url": .optional(url), "name": .optional(name)])
-        guard let version = reply["version"]?.intValue, let deleted = reply["deleted"]?.intValue else {
-            throw .malformedReply("DeleteCookies reply")
-        }
-        return (version, deleted)
+            "DeleteCookies", I.DeleteCookies.In(session: session, url: url, name: name), I.DeleteCookies.Out.self)
+        return (reply.version, reply.deleted)
     }
 
     /// The jar as a Netscape cookies.txt (curl -b, wget --load-cookies).
     public func exportCookies(session: String? = nil) async throws(TokendClientError) -> String {
-        let reply = try await call("ExportCookies", ["session": .optional(session), "format": "netscape"])
-        guard let text = reply["text"]?.stringValue else { throw .malformedReply("ExportCookies reply") }
-        return text
+        try await call("ExportCookies", I.ExportCookies.In(session: session, format: "netscape"), I.ExportCookies.Out.self)
+            .text
     }
 
     /// The session's events, beginning with a "status" event; with
@@ -140,7 +127,7 @@ public final class TokendClient: Sendable {
     /// connection closes when the stream ends or its consumer stops.
     public func events(session: String? = nil, sinceVersion: Int? = nil) -> AsyncThrowingStream<SessionEvent, Error> {
         let socket = self.socket
-        let parameters: JSONObject = ["session": .optional(session), "sinceVersion": .optional(sinceVersion)]
+        let parameters = (try? I.Subscribe.In(session: session, sinceVersion: sinceVersion).parameters()) ?? [:]
         return AsyncThrowingStream { continuation in
             let task = Task {
                 let own: TokendClient
@@ -152,10 +139,17 @@ public final class TokendClient: Sendable {
                 do {
                     let replies = own.connection.stream(
                         BrokerInterface.method("Subscribe"), parameters.filter { !$0.value.isNull })
-                    for try await reply in replies { continuation.yield(SessionEvent(reply)) }
+                    for try await reply in replies {
+                        guard let event = try? JSONValue.object(reply).decode(SessionEvent.self) else {
+                            throw TokendClientError.malformedReply("event")
+                        }
+                        continuation.yield(event)
+                    }
                     continuation.finish()
                 } catch let error as VarlinkError {
                     continuation.finish(throwing: TokendClientError(error))
+                } catch let error as TokendClientError {
+                    continuation.finish(throwing: error)
                 } catch {
                     continuation.finish(throwing: TokendClientError.unreachable(socket: socket, reason: "\(error)"))
                 }
@@ -165,13 +159,23 @@ public final class TokendClient: Sendable {
         }
     }
 
-    func call(_ method: String, _ parameters: JSONObject) async throws(TokendClientError) -> JSONObject {
+    /// One call: its parameters and reply as the interface declares them.
+    func call<Reply: Decodable>(
+        _ method: String, _ parameters: some Encodable, _ reply: Reply.Type
+    ) async throws(TokendClientError) -> Reply {
+        let answer: JSONObject
         do {
-            return try await connection.call(BrokerInterface.method(method), parameters.filter { !$0.value.isNull })
+            let sent = try parameters.parameters().filter { !$0.value.isNull }
+            answer = try await connection.call(BrokerInterface.method(method), sent)
         } catch let error as VarlinkError {
             throw TokendClientError(error)
         } catch {
             throw .unreachable(socket: socket, reason: "the connection failed (\(error))")
+        }
+        do {
+            return try JSONValue.object(answer).decode(Reply.self)
+        } catch {
+            throw .malformedReply("\(method) reply")
         }
     }
 }

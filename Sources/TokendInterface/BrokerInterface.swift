@@ -26,6 +26,13 @@ public enum BrokerInterface {
         public static let invalidCallback = "io.tokend.Broker.InvalidCallback"
         public static let loginFailed = "io.tokend.Broker.LoginFailed"
         public static let storeUnavailable = "io.tokend.Broker.StoreUnavailable"
+
+        /// Every error the interface declares (a test checks this against the declaration).
+        public static let all = [
+            noSuchSession, loginRequired, upstreamUnavailable, invalidURL, unknownFormat, rateLimited, tooManyConnections,
+            requestTooLarge, internalError, noSuchLogin, loginDenied, loginExpired, invalidCallback, loginFailed,
+            storeUnavailable,
+        ]
     }
 
     public static func method(_ name: String) -> String { "\(Self.name).\(name)" }

@@ -65,140 +65,135 @@ func guarded(
 func brokerMethods(
     _ broker: Broker, limiter: ForcedRefreshLimiter, logger: Logger, mayRead: @escaping @Sendable (CallContext, String) -> Bool
 ) -> [String: MethodHandler] {
-        [
-            "GetToken": .call { parameters, _ in
-                let session = try broker.session(try parameters.optionalString("session"))
-                let minValid = try parameters.optionalInt("minValidSeconds")
-                if let minValid, minValid < 0 { throw VarlinkError.invalidParameter("minValidSeconds") }
-                return ["token": try await session.getToken(minValidSeconds: minValid).json]
-            },
-            "Refresh": .call { parameters, context in
-                let session = try broker.session(try parameters.optionalString("session"))
-                let stale = try parameters.optionalInt("staleGeneration")
-                logger.debug("refresh requested", metadata: context.metadata(session.name))
-                // A refresh this caller forces (no staleGeneration, or one at or
-                // above the current generation) counts against its limit.
-                let uid = context.peer?.uid ?? UInt32.max
-                do {
-                    let token = try await session.refresh(staleGeneration: stale) {
-                        limiter.take(uid: uid, session: session.name)
-                    }
-                    return ["token": token.json]
-                } catch let limited as RefreshLimited {
-                    logger.notice("forced refresh rate-limited", metadata: context.metadata(session.name))
-                    throw VarlinkError(
-                        BrokerInterface.Error.rateLimited,
-                        ["session": .string(limited.session), "retryAfter": .int(limited.retryAfter)])
+    typealias I = BrokerInterface
+    return [
+        "GetToken": .call { parameters, _ in
+            let call = try parameters.decode(I.GetToken.In.self)
+            let session = try broker.session(call.session)
+            if let minValid = call.minValidSeconds, minValid < 0 { throw VarlinkError.invalidParameter("minValidSeconds") }
+            return try I.GetToken.Out(token: try await session.getToken(minValidSeconds: call.minValidSeconds).wire)
+                .parameters()
+        },
+        "Refresh": .call { parameters, context in
+            let call = try parameters.decode(I.Refresh.In.self)
+            let session = try broker.session(call.session)
+            logger.debug("refresh requested", metadata: context.metadata(session.name))
+            // A refresh this caller forces (no staleGeneration, or one at or
+            // above the current generation) counts against its limit.
+            let uid = context.peer?.uid ?? UInt32.max
+            do {
+                let token = try await session.refresh(staleGeneration: call.staleGeneration) {
+                    limiter.take(uid: uid, session: session.name)
                 }
-            },
-            "GetStatus": .call { parameters, _ in
-                let session = try broker.session(try parameters.optionalString("session"))
-                return ["status": await session.status().json]
-            },
-            "ListSessions": .call { _, context in
-                var statuses: [JSONValue] = []
-                for session in broker.all where mayRead(context, session.name) {
-                    statuses.append(await session.status().json)
-                }
-                return ["sessions": .array(statuses)]
-            },
-            "Login": .call { parameters, context in
-                let session = try broker.session(try parameters.optionalString("session"))
-                let refreshToken = try parameters.string("refreshToken")
-                guard !refreshToken.isEmpty else { throw VarlinkError.invalidParameter("refreshToken") }
-                logger.notice("login requested", metadata: context.metadata(session.name))
-                return ["status": try await session.login(refreshToken: Secret(refreshToken)).json]
-            },
-            "BeginLogin": .call { parameters, context in
-                let session = try broker.session(try parameters.optionalString("session"))
-                guard let flow = LoginFlow(rawValue: try parameters.string("flow")) else {
-                    throw VarlinkError.invalidParameter("flow")
-                }
-                let redirect = try parameters.optionalString("redirectUri")
-                logger.notice(
-                    "login requested", metadata: context.metadata(session.name).merging(["flow": "\(flow.rawValue)"]) { a, _ in a })
-                let ticket = try await session.beginLogin(flow: flow, redirectURI: redirect, owner: context.peer?.uid)
-                return ["login": ticket.json]
-            },
-            "FinishLogin": .call { parameters, context in
-                let id = try parameters.string("id")
-                let session = try broker.session(forLogin: id)
-                let callback = try parameters.optionalString("callbackUrl")
-                let status = try await session.finishLogin(id: id, callbackURL: callback, caller: context.peer?.uid)
-                return ["status": status.json]
-            },
-            "CancelLogin": .call { parameters, context in
-                let id = try parameters.string("id")
-                try await broker.session(forLogin: id).cancelLogin(id: id, caller: context.peer?.uid)
-                return [:]
-            },
-            "Logout": .call { parameters, context in
-                let session = try broker.session(try parameters.optionalString("session"))
-                let revoke = try parameters.optionalBool("revoke") ?? true
-                logger.notice("logout requested", metadata: context.metadata(session.name))
-                try await session.logout(revoke: revoke)
-                return [:]
-            },
-            "Subscribe": .stream { parameters, _, replies in
-                let session = try broker.session(try parameters.optionalString("session"))
-                let since = try parameters.optionalInt("sinceVersion")
-                let (status, events) = await session.subscribe(sinceVersion: since)
-                try await replies.yield(
-                    [
-                        "event": "status", "session": .string(status.session), "generation": .int(status.generation),
-                        "expiresAt": .optional(status.expiresAt), "reason": .optional(status.lastError),
-                        "version": .int(status.cookieVersion),
-                    ], continues: true)
-                for await event in events {
-                    try await replies.yield(event.parameters, continues: true)
-                    event.receipt?.delivered()
-                }
-                // The session stopped (tokend is shutting down or the session was removed).
-                try await replies.yield(
-                    ["event": "stopped", "session": .string(session.name), "generation": .int(status.generation)],
-                    continues: false)
-            },
-            "GetCookies": .call { parameters, _ in
-                let session = try broker.session(try parameters.optionalString("session"))
-                let (cookies, version) = await session.cookies(for: try parameters.cookieRequest("url"))
-                return [
-                    "cookies": .array(cookies.map(\.json)), "header": .string(CookieJar.header(for: cookies)),
-                    "version": .int(version),
-                ]
-            },
-            "ImportCookies": .call { parameters, context in
-                let session = try broker.session(try parameters.optionalString("session"))
-                let request = try parameters.cookieRequest("url")
-                let headers = try parameters.stringArray("setCookie")
-                let result = try await session.importCookies(from: request, setCookie: headers)
-                logger.info(
-                    "cookies imported",
-                    metadata: context.metadata(session.name).merging(
-                        ["applied": "\(result.applied)", "rejected": "\(result.rejected.count)"], uniquingKeysWith: { a, _ in a }))
-                return [
-                    "version": .int(result.version), "applied": .int(result.applied),
-                    "rejected": .array(result.rejected.map(JSONValue.string)),
-                ]
-            },
-            "DeleteCookies": .call { parameters, context in
-                let session = try broker.session(try parameters.optionalString("session"))
-                let request = try parameters.optionalString("url") == nil ? nil : try parameters.cookieRequest("url")
-                let name = try parameters.optionalString("name")
-                let (version, deleted) = try await session.deleteCookies(matching: request, name: name)
-                logger.info(
-                    "cookies deleted",
-                    metadata: context.metadata(session.name).merging(["deleted": "\(deleted)"]) { a, _ in a })
-                return ["version": .int(version), "deleted": .int(deleted)]
-            },
-            "ExportCookies": .call { parameters, _ in
-                let session = try broker.session(try parameters.optionalString("session"))
-                let format = try parameters.optionalString("format") ?? "netscape"
-                guard format == "netscape" else {
-                    throw VarlinkError(BrokerInterface.Error.unknownFormat, ["format": .string(format)])
-                }
-                return ["text": .string(await session.netscapeCookies())]
-            },
-        ]
+                return try I.Refresh.Out(token: token.wire).parameters()
+            } catch let limited as RefreshLimited {
+                logger.notice("forced refresh rate-limited", metadata: context.metadata(session.name))
+                throw VarlinkError(
+                    I.Error.rateLimited, ["session": .string(limited.session), "retryAfter": .int(limited.retryAfter)])
+            }
+        },
+        "GetStatus": .call { parameters, _ in
+            let session = try broker.session(try parameters.decode(I.GetStatus.In.self).session)
+            return try I.GetStatus.Out(status: await session.status().wire).parameters()
+        },
+        "ListSessions": .call { _, context in
+            var statuses: [I.SessionStatus] = []
+            for session in broker.all where mayRead(context, session.name) {
+                statuses.append(await session.status().wire)
+            }
+            return try I.ListSessions.Out(sessions: statuses).parameters()
+        },
+        "Login": .call { parameters, context in
+            let call = try parameters.decode(I.Login.In.self)
+            let session = try broker.session(call.session)
+            guard !call.refreshToken.isEmpty else { throw VarlinkError.invalidParameter("refreshToken") }
+            logger.notice("login requested", metadata: context.metadata(session.name))
+            return try I.Login.Out(status: try await session.login(refreshToken: Secret(call.refreshToken)).wire)
+                .parameters()
+        },
+        "BeginLogin": .call { parameters, context in
+            let call = try parameters.decode(I.BeginLogin.In.self)
+            let session = try broker.session(call.session)
+            guard let flow = LoginFlow(rawValue: call.flow) else { throw VarlinkError.invalidParameter("flow") }
+            logger.notice(
+                "login requested", metadata: context.metadata(session.name).merging(["flow": "\(flow.rawValue)"]) { a, _ in a })
+            let ticket = try await session.beginLogin(flow: flow, redirectURI: call.redirectUri, owner: context.peer?.uid)
+            return try I.BeginLogin.Out(login: ticket.wire).parameters()
+        },
+        "FinishLogin": .call { parameters, context in
+            let call = try parameters.decode(I.FinishLogin.In.self)
+            let session = try broker.session(forLogin: call.id)
+            let status = try await session.finishLogin(id: call.id, callbackURL: call.callbackUrl, caller: context.peer?.uid)
+            return try I.FinishLogin.Out(status: status.wire).parameters()
+        },
+        "CancelLogin": .call { parameters, context in
+            let call = try parameters.decode(I.CancelLogin.In.self)
+            try await broker.session(forLogin: call.id).cancelLogin(id: call.id, caller: context.peer?.uid)
+            return [:]
+        },
+        "Logout": .call { parameters, context in
+            let call = try parameters.decode(I.Logout.In.self)
+            let session = try broker.session(call.session)
+            logger.notice("logout requested", metadata: context.metadata(session.name))
+            try await session.logout(revoke: call.revoke ?? true)
+            return [:]
+        },
+        "Subscribe": .stream { parameters, _, replies in
+            let call = try parameters.decode(I.Subscribe.In.self)
+            let session = try broker.session(call.session)
+            let (status, events) = await session.subscribe(sinceVersion: call.sinceVersion)
+            var first = I.Event(event: "status", session: status.session, generation: status.generation)
+            first.expiresAt = status.expiresAt
+            first.reason = status.lastError
+            first.version = status.cookieVersion
+            try await replies.yield(try first.parameters(), continues: true)
+            for await event in events {
+                try await replies.yield(try event.wire.parameters(), continues: true)
+                event.receipt?.delivered()
+            }
+            // The session stopped (tokend is shutting down or the session was removed).
+            let stopped = I.Event(event: "stopped", session: session.name, generation: status.generation)
+            try await replies.yield(try stopped.parameters(), continues: false)
+        },
+        "GetCookies": .call { parameters, _ in
+            let call = try parameters.decode(I.GetCookies.In.self)
+            let session = try broker.session(call.session)
+            let (cookies, version) = await session.cookies(for: try cookieRequest(call.url))
+            return try I.GetCookies.Out(
+                cookies: cookies.map(\.wire), header: CookieJar.header(for: cookies), version: version
+            ).parameters()
+        },
+        "ImportCookies": .call { parameters, context in
+            let call = try parameters.decode(I.ImportCookies.In.self)
+            let session = try broker.session(call.session)
+            let result = try await session.importCookies(from: try cookieRequest(call.url), setCookie: call.setCookie)
+            logger.info(
+                "cookies imported",
+                metadata: context.metadata(session.name).merging(
+                    ["applied": "\(result.applied)", "rejected": "\(result.rejected.count)"], uniquingKeysWith: { a, _ in a }))
+            return try I.ImportCookies.Out(version: result.version, applied: result.applied, rejected: result.rejected)
+                .parameters()
+        },
+        "DeleteCookies": .call { parameters, context in
+            let call = try parameters.decode(I.DeleteCookies.In.self)
+            let session = try broker.session(call.session)
+            let request = try call.url.map(cookieRequest)
+            let (version, deleted) = try await session.deleteCookies(matching: request, name: call.name)
+            logger.info(
+                "cookies deleted",
+                metadata: context.metadata(session.name).merging(["deleted": "\(deleted)"]) { a, _ in a })
+            return try I.DeleteCookies.Out(version: version, deleted: deleted).parameters()
+        },
+        "ExportCookies": .call { parameters, _ in
+            let call = try parameters.decode(I.ExportCookies.In.self)
+            let session = try broker.session(call.session)
+            let format = call.format ?? "netscape"
+            guard format == "netscape" else {
+                throw VarlinkError(I.Error.unknownFormat, ["format": .string(format)])
+            }
+            return try I.ExportCookies.Out(text: await session.netscapeCookies()).parameters()
+        },
+    ]
 }
 
 extension CallContext {
@@ -212,13 +207,10 @@ extension CallContext {
     }
 }
 
-extension JSONObject {
-    /// An http(s) URL with a host, or io.tokend.Broker.InvalidURL.
-    func cookieRequest(_ key: String) throws -> CookieRequest {
-        let url = try string(key)
-        guard let request = CookieRequest(string: url) else {
-            throw VarlinkError(BrokerInterface.Error.invalidURL, ["url": .string(url)])
-        }
-        return request
+/// An http(s) URL with a host, or io.tokend.Broker.InvalidURL.
+func cookieRequest(_ url: String) throws -> CookieRequest {
+    guard let request = CookieRequest(string: url) else {
+        throw VarlinkError(BrokerInterface.Error.invalidURL, ["url": .string(url)])
     }
+    return request
 }

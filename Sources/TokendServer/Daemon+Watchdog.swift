@@ -1,3 +1,4 @@
+import Deadline
 import Logging
 import Synchronization
 import Systemd
@@ -45,25 +46,7 @@ extension Daemon {
     #endif
 }
 
-/// True if `body` finishes within `limit`. Does not need `body` to honour
-/// cancellation: a hung body is abandoned, not awaited.
+/// True if `body` finishes within `limit` (a hung body is abandoned).
 func completes(within limit: Duration, _ body: @escaping @Sendable () async -> Void) async -> Bool {
-    await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-        let resumed = Mutex(false)
-        let finish: @Sendable (Bool) -> Void = { value in
-            let first = resumed.withLock { done -> Bool in
-                defer { done = true }
-                return !done
-            }
-            if first { continuation.resume(returning: value) }
-        }
-        Task.detached {
-            await body()
-            finish(true)
-        }
-        Task.detached {
-            try? await Task.sleep(for: limit)
-            finish(false)
-        }
-    }
+    (try? await within(limit, body)) != nil
 }

@@ -49,7 +49,8 @@ final class FastGetToken: Sendable {
                 return cached.bytes
             }
             var bytes: [UInt8] = []
-            VarlinkReply(parameters: ["token": token.json]).encode(into: &bytes)
+            guard let parameters = try? BrokerInterface.GetToken.Out(token: token.wire).parameters() else { return nil }
+            VarlinkReply(parameters: parameters).encode(into: &bytes)
             cache[name] = (token.generation, token.expiresAt, bytes)
             return bytes
         }

@@ -3,65 +3,69 @@ import CookieJar
 import TokendInterface
 import Varlink
 
+/// The broker's values as the interface's types (BrokerInterface+Types).
 extension Token {
-    var json: JSONValue {
-        [
-            "accessToken": .string(accessToken.reveal()), "tokenType": .string(tokenType),
-            "expiresAt": .int(expiresAt), "generation": .int(generation), "scope": .optional(scope),
-        ]
+    var wire: BrokerInterface.Token {
+        BrokerInterface.Token(
+            accessToken: accessToken.reveal(), tokenType: tokenType, expiresAt: expiresAt, generation: generation,
+            scope: scope)
     }
 }
 
 extension SessionStatus {
-    var json: JSONValue {
-        [
-            "session": .string(session), "state": .string(state), "generation": .int(generation),
-            "expiresAt": .optional(expiresAt), "expirySource": .optional(expirySource),
-            "lastRefreshAt": .optional(lastRefreshAt), "nextRefreshAt": .optional(nextRefreshAt),
-            "refreshes": .int(refreshes), "coalesced": .int(coalesced), "failures": .int(failures),
-            "lastError": .optional(lastError), "cookies": .int(cookieCount), "cookieVersion": .int(cookieVersion),
-            "subject": .optional(subject), "username": .optional(username), "email": .optional(email),
-            "pendingLogins": .int(pendingLogins), "webOrigins": .array(webOrigins.map(JSONValue.string)),
-            "gitHosts": .array(gitHosts.map(JSONValue.string)), "gitUsername": .optional(gitUsername),
-            "hostId": .optional(hostID), "store": .optional(store), "sharedVersion": .optional(sharedVersion),
-        ]
+    var wire: BrokerInterface.SessionStatus {
+        var status = BrokerInterface.SessionStatus(
+            session: session, state: state, generation: generation, refreshes: refreshes, coalesced: coalesced,
+            failures: failures, cookies: cookieCount, cookieVersion: cookieVersion, pendingLogins: pendingLogins,
+            webOrigins: webOrigins, gitHosts: gitHosts)
+        status.expiresAt = expiresAt
+        status.expirySource = expirySource
+        status.lastRefreshAt = lastRefreshAt
+        status.nextRefreshAt = nextRefreshAt
+        status.lastError = lastError
+        status.subject = subject
+        status.username = username
+        status.email = email
+        status.gitUsername = gitUsername
+        status.hostId = hostID
+        status.store = store
+        status.sharedVersion = sharedVersion
+        return status
     }
 }
 
 extension LoginTicket {
-    var json: JSONValue {
-        [
-            "id": .string(id), "session": .string(session), "flow": .string(flow.rawValue), "expiresAt": .int(expiresAt),
-            "userCode": .optional(userCode), "verificationUri": .optional(verificationURI),
-            "verificationUriComplete": .optional(verificationURIComplete), "interval": .optional(interval),
-            "authorizationUrl": .optional(authorizationURL),
-        ]
+    var wire: BrokerInterface.PendingLogin {
+        var login = BrokerInterface.PendingLogin(id: id, session: session, flow: flow.rawValue, expiresAt: expiresAt)
+        login.userCode = userCode
+        login.verificationUri = verificationURI
+        login.verificationUriComplete = verificationURIComplete
+        login.interval = interval
+        login.authorizationUrl = authorizationURL
+        return login
     }
 }
 
 extension SessionEvent {
-    var parameters: JSONObject {
-        var parameters: JSONObject = [
-            "event": .string(kind.rawValue), "session": .string(session), "generation": .int(generation),
-            "expiresAt": .optional(expiresAt), "reason": .optional(reason), "version": .int(cookieVersion),
-        ]
+    var wire: BrokerInterface.Event {
+        var event = BrokerInterface.Event(event: kind.rawValue, session: session, generation: generation)
+        event.expiresAt = expiresAt
+        event.reason = reason
+        event.version = cookieVersion
         if kind == .cookies {
-            parameters["changes"] = .array(
-                changes.map { ["action": .string($0.action.rawValue), "cookie": $0.cookie.json] })
-            if snapshot { parameters["snapshot"] = true }
+            event.changes = changes.map { BrokerInterface.CookieChange(action: $0.action.rawValue, cookie: $0.cookie.wire) }
+            if snapshot { event.snapshot = true }
         }
-        if let loginFlow { parameters["login"] = .string(loginFlow) }
-        return parameters
+        event.login = loginFlow
+        return event
     }
 }
 
 extension Cookie {
-    var json: JSONValue {
-        [
-            "name": .string(name), "value": .string(value), "domain": .string(domain), "hostOnly": .bool(hostOnly),
-            "path": .string(path), "expiresAt": .optional(expiresAt), "secure": .bool(secure),
-            "httpOnly": .bool(httpOnly), "sameSite": .optional(sameSite?.rawValue),
-        ]
+    var wire: BrokerInterface.Cookie {
+        BrokerInterface.Cookie(
+            name: name, value: value, domain: domain, hostOnly: hostOnly, path: path, expiresAt: expiresAt,
+            secure: secure, httpOnly: httpOnly, sameSite: sameSite?.rawValue)
     }
 }
 

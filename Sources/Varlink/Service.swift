@@ -132,11 +132,26 @@ public final class VarlinkService: Sendable {
         } catch let error as ReplyStreamClosed {
             throw error
         } catch let error as VarlinkErrorConvertible {
-            try await reply(VarlinkReply(error.varlinkError))
+            try await reply(VarlinkReply(declared(error.varlinkError, call)))
         } catch {
             onUnexpectedError(call.method, error)
             try await reply(VarlinkReply(internalError))
         }
+    }
+
+    /// Only errors the interface declares (or org.varlink.service's own) go
+    /// out; anything else is a bug, reported and answered as an internal error.
+    func declared(_ error: VarlinkError, _ call: VarlinkCall) -> VarlinkError {
+        let separator = error.name.lastIndex(of: ".") ?? error.name.startIndex
+        let interface = String(error.name[..<separator])
+        if interface == VarlinkInterface.service.name { return error }
+        if let declaration = implementations[interface]?.interface,
+            declaration.errors.contains(String(error.name[error.name.index(after: separator)...]))
+        {
+            return error
+        }
+        onUnexpectedError(call.method, UndeclaredError(name: error.name))
+        return internalError
     }
 
     func lookUp(_ call: VarlinkCall) throws(VarlinkError) -> MethodHandler {
@@ -180,4 +195,10 @@ public final class VarlinkService: Sendable {
 /// Thrown by a reply sender when the peer has gone; ends the call quietly.
 public struct ReplyStreamClosed: Error {
     public init() {}
+}
+
+/// A method threw a Varlink error its interface does not declare.
+public struct UndeclaredError: Error, CustomStringConvertible {
+    public let name: String
+    public var description: String { "undeclared error \(name)" }
 }

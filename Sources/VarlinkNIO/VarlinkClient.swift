@@ -44,12 +44,6 @@ public final class VarlinkClient: Sendable {
         return reply.parameters
     }
 
-    /// Sends a call without asking for a reply.
-    public func callOneway(_ method: String, _ parameters: JSONObject = [:]) async throws {
-        let call = VarlinkCall(method: method, parameters: parameters, oneway: true)
-        try await channel.writeAndFlush(Outgoing(call: call, pending: nil)).get()
-    }
-
     /// Calls a method with `more`: each reply's parameters, until the last one.
     /// An error reply ends the sequence by throwing VarlinkError.
     public func stream(_ method: String, _ parameters: JSONObject = [:]) -> AsyncThrowingStream<JSONObject, Error> {

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Loopback
 import TokendClient
+import Varlink
 
 #if canImport(Glibc)
 import Glibc
@@ -106,20 +107,18 @@ struct KubeCredentialCommand: AsyncParsableCommand {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime]
         let expiry = formatter.string(from: Date(timeIntervalSince1970: TimeInterval(token.expiresAt)))
-        let credential: [String: Any] = [
-            "apiVersion": Self.apiVersion(ProcessInfo.processInfo.environment["KUBERNETES_EXEC_INFO"]),
+        let credential: JSONValue = [
+            "apiVersion": .string(Self.apiVersion(ProcessInfo.processInfo.environment["KUBERNETES_EXEC_INFO"])),
             "kind": "ExecCredential",
-            "status": ["token": token.accessToken, "expirationTimestamp": expiry],
+            "status": ["token": .string(token.accessToken), "expirationTimestamp": .string(expiry)],
         ]
-        let data = try JSONSerialization.data(withJSONObject: credential, options: [.sortedKeys, .withoutEscapingSlashes])
-        FileHandle.standardOutput.write(data + Data("\n".utf8))
+        FileHandle.standardOutput.write(Data((JSONWriter.string(credential) + "\n").utf8))
     }
 
     /// The apiVersion kubectl asked for in KUBERNETES_EXEC_INFO; v1 by default.
     static func apiVersion(_ info: String?) -> String {
         let known = ["client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1"]
-        guard let info, let object = try? JSONSerialization.jsonObject(with: Data(info.utf8)) as? [String: Any],
-            let version = object["apiVersion"] as? String, known.contains(version)
+        guard let info, let version = (try? JSONParser.parse(info))?["apiVersion"]?.stringValue, known.contains(version)
         else { return known[0] }
         return version
     }

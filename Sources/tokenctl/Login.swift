@@ -61,11 +61,11 @@ struct LoginCommand: AsyncParsableCommand {
         let login = try await common.run { try await client.beginLogin(session: common.session, flow: "device") }
         let cancel = cancelOnInterrupt(client, login)
         defer { cancel.cancel() }
-        print("To log in, open \(login.verificationURI ?? "the provider's device page") and enter the code:")
+        print("To log in, open \(login.verificationUri ?? "the provider's device page") and enter the code:")
         print("")
         print("    \(login.userCode ?? "")")
         print("")
-        if let complete = login.verificationURIComplete { print("Or open \(complete)") }
+        if let complete = login.verificationUriComplete { print("Or open \(complete)") }
         print("The code expires \(formatTime(login.expiresAt)).")
         fflush(nil)
         let progress = showWaiting("Waiting for approval")
@@ -94,7 +94,7 @@ struct LoginCommand: AsyncParsableCommand {
         let progress = showWaiting("Waiting for the browser")
         defer { progress.cancel() }
         let deadline = Date(timeIntervalSince1970: TimeInterval(login.expiresAt))
-        let authorizationURL = login.authorizationURL ?? ""
+        let authorizationURL = login.authorizationUrl ?? ""
         while let (callback, connection) = await listener.nextCallback(until: deadline, authorizationURL: authorizationURL) {
             do {
                 let status = try await client.finishLogin(id: login.id, callbackURL: callback)

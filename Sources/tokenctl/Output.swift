@@ -25,7 +25,7 @@ func printStatus(_ status: SessionStatus) {
     if let next = status.nextRefreshAt { print("next refresh: \(formatTime(next))") }
     print("refreshes:    \(status.refreshes) (coalesced callers: \(status.coalesced), failures: \(status.failures))")
     if let store = status.store {
-        print("fleet:        host \(status.hostID ?? "?"), shared copy version \(status.sharedVersion.map(String.init) ?? "none")")
+        print("fleet:        host \(status.hostId ?? "?"), shared copy version \(status.sharedVersion.map(String.init) ?? "none")")
         print("store:        \(store)")
     }
     if let error = status.lastError { print("last error:   \(error)") }

@@ -10,6 +10,7 @@ import Testing
         method Echo(text: string) -> (text: string)
         method Count(to: int) -> (n: int)
         method Declared() -> ()
+        method Fail(name: string) -> ()
         error Oops (why: string)
         """)
 
@@ -21,6 +22,7 @@ import Testing
                     interface: interface,
                     methods: [
                         "Echo": .call { p, _ in ["text": .string(try p.string("text"))] },
+                        "Fail": .call { p, _ in throw VarlinkError("org.example.test.\(try p.string("name"))") },
                         "Count": .stream { p, _, out in
                             let n = try p.optionalInt("to") ?? 0
                             for i in 1...n { try await out.yield(["n": .int(i)], continues: i < n) }
@@ -37,7 +39,7 @@ import Testing
 
     @Test func readsNamesFromTheDeclaration() {
         #expect(interface.name == "org.example.test")
-        #expect(interface.methods == ["Echo", "Count", "Declared"])
+        #expect(interface.methods == ["Echo", "Count", "Declared", "Fail"])
         #expect(interface.errors == ["Oops"])
     }
 
@@ -70,6 +72,13 @@ import Testing
         let streamed = try await replies(VarlinkCall(method: "org.example.test.Count", parameters: ["to": 3], more: true))
         #expect(streamed.map(\.continues) == [true, true, false])
         #expect(streamed.map { $0.parameters["n"] } == [1, 2, 3])
+    }
+
+    @Test func onlyDeclaredErrorsGoOut() async throws {
+        let declared = try await replies(VarlinkCall(method: "org.example.test.Fail", parameters: ["name": "Oops"]))
+        #expect(declared.first?.error == "org.example.test.Oops")
+        let undeclared = try await replies(VarlinkCall(method: "org.example.test.Fail", parameters: ["name": "Nope"]))
+        #expect(undeclared.first?.error == "org.varlink.service.InternalError")
     }
 
     @Test func onewayCallsGetNoReply() async throws {

@@ -1,5 +1,5 @@
-"""Independent Varlink clients: python varlink 31.0.0 against tokend and
-the reference certification suite against our Varlink implementation."""
+"""Independent Varlink clients: python varlink 31.0.0 against tokend (the reference
+certification suite runs against the server loop itself, in UnixServerTests)."""
 import os
 import subprocess
 import sys
@@ -20,21 +20,6 @@ def test_python_varlink_client_talks_to_tokend(server, make_tokend):
         with client.open("io.tokend.Broker", namespaced=True) as broker:
             token = broker.GetToken()
             assert token.token.tokenType == "Bearer" and token.token.generation >= 1
-
-
-def test_reference_certification_suite(workdir):
-    path = os.path.join(workdir, "cert")
-    server = subprocess.Popen([os.path.join(BIN, "varlink-certification"), path], stdout=subprocess.PIPE)
-    try:
-        wait_for(lambda: os.path.exists(path), 10, "certification server")
-        result = subprocess.run(
-            [sys.executable, "-m", "varlink.tests.test_certification", "--client", f"--varlink=unix:{path}"],
-            capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, result.stdout + result.stderr
-        assert "Certification passed" in result.stdout
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def test_introspection_serves_the_one_declaration(server, make_tokend):

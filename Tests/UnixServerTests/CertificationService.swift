@@ -1,28 +1,27 @@
-// A test-only server for org.varlink.certification: it checks every argument
-// a client sends against what the previous answer implies, and answers with
-// the values the next step expects.
+// org.varlink.certification for the reference suite: it checks every
+// argument a client sends against what the previous answer implies, and
+// answers with the values the next step expects. Test-only: it is built with
+// the tests, never by a user's `swift build`.
 import Foundation
-import Logging
 import Synchronization
 import Varlink
-import UnixServer
 
-let interface = try VarlinkInterface(
+let certificationInterface = try! VarlinkInterface(
     description: String(decoding: PackageResources.org_varlink_certification_varlink, as: UTF8.self))
 
 /// Which method each client must call next.
-let expected = Mutex<[String: String]>([:])
+let certificationExpected = Mutex<[String: String]>([:])
 
-func certificationError(_ wants: JSONValue, _ got: JSONObject) -> VarlinkError {
+private func certificationError(_ wants: JSONValue, _ got: JSONObject) -> VarlinkError {
     VarlinkError("org.varlink.certification.CertificationError", ["wants": wants, "got": .object(got)])
 }
 
 /// Checks the step order and the arguments, then moves the client on.
-func step(_ method: String, next: String, _ parameters: JSONObject, wants: JSONObject) throws -> Void {
+private func step(_ method: String, next: String, _ parameters: JSONObject, wants: JSONObject) throws -> Void {
     guard case .string(let client)? = parameters["client_id"] else {
         throw VarlinkError("org.varlink.certification.ClientIdError")
     }
-    let ok = expected.withLock { table -> Bool in
+    let ok = certificationExpected.withLock { table -> Bool in
         guard table[client] == method else { return false }
         table[client] = next
         return true
@@ -31,15 +30,15 @@ func step(_ method: String, next: String, _ parameters: JSONObject, wants: JSONO
     var full = wants
     full["client_id"] = .string(client)
     guard full == parameters else {
-        expected.withLock { $0[client] = nil }
+        certificationExpected.withLock { $0[client] = nil }
         throw certificationError(.object(full), parameters)
     }
 }
 
-let pi = 3.141592653589793
-let stringSet: JSONValue = ["one": [:], "two": [:], "three": [:]]
-let fooBar: JSONValue = ["foo": "Foo", "bar": "Bar"]
-let myType: JSONValue = [
+private let pi = 3.141592653589793
+private let stringSet: JSONValue = ["one": [:], "two": [:], "three": [:]]
+private let fooBar: JSONValue = ["foo": "Foo", "bar": "Bar"]
+private let myType: JSONValue = [
     "object": ["method": "org.varlink.certification.Test09", "parameters": ["map": fooBar]],
     "enum": "two",
     "struct": ["first": 1, "second": "2"],
@@ -52,15 +51,15 @@ let myType: JSONValue = [
     ],
 ]
 
-let replies = (1...10).map { JSONValue.string("Reply number \($0)") }
+private let replies = (1...10).map { JSONValue.string("Reply number \($0)") }
 
-let implementation = VarlinkImplementation(
-    interface: interface,
+let certificationImplementation = VarlinkImplementation(
+    interface: certificationInterface,
     methods: [
         "Start": .call { parameters, _ in
             guard parameters.isEmpty else { throw certificationError([:], parameters) }
             let client = UUID().uuidString.lowercased()
-            expected.withLock { $0[client] = "Test01" }
+            certificationExpected.withLock { $0[client] = "Test01" }
             return ["client_id": .string(client)]
         },
         "Test01": .call { p, _ in try step("Test01", next: "Test02", p, wants: [:]); return ["bool": true] },
@@ -112,18 +111,11 @@ let implementation = VarlinkImplementation(
         },
         "End": .call { p, _ in
             try step("End", next: "", p, wants: [:])
-            if case .string(let client)? = p["client_id"] { expected.withLock { $0[client] = nil } }
+            if case .string(let client)? = p["client_id"] { certificationExpected.withLock { $0[client] = nil } }
             return ["all_ok": true]
         },
     ])
 
-guard CommandLine.arguments.count == 2 else {
-    FileHandle.standardError.write(Data("usage: varlink-certification SOCKET-PATH\n".utf8))
-    exit(64)
-}
-let service = VarlinkService(
+let certificationService = VarlinkService(
     info: ServiceInfo(vendor: "tokend", product: "varlink-certification", version: "1", url: "https://tokend.invalid/"),
-    implementations: [implementation])
-let server = VarlinkServer(
-    service: service, source: .path(CommandLine.arguments[1], mode: 0o600), logger: Logger(label: "certification"))
-try await server.run { FileHandle.standardOutput.write(Data("listening\n".utf8)) }
+    implementations: [certificationImplementation])

@@ -1,0 +1,397 @@
+import Varlink
+
+/// The interface's types and every method's parameters and reply, declared
+/// once: the server encodes them, TokendClient and the native host decode
+/// them, and a test checks them member by member against
+/// io.tokend.Broker.varlink. They travel as JSONValue (`JSONValue(encoding:)`,
+/// `decode`); an absent optional is sent as null.
+extension BrokerInterface {
+    public struct Token: Codable, Sendable, Equatable {
+        public var accessToken: String
+        public var tokenType: String
+        public var expiresAt: Int
+        /// Grows by one with every successful refresh.
+        public var generation: Int
+        public var scope: String?
+
+        public init(accessToken: String, tokenType: String, expiresAt: Int, generation: Int, scope: String?) {
+            self.accessToken = accessToken
+            self.tokenType = tokenType
+            self.expiresAt = expiresAt
+            self.generation = generation
+            self.scope = scope
+        }
+
+        /// "Bearer <token>" (the token type as the server named it).
+        public var authorizationHeaderValue: String { "\(tokenType.isEmpty ? "Bearer" : tokenType) \(accessToken)" }
+    }
+
+    public struct SessionStatus: Codable, Sendable, Equatable {
+        public var session: String
+        /// active, refreshing, backingOff, loginRequired or loggedOut
+        public var state: String
+        public var generation: Int
+        public var expiresAt: Int?
+        public var expirySource: String?
+        public var lastRefreshAt: Int?
+        public var nextRefreshAt: Int?
+        public var refreshes: Int
+        public var coalesced: Int
+        public var failures: Int
+        public var lastError: String?
+        public var cookies: Int
+        public var cookieVersion: Int
+        public var subject: String?
+        public var username: String?
+        public var email: String?
+        public var pendingLogins: Int
+        public var webOrigins: [String]
+        public var gitHosts: [String]
+        public var gitUsername: String?
+        public var hostId: String?
+        public var store: String?
+        public var sharedVersion: Int?
+
+        public init(session: String, state: String, generation: Int, refreshes: Int = 0, coalesced: Int = 0,
+                    failures: Int = 0, cookies: Int = 0, cookieVersion: Int = 0, pendingLogins: Int = 0,
+                    webOrigins: [String] = [], gitHosts: [String] = []) {
+            self.session = session
+            self.state = state
+            self.generation = generation
+            self.refreshes = refreshes
+            self.coalesced = coalesced
+            self.failures = failures
+            self.cookies = cookies
+            self.cookieVersion = cookieVersion
+            self.pendingLogins = pendingLogins
+            self.webOrigins = webOrigins
+            self.gitHosts = gitHosts
+        }
+    }
+
+    public struct PendingLogin: Codable, Sendable, Equatable {
+        public var id: String
+        public var session: String
+        /// "device" or "browser"
+        public var flow: String
+        public var expiresAt: Int
+        public var userCode: String?
+        public var verificationUri: String?
+        public var verificationUriComplete: String?
+        public var interval: Int?
+        public var authorizationUrl: String?
+
+        public init(id: String, session: String, flow: String, expiresAt: Int) {
+            self.id = id
+            self.session = session
+            self.flow = flow
+            self.expiresAt = expiresAt
+        }
+    }
+
+    public struct Cookie: Codable, Sendable, Equatable {
+        public var name: String
+        public var value: String
+        public var domain: String
+        public var hostOnly: Bool
+        public var path: String
+        public var expiresAt: Int?
+        public var secure: Bool
+        public var httpOnly: Bool
+        /// Strict, Lax or None
+        public var sameSite: String?
+
+        public init(
+            name: String, value: String, domain: String, hostOnly: Bool, path: String, expiresAt: Int?, secure: Bool,
+            httpOnly: Bool, sameSite: String?
+        ) {
+            self.name = name
+            self.value = value
+            self.domain = domain
+            self.hostOnly = hostOnly
+            self.path = path
+            self.expiresAt = expiresAt
+            self.secure = secure
+            self.httpOnly = httpOnly
+            self.sameSite = sameSite
+        }
+    }
+
+    public struct CookieChange: Codable, Sendable, Equatable {
+        public var action: String
+        public var cookie: Cookie
+
+        public init(action: String, cookie: Cookie) {
+            self.action = action
+            self.cookie = cookie
+        }
+    }
+
+    /// One Subscribe reply: "status" first, then cookies, loggedIn, refreshed,
+    /// loginPending, loginRequired, loggedOut, and "stopped" when tokend shuts down.
+    public struct Event: Codable, Sendable, Equatable {
+        public var event: String
+        public var session: String
+        public var generation: Int
+        public var expiresAt: Int?
+        public var reason: String?
+        /// The jar's version after this event.
+        public var version: Int?
+        public var changes: [CookieChange]?
+        public var snapshot: Bool?
+        public var login: String?
+
+        public init(event: String, session: String, generation: Int) {
+            self.event = event
+            self.session = session
+            self.generation = generation
+        }
+
+        /// Only what the event carries: members that do not apply to it are left out.
+        public func encode(to encoder: Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(event, forKey: .event)
+            try container.encode(session, forKey: .session)
+            try container.encode(generation, forKey: .generation)
+            try container.encodeIfPresent(expiresAt, forKey: .expiresAt)
+            try container.encodeIfPresent(reason, forKey: .reason)
+            try container.encodeIfPresent(version, forKey: .version)
+            if let changes { try container.encode(changes, forKey: .changes) }
+            if let snapshot { try container.encode(snapshot, forKey: .snapshot) }
+            if let login { try container.encode(login, forKey: .login) }
+        }
+    }
+
+    /// A method's parameters (`In`) and reply (`Out`); a method without
+    /// parameters or reply members uses `Empty`.
+    public struct Empty: Codable, Sendable, Equatable {
+        public init() {}
+    }
+
+    public struct SessionOnly: Codable, Sendable, Equatable {
+        public var session: String?
+        public init(session: String? = nil) { self.session = session }
+    }
+
+    public enum GetToken {
+        public struct In: Codable, Sendable {
+            public var session: String?
+            public var minValidSeconds: Int?
+            public init(session: String? = nil, minValidSeconds: Int? = nil) {
+                self.session = session
+                self.minValidSeconds = minValidSeconds
+            }
+        }
+        public struct Out: Codable, Sendable {
+            public var token: Token
+            public init(token: Token) { self.token = token }
+        }
+    }
+
+    public enum Refresh {
+        public struct In: Codable, Sendable {
+            public var session: String?
+            public var staleGeneration: Int?
+            public init(session: String? = nil, staleGeneration: Int? = nil) {
+                self.session = session
+                self.staleGeneration = staleGeneration
+            }
+        }
+        public typealias Out = GetToken.Out
+    }
+
+    public enum GetStatus {
+        public typealias In = SessionOnly
+        public struct Out: Codable, Sendable {
+            public var status: SessionStatus
+            public init(status: SessionStatus) { self.status = status }
+        }
+    }
+
+    public enum ListSessions {
+        public typealias In = Empty
+        public struct Out: Codable, Sendable {
+            public var sessions: [SessionStatus]
+            public init(sessions: [SessionStatus]) { self.sessions = sessions }
+        }
+    }
+
+    public enum Login {
+        public struct In: Codable, Sendable {
+            public var session: String?
+            public var refreshToken: String
+            public init(session: String? = nil, refreshToken: String) {
+                self.session = session
+                self.refreshToken = refreshToken
+            }
+        }
+        public typealias Out = GetStatus.Out
+    }
+
+    public enum BeginLogin {
+        public struct In: Codable, Sendable {
+            public var session: String?
+            public var flow: String
+            public var redirectUri: String?
+            public init(session: String? = nil, flow: String, redirectUri: String? = nil) {
+                self.session = session
+                self.flow = flow
+                self.redirectUri = redirectUri
+            }
+        }
+        public struct Out: Codable, Sendable {
+            public var login: PendingLogin
+            public init(login: PendingLogin) { self.login = login }
+        }
+    }
+
+    public enum FinishLogin {
+        public struct In: Codable, Sendable {
+            public var id: String
+            public var callbackUrl: String?
+            public init(id: String, callbackUrl: String? = nil) {
+                self.id = id
+                self.callbackUrl = callbackUrl
+            }
+        }
+        public typealias Out = GetStatus.Out
+    }
+
+    public enum CancelLogin {
+        public struct In: Codable, Sendable {
+            public var id: String
+            public init(id: String) { self.id = id }
+        }
+        public typealias Out = Empty
+    }
+
+    public enum Logout {
+        public struct In: Codable, Sendable {
+            public var session: String?
+            public var revoke: Bool?
+            public init(session: String? = nil, revoke: Bool? = nil) {
+                self.session = session
+                self.revoke = revoke
+            }
+        }
+        public typealias Out = Empty
+    }
+
+    public enum GetCookies {
+        public struct In: Codable, Sendable {
+            public var session: String?
+            public var url: String
+            public init(session: String? = nil, url: String) {
+                self.session = session
+                self.url = url
+            }
+        }
+        public struct Out: Codable, Sendable {
+            public var cookies: [Cookie]
+            /// Exactly the Cookie header a browser would send ("" when none).
+            public var header: String
+            public var version: Int
+            public init(cookies: [Cookie], header: String, version: Int) {
+                self.cookies = cookies
+                self.header = header
+                self.version = version
+            }
+        }
+    }
+
+    public enum ImportCookies {
+        public struct In: Codable, Sendable {
+            public var session: String?
+            public var url: String
+            public var setCookie: [String]
+            public init(session: String? = nil, url: String, setCookie: [String]) {
+                self.session = session
+                self.url = url
+                self.setCookie = setCookie
+            }
+        }
+        public struct Out: Codable, Sendable {
+            public var version: Int
+            public var applied: Int
+            public var rejected: [String]
+            public init(version: Int, applied: Int, rejected: [String]) {
+                self.version = version
+                self.applied = applied
+                self.rejected = rejected
+            }
+        }
+    }
+
+    public enum DeleteCookies {
+        public struct In: Codable, Sendable {
+            public var session: String?
+            public var url: String?
+            public var name: String?
+            public init(session: String? = nil, url: String? = nil, name: String? = nil) {
+                self.session = session
+                self.url = url
+                self.name = name
+            }
+        }
+        public struct Out: Codable, Sendable {
+            public var version: Int
+            public var deleted: Int
+            public init(version: Int, deleted: Int) {
+                self.version = version
+                self.deleted = deleted
+            }
+        }
+    }
+
+    public enum ExportCookies {
+        public struct In: Codable, Sendable {
+            public var session: String?
+            public var format: String?
+            public init(session: String? = nil, format: String? = nil) {
+                self.session = session
+                self.format = format
+            }
+        }
+        public struct Out: Codable, Sendable {
+            public var text: String
+            public init(text: String) { self.text = text }
+        }
+    }
+
+    public enum Subscribe {
+        public struct In: Codable, Sendable {
+            public var session: String?
+            public var sinceVersion: Int?
+            public init(session: String? = nil, sinceVersion: Int? = nil) {
+                self.session = session
+                self.sinceVersion = sinceVersion
+            }
+        }
+        public typealias Out = Event
+    }
+
+    /// Every method: its parameters, its reply, and whether it streams.
+    public static var methods: [String: (parameters: any Codable.Type, reply: any Codable.Type, streams: Bool)] { [
+        "GetToken": (GetToken.In.self, GetToken.Out.self, false),
+        "Refresh": (Refresh.In.self, Refresh.Out.self, false),
+        "GetStatus": (GetStatus.In.self, GetStatus.Out.self, false),
+        "ListSessions": (ListSessions.In.self, ListSessions.Out.self, false),
+        "Login": (Login.In.self, Login.Out.self, false),
+        "BeginLogin": (BeginLogin.In.self, BeginLogin.Out.self, false),
+        "FinishLogin": (FinishLogin.In.self, FinishLogin.Out.self, false),
+        "CancelLogin": (CancelLogin.In.self, CancelLogin.Out.self, false),
+        "Logout": (Logout.In.self, Logout.Out.self, false),
+        "GetCookies": (GetCookies.In.self, GetCookies.Out.self, false),
+        "ImportCookies": (ImportCookies.In.self, ImportCookies.Out.self, false),
+        "DeleteCookies": (DeleteCookies.In.self, DeleteCookies.Out.self, false),
+        "ExportCookies": (ExportCookies.In.self, ExportCookies.Out.self, false),
+        "Subscribe": (Subscribe.In.self, Subscribe.Out.self, true),
+    ] }
+}
+
+extension Encodable {
+    /// The record as a Varlink parameters object.
+    public func parameters() throws -> JSONObject {
+        try JSONValue(encoding: self).objectValue ?? [:]
+    }
+}
