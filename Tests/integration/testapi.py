@@ -1,0 +1,97 @@
+"""A test API on loopback for programs that get their token from tokend:
+it checks bearer tokens, sets and deletes cookies, streams large bodies.
+
+    GET  /data                  200 {"token": ...} for a bearer token it has not been told to refuse, else 401
+    GET  /set-cookie?name=&value=   sets a cookie (Path=/, an hour)
+    GET  /delete-cookie?name=   deletes it (Max-Age=0)
+    GET  /big?bytes=N           N bytes of body, streamed
+    POST /upload                reads the body (PUT too), answers {"bytes": n}
+"""
+import http.server
+import json
+import threading
+import urllib.parse
+
+
+class TestAPI:
+    def __init__(self):
+        self.refused = set()
+        self.seen = []
+        self.lock = threading.Lock()
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def answer(self, status, document, headers=()):
+                body = json.dumps(document).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for name, value in headers:
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                url = urllib.parse.urlparse(self.path)
+                query = dict(urllib.parse.parse_qsl(url.query))
+                authorization = self.headers.get("Authorization", "")
+                token = authorization[7:] if authorization.startswith("Bearer ") else None
+                with api.lock:
+                    api.seen.append((url.path, token, self.headers.get("Cookie")))
+                    refused = token is None or token in api.refused
+                if url.path == "/data":
+                    if refused:
+                        return self.answer(401, {"error": "invalid_token"}, [("WWW-Authenticate", "Bearer")])
+                    return self.answer(200, {"token": token, "cookie": self.headers.get("Cookie")})
+                if url.path == "/set-cookie":
+                    cookie = f"{query['name']}={query.get('value', '')}; Path=/; Max-Age=3600"
+                    return self.answer(200, {}, [("Set-Cookie", cookie)])
+                if url.path == "/delete-cookie":
+                    return self.answer(200, {}, [("Set-Cookie", f"{query['name']}=; Path=/; Max-Age=0")])
+                if url.path == "/big":
+                    size = int(query["bytes"])
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/octet-stream")
+                    self.send_header("Content-Length", str(size))
+                    self.end_headers()
+                    chunk = b"x" * (1 << 20)
+                    sent = 0
+                    while sent < size:
+                        piece = chunk[:min(len(chunk), size - sent)]
+                        self.wfile.write(piece)
+                        sent += len(piece)
+                    return None
+                self.answer(404, {})
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", 0))
+                received = 0
+                while received < length:
+                    piece = self.rfile.read(min(1 << 20, length - received))
+                    if not piece:
+                        break
+                    received += len(piece)
+                self.answer(200, {"bytes": received})
+
+            do_PUT = do_POST
+
+        class Server(http.server.ThreadingHTTPServer):
+            request_queue_size = 1024
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def refuse(self, token):
+        """From now on, this token is answered 401 (as if the provider had revoked it)."""
+        with self.lock:
+            self.refused.add(token)
+
+    def stop(self):
+        self.server.shutdown()

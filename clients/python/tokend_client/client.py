@@ -1,0 +1,218 @@
+"""Varlink over tokend's Unix socket: NUL-terminated JSON messages, one
+connection per client shared by its calls (a lock keeps them in turn), and a
+connection of its own for each event stream."""
+import asyncio
+import json
+import os
+import socket
+import threading
+from typing import Any, AsyncIterator, Dict, Iterator, Optional
+
+from .errors import TokendError, Unreachable, error_for
+from .values import Cookie, CookieSet, Event, Token
+
+INTERFACE = "io.tokend.Broker"
+SYSTEM_SOCKET = "/run/tokend/io.tokend.Broker"
+
+
+def default_socket(explicit: Optional[str] = None) -> str:
+    """As tokenctl finds it: `explicit`, else $TOKEND_SOCKET, else the system socket."""
+    return explicit or os.environ.get("TOKEND_SOCKET") or SYSTEM_SOCKET
+
+
+def _message(method: str, parameters: Dict[str, Any], more: bool = False) -> bytes:
+    call: Dict[str, Any] = {"method": f"{INTERFACE}.{method}",
+                            "parameters": {k: v for k, v in parameters.items() if v is not None}}
+    if more:
+        call["more"] = True
+    return json.dumps(call, separators=(",", ":")).encode() + b"\0"
+
+
+def _answer(frame: bytes) -> Dict[str, Any]:
+    reply = json.loads(frame)
+    if "error" in reply:
+        raise error_for(reply["error"], reply.get("parameters"))
+    return reply
+
+
+def _cookie_set(parameters: Dict[str, Any]) -> CookieSet:
+    return CookieSet([Cookie.from_wire(c) for c in parameters["cookies"]], parameters["header"], parameters["version"])
+
+
+class Tokend:
+    """A client of tokend. Thread-safe: calls from many threads take turns on one connection."""
+
+    def __init__(self, socket: Optional[str] = None, timeout: float = 60.0) -> None:
+        self.socket = default_socket(socket)
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._connection: Optional["_Connection"] = None
+
+    def get_token(self, session: Optional[str] = None, min_valid: Optional[int] = None) -> Token:
+        reply = self.call("GetToken", session=session, minValidSeconds=min_valid)
+        return Token.from_wire(reply["token"])
+
+    def refresh(self, session: Optional[str] = None, stale_generation: Optional[int] = None) -> Token:
+        """After a 401: name the generation that was refused; tokend refreshes once for everyone."""
+        reply = self.call("Refresh", session=session, staleGeneration=stale_generation)
+        return Token.from_wire(reply["token"])
+
+    def cookies(self, url: str, session: Optional[str] = None) -> CookieSet:
+        return _cookie_set(self.call("GetCookies", session=session, url=url))
+
+    def status(self, session: Optional[str] = None) -> Dict[str, Any]:
+        return self.call("GetStatus", session=session)["status"]
+
+    def events(self, session: Optional[str] = None, since_version: Optional[int] = None) -> Iterator[Event]:
+        """The session's events on a connection of their own ("status" first); ends when tokend stops."""
+        connection = _Connection(self.socket, timeout=None)
+        try:
+            connection.send(_message("Subscribe", {"session": session, "sinceVersion": since_version}, more=True))
+            while True:
+                reply = _answer(connection.frame())
+                yield Event.from_wire(reply.get("parameters", {}))
+                if not reply.get("continues"):
+                    return
+        finally:
+            connection.close()
+
+    def call(self, method: str, **parameters: Any) -> Dict[str, Any]:
+        """One call of io.tokend.Broker; its reply parameters, or the error raised."""
+        message = _message(method, parameters)
+        with self._lock:
+            for attempt in (1, 2):
+                if self._connection is None:
+                    self._connection = _Connection(self.socket, self.timeout)
+                try:
+                    self._connection.send(message)
+                    frame = self._connection.frame()
+                    break
+                except Unreachable:
+                    self._connection.close()
+                    self._connection = None
+                    if attempt == 2:  # a connection tokend closed (idle) is retried once, on a new one
+                        raise
+        return _answer(frame).get("parameters", {})
+
+    def close(self) -> None:
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    def __enter__(self) -> "Tokend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Connection:
+    def __init__(self, path: str, timeout: Optional[float]) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.buffer = b""
+        try:
+            self.sock.connect(path)
+        except OSError as error:
+            self.sock.close()
+            raise Unreachable("io.tokend.Unreachable", {"reason": f"{path}: {error.strerror or error}"}) from error
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError as error:
+            raise Unreachable("io.tokend.Unreachable", {"reason": f"{self.path}: {error}"}) from error
+
+    def frame(self) -> bytes:
+        while b"\0" not in self.buffer:
+            try:
+                chunk = self.sock.recv(65536)
+            except OSError as error:
+                raise Unreachable("io.tokend.Unreachable", {"reason": f"{self.path}: {error}"}) from error
+            if not chunk:
+                raise Unreachable("io.tokend.Unreachable", {"reason": f"{self.path}: tokend closed the connection"})
+            self.buffer += chunk
+        frame, _, self.buffer = self.buffer.partition(b"\0")
+        return frame
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class AsyncTokend:
+    """The asyncio twin of Tokend: calls from many tasks take turns on one connection."""
+
+    def __init__(self, socket: Optional[str] = None, timeout: float = 60.0) -> None:
+        self.socket = default_socket(socket)
+        self.timeout = timeout
+        self._lock: Optional[asyncio.Lock] = None
+        self._streams: Optional[tuple] = None
+
+    async def get_token(self, session: Optional[str] = None, min_valid: Optional[int] = None) -> Token:
+        reply = await self.call("GetToken", session=session, minValidSeconds=min_valid)
+        return Token.from_wire(reply["token"])
+
+    async def refresh(self, session: Optional[str] = None, stale_generation: Optional[int] = None) -> Token:
+        reply = await self.call("Refresh", session=session, staleGeneration=stale_generation)
+        return Token.from_wire(reply["token"])
+
+    async def cookies(self, url: str, session: Optional[str] = None) -> CookieSet:
+        return _cookie_set(await self.call("GetCookies", session=session, url=url))
+
+    async def events(self, session: Optional[str] = None, since_version: Optional[int] = None) -> AsyncIterator[Event]:
+        reader, writer = await self._open()
+        try:
+            writer.write(_message("Subscribe", {"session": session, "sinceVersion": since_version}, more=True))
+            await writer.drain()
+            while True:
+                reply = _answer(await self._frame(reader))
+                yield Event.from_wire(reply.get("parameters", {}))
+                if not reply.get("continues"):
+                    return
+        finally:
+            writer.close()
+
+    async def call(self, method: str, **parameters: Any) -> Dict[str, Any]:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        message = _message(method, parameters)
+        async with self._lock:
+            for attempt in (1, 2):
+                if self._streams is None:
+                    self._streams = await self._open()
+                reader, writer = self._streams
+                try:
+                    writer.write(message)
+                    await writer.drain()
+                    frame = await asyncio.wait_for(self._frame(reader), self.timeout)
+                    break
+                except (Unreachable, OSError):
+                    writer.close()
+                    self._streams = None
+                    if attempt == 2:
+                        raise Unreachable("io.tokend.Unreachable", {"reason": f"{self.socket}: connection lost"})
+        return _answer(frame).get("parameters", {})
+
+    async def close(self) -> None:
+        if self._streams is not None:
+            self._streams[1].close()
+            self._streams = None
+
+    async def _open(self) -> tuple:
+        try:
+            return await asyncio.open_unix_connection(self.socket, limit=16 << 20)
+        except OSError as error:
+            raise Unreachable("io.tokend.Unreachable", {"reason": f"{self.socket}: {error.strerror or error}"}) from error
+
+    @staticmethod
+    async def _frame(reader: asyncio.StreamReader) -> bytes:
+        try:
+            data = await reader.readuntil(b"\0")
+        except (asyncio.IncompleteReadError, OSError) as error:
+            raise Unreachable("io.tokend.Unreachable", {"reason": "tokend closed the connection"}) from error
+        return data[:-1]
+
+
+__all__ = ["Tokend", "AsyncTokend", "default_socket", "TokendError"]
