@@ -25,10 +25,11 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(VENV)/.done: Tests/authserver/requirements.txt
+$(VENV)/.done: Tests/authserver/requirements.txt clients/python/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r Tests/authserver/requirements.txt
+	$(VENV)/bin/pip install -q -e "./clients/python[requests,httpx]"
 	touch $@
 
 venv: deps $(VENV)/.done
@@ -125,7 +126,7 @@ test-e2e: venv build deb
 
 install: release
 	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 .build/release/tokend .build/release/tokenctl .build/release/tokend-native-host $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 .build/release/tokend .build/release/tokenctl .build/release/tokend-native-host .build/release/tokend-proxy $(DESTDIR)$(PREFIX)/bin/
 	# The browser bridge: native messaging host manifests for every user, the extension to load, the page helper.
 	for d in $(SYSCONFDIR)/chromium/native-messaging-hosts $(SYSCONFDIR)/opt/chrome/native-messaging-hosts; do \
 		install -d $(DESTDIR)$$d; \
@@ -138,7 +139,7 @@ install: release
 	install -m 0644 web/tokend-page.js $(DESTDIR)$(PREFIX)/share/tokend/
 	# Manuals and shell completion.
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man8
-	install -m 0644 man/tokenctl.1 man/tokend-native-host.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 man/tokenctl.1 man/tokend-native-host.1 man/tokend-proxy.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 man/tokend.toml.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 0644 man/tokend.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions \
@@ -156,7 +157,8 @@ install: release
 	fi
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(SYSUSERSDIR)
 	install -m 0644 systemd/tokend.socket systemd/tokend.service $(DESTDIR)$(UNITDIR)/
-	install -m 0644 systemd/user/tokend.socket systemd/user/tokend.service $(DESTDIR)$(USERUNITDIR)/
+	install -m 0644 systemd/user/tokend.socket systemd/user/tokend.service systemd/user/tokend-proxy.socket \
+		systemd/user/tokend-proxy.service $(DESTDIR)$(USERUNITDIR)/
 	install -m 0644 systemd/tokend.sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/tokend.conf
 	install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/tokend
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/tokend/tokend.toml ]; then \

@@ -20,6 +20,7 @@ let package = Package(
         .executable(name: "tokend", targets: ["tokend"]),
         .executable(name: "tokenctl", targets: ["tokenctl"]),
         .executable(name: "tokend-native-host", targets: ["tokend-native-host"]),
+        .executable(name: "tokend-proxy", targets: ["tokend-proxy"]),
         .library(name: "TokendClient", targets: ["TokendClient"]),
     ],
     dependencies: [
@@ -84,6 +85,12 @@ let package = Package(
         ], swiftSettings: strict),
         .target(name: "TokendClient", dependencies: ["Varlink", "VarlinkNIO", "TokendInterface", nio, nioPosix], swiftSettings: strict),
         .executableTarget(name: "tokenctl", dependencies: ["Loopback", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
+        // A local HTTP proxy that puts the session's token and cookies on requests to one upstream.
+        .executableTarget(name: "tokend-proxy", dependencies: [
+            "Loopback", "TokendClient", argumentParser, logging, nio, nioPosix,
+            .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        ], swiftSettings: strict),
         // WebExtension native messaging framing (pure) and the host the browser starts.
         .target(name: "NativeMessaging", dependencies: ["Varlink"], swiftSettings: strict),
         .executableTarget(name: "tokend-native-host", dependencies: [

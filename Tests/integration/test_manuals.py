@@ -10,7 +10,7 @@ from conftest import BIN, ROOT
 
 def test_manual_pages_format_without_warnings():
     pages = sorted(glob.glob(os.path.join(ROOT, "man", "*.[0-9]")))
-    assert len(pages) == 4
+    assert len(pages) == 5
     for page in pages:
         run = subprocess.run(["groff", "-mandoc", "-ww", "-Tutf8", "-rLL=78n", page], capture_output=True, text=True)
         assert run.returncode == 0 and run.stderr == "", f"{page}: {run.stderr}"

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Builds tokend_VERSION_amd64.deb from the static-stdlib release binaries.
 #   packaging/deb/build.sh BINDIR OUTDIR
-# BINDIR holds tokend, tokenctl and tokend-native-host built with
+# BINDIR holds tokend, tokenctl, tokend-native-host and tokend-proxy built with
 # --static-swift-stdlib (the package needs no Swift runtime on the host).
 set -euo pipefail
 bindir=${1:?usage: build.sh BINDIR OUTDIR}
@@ -15,14 +15,18 @@ pkg=$stage/tokend
 
 install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/usr/sbin"
 install -m 0755 "$bindir/tokend" "$pkg/usr/sbin/"
-install -m 0755 "$bindir/tokenctl" "$bindir/tokend-native-host" "$pkg/usr/bin/"
-strip --strip-unneeded --remove-section=.comment --remove-section=.note "$pkg/usr/sbin/tokend" "$pkg/usr/bin/tokenctl" "$pkg/usr/bin/tokend-native-host"
+install -m 0755 "$bindir/tokenctl" "$bindir/tokend-native-host" "$bindir/tokend-proxy" "$pkg/usr/bin/"
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$pkg/usr/sbin/tokend" "$pkg/usr/bin/tokenctl" \
+    "$pkg/usr/bin/tokend-native-host" "$pkg/usr/bin/tokend-proxy"
 
 # Units (the binary lives in /usr/sbin here), sysusers, configuration.
 install -d "$pkg/lib/systemd/system" "$pkg/usr/lib/systemd/user" "$pkg/usr/lib/sysusers.d" "$pkg/etc/tokend"
 for unit in tokend.socket tokend.service; do
     sed 's|/usr/local/bin/tokend|/usr/sbin/tokend|' "$root/systemd/$unit" > "$pkg/lib/systemd/system/$unit"
     sed 's|/usr/local/bin/tokend|/usr/sbin/tokend|' "$root/systemd/user/$unit" > "$pkg/usr/lib/systemd/user/$unit"
+done
+for unit in tokend-proxy.socket tokend-proxy.service; do
+    sed 's|/usr/local/bin/tokend-proxy|/usr/bin/tokend-proxy|' "$root/systemd/user/$unit" > "$pkg/usr/lib/systemd/user/$unit"
 done
 chmod 0644 "$pkg"/lib/systemd/system/* "$pkg"/usr/lib/systemd/user/*
 install -m 0644 "$root/systemd/tokend.sysusers.conf" "$pkg/usr/lib/sysusers.d/tokend.conf"
@@ -46,6 +50,7 @@ gzip -9n < "$root/man/tokenctl.1" > "$pkg/usr/share/man/man1/tokenctl.1.gz"
 gzip -9n < "$root/man/tokend.toml.5" > "$pkg/usr/share/man/man5/tokend.toml.5.gz"
 gzip -9n < "$root/man/tokend.8" > "$pkg/usr/share/man/man8/tokend.8.gz"
 gzip -9n < "$root/man/tokend-native-host.1" > "$pkg/usr/share/man/man1/tokend-native-host.1.gz"
+gzip -9n < "$root/man/tokend-proxy.1" > "$pkg/usr/share/man/man1/tokend-proxy.1.gz"
 install -d "$pkg/usr/share/bash-completion/completions" "$pkg/usr/share/zsh/vendor-completions" \
     "$pkg/usr/share/fish/vendor_completions.d"
 # (bash completion files are sourced, not run: no #! line)
@@ -65,7 +70,7 @@ install -m 0755 "$here/postinst" "$here/prerm" "$here/postrm" "$pkg/DEBIAN/"
 mkdir -p "$stage/debian"
 printf 'Source: tokend\n\nPackage: tokend\nArchitecture: any\n' > "$stage/debian/control"
 depends=$(cd "$stage" && dpkg-shlibdeps -O -e tokend/usr/sbin/tokend -e tokend/usr/bin/tokenctl \
-    -e tokend/usr/bin/tokend-native-host 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+    -e tokend/usr/bin/tokend-native-host -e tokend/usr/bin/tokend-proxy 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
 size=$(du -sk --exclude=DEBIAN "$pkg" | cut -f1)
 sed -e "s|@VERSION@|$version|" -e "s|@SIZE@|$size|" -e "s|@DEPENDS@|$depends|" "$here/control.in" > "$pkg/DEBIAN/control"
 find "$pkg" -type d -exec chmod 0755 {} +

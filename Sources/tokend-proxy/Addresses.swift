@@ -1,0 +1,57 @@
+import Foundation
+import Loopback
+
+/// The upstream: scheme, host and port, and a path prefix requests go under.
+struct Upstream: Sendable {
+    let base: String
+    let prefix: String
+
+    /// https anywhere, http only to a loopback literal (Loopback).
+    init?(_ text: String) {
+        guard let url = URLComponents(string: text), url.query == nil, url.fragment == nil,
+            Loopback.isSafeScheme(url.scheme, host: url.host)
+        else { return nil }
+        var origin = url
+        origin.path = ""
+        guard let base = origin.string else { return nil }
+        self.base = base
+        prefix = url.path.hasSuffix("/") ? String(url.path.dropLast()) : url.path
+    }
+
+    /// The upstream URL for a request target ("/v1/items?x=1").
+    func url(for target: String) -> String? {
+        guard target.hasPrefix("/") else { return nil }  // origin-form only: this is not a forward proxy
+        return base + prefix + target
+    }
+}
+
+enum ListenAddress: Sendable {
+    case unix(path: String, mode: mode_t)
+    case tcp(host: String, port: Int)
+    /// A listening socket systemd passed (LISTEN_FDS), fd 3.
+    case inherited(CInt)
+
+    init?(_ text: String, mode: String) {
+        if text.hasPrefix("unix:") {
+            guard let bits = mode_t(mode, radix: 8), bits <= 0o777 else { return nil }
+            self = .unix(path: String(text.dropFirst(5)), mode: bits)
+        } else if text.hasPrefix("tcp:") {
+            let rest = text.dropFirst(4)
+            guard let colon = rest.lastIndex(of: ":"), let port = Int(rest[rest.index(after: colon)...]) else { return nil }
+            let host = String(rest[..<colon])
+            guard Loopback.isLiteral(host) else { return nil }
+            self = .tcp(host: host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port: port)
+        } else {
+            return nil
+        }
+    }
+
+    /// Socket activation: one socket passed to this process.
+    static func systemd() -> ListenAddress? {
+        let environment = ProcessInfo.processInfo.environment
+        guard environment["LISTEN_PID"].flatMap(Int32.init) == getpid(), environment["LISTEN_FDS"] == "1" else {
+            return nil
+        }
+        return .inherited(3)
+    }
+}

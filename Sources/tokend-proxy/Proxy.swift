@@ -1,0 +1,155 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Synchronization
+import TokendClient
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+typealias HTTPConnection = NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>
+
+/// The listener (SwiftNIO HTTP/1), the upstream client (AsyncHTTPClient) and
+/// tokend, for every connection.
+final class Proxy: Sendable {
+    let upstream: Upstream
+    let session: String?
+    let tokendSocket: String?
+    let bufferLimit: Int
+    let timeout: Duration
+    let logger: Logger
+    let http: HTTPClient
+    private let tokend = Mutex<TokendClient?>(nil)
+
+    init(upstream: Upstream, session: String?, tokendSocket: String?, bufferLimit: Int, timeout: Duration, logger: Logger) {
+        self.upstream = upstream
+        self.session = session
+        self.tokendSocket = tokendSocket
+        self.bufferLimit = bufferLimit
+        self.timeout = timeout
+        self.logger = logger
+        var configuration = HTTPClient.Configuration()
+        // A redirect would carry the token elsewhere: the client gets it as it is.
+        configuration.redirectConfiguration = .disallow
+        configuration.timeout = .init(connect: .seconds(10), read: .seconds(Int64(timeout.components.seconds)))
+        configuration.decompression = .disabled
+        http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }
+
+    func run(on address: ListenAddress) async throws {
+        let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 1024)
+            .childChannelOption(.allowRemoteHalfClosure, value: true)
+        let initializer: @Sendable (Channel) -> EventLoopFuture<HTTPConnection> = { channel in
+            channel.eventLoop.makeCompletedFuture {
+                try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
+                return try HTTPConnection(wrappingChannelSynchronously: channel)
+            }
+        }
+        let server: NIOAsyncChannel<HTTPConnection, Never>
+        switch address {
+        case .unix(let path, let mode):
+            server = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true, childChannelInitializer: initializer)
+            chmod(path, mode)
+        case .tcp(let host, let port):
+            server = try await bootstrap.bind(host: host, port: port, childChannelInitializer: initializer)
+        case .inherited(let fd):
+            server = try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
+        }
+        logger.notice("listening", metadata: ["address": "\(address)", "upstream": "\(upstream.base)\(upstream.prefix)"])
+        try await withThrowingDiscardingTaskGroup { group in
+            try await server.executeThenClose { connections in
+                for try await connection in connections {
+                    group.addTask { await self.serve(connection, unix: address.isUnix) }
+                }
+            }
+        }
+    }
+
+    /// One client connection: its requests one after another (HTTP/1.1 keep-alive).
+    func serve(_ connection: HTTPConnection, unix: Bool) async {
+        let allowed = unix ? await Self.peerIsThisUser(connection.channel) : true
+        do {
+            try await connection.executeThenClose { inbound, outbound in
+                var parts = inbound.makeAsyncIterator()
+                while let part = try await parts.next() {
+                    guard case .head(let head) = part else { continue }
+                    guard allowed else {
+                        try await Self.skipBody(&parts)
+                        logger.warning("refused a request from another user")
+                        try await Answer.forbidden.write(to: outbound, version: head.version)
+                        return
+                    }
+                    let keepAlive = try await handle(head, &parts, outbound)
+                    if !keepAlive || !head.isKeepAlive { return }
+                }
+            }
+        } catch {
+            logger.debug("connection ended", metadata: ["reason": "\(error)"])
+        }
+    }
+
+    /// The connecting process's uid (SO_PEERCRED) is this process's: one
+    /// proxy serves one user, whom tokend's policy admits or refuses.
+    static func peerIsThisUser(_ channel: Channel) async -> Bool {
+        struct UCred {
+            var pid: Int32 = 0
+            var uid: UInt32 = 0
+            var gid: UInt32 = 0
+        }
+        guard let provider = channel as? SocketOptionProvider else { return false }
+        let asked: EventLoopFuture<UCred> = provider.unsafeGetSocketOption(
+            level: SocketOptionLevel(SOL_SOCKET), name: SocketOptionName(SO_PEERCRED))
+        guard let credentials = try? await asked.get() else { return false }
+        return credentials.uid == getuid()
+    }
+
+    static func skipBody(_ parts: inout NIOAsyncChannelInboundStream<HTTPServerRequestPart>.AsyncIterator) async throws {
+        while let part = try await parts.next() {
+            if case .end = part { return }
+        }
+    }
+
+    /// tokend, connected once and again after it restarts (one retry on a new connection).
+    func withTokend<T: Sendable>(_ body: (TokendClient) async throws -> T) async throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            let client = try await connectedTokend()
+            do {
+                return try await body(client)
+            } catch let error as TokendClientError {
+                guard case .unreachable(_, let reason) = error, attempt == 1 else { throw error }
+                tokend.withLock { $0 = nil }
+                logger.info("reconnecting to tokend", metadata: ["reason": "\(reason)"])
+                await client.close()
+            }
+        }
+    }
+
+    private func connectedTokend() async throws -> TokendClient {
+        if let existing = tokend.withLock({ $0 }) { return existing }
+        let client = try await TokendClient.connect(socket: tokendSocket)
+        tokend.withLock { $0 = client }
+        return client
+    }
+}
+
+extension ListenAddress: CustomStringConvertible {
+    var isUnix: Bool {
+        if case .tcp = self { return false }
+        return true
+    }
+
+    var description: String {
+        switch self {
+        case .unix(let path, _): "unix:\(path)"
+        case .tcp(let host, let port): "tcp:\(host):\(port)"
+        case .inherited(let fd): "fd \(fd) (socket activation)"
+        }
+    }
+}

@@ -1,0 +1,62 @@
+import ArgumentParser
+import Foundation
+import Logging
+
+/// `tokend-proxy`: a local HTTP/1.1 proxy to one upstream that puts the
+/// session's access token and cookies on every request, so that programs
+/// nobody wants to change (curl, shell scripts, any HTTP library) use
+/// tokend's session without glue.
+@main
+struct TokendProxy: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tokend-proxy",
+        abstract: "Forward HTTP requests to one upstream with the session's token and cookies.",
+        discussion: """
+            On a 401 the proxy asks tokend to refresh (naming the token that was refused) and retries \
+            once; bodies up to --buffer-limit are kept for that retry, larger ones stream through. \
+            On a Unix socket only this user's processes are served (others get 403): run one proxy per \
+            user, as that user, and tokend's own access policy decides whether that user gets a token.
+            """)
+
+    @Option(help: "The tokend session (default: default).")
+    var session: String?
+    @Option(help: "tokend's socket (default: $TOKEND_SOCKET, else /run/tokend/io.tokend.Broker).")
+    var socket: String?
+    @Option(help: "Where to listen: unix:PATH, or tcp:127.0.0.1:PORT (any local user can then use it).")
+    var listen: String?
+    @Option(help: "The upstream base URL, e.g. https://api.example.com (http only to 127.0.0.1 or [::1]).")
+    var upstream: String
+    @Option(help: "The Unix socket's mode (octal).")
+    var mode: String = "0600"
+    @Option(help: "Request bodies up to this many bytes are kept so that a 401 can be retried.")
+    var bufferLimit: Int = 1 << 20
+    @Option(help: "Seconds the upstream may take to answer (504 after).")
+    var timeout: Int = 60
+
+    func run() async throws {
+        LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
+        var logger = Logger(label: "tokend-proxy")
+        logger.logLevel = .info
+        guard let base = Upstream(upstream) else {
+            throw ValidationError("--upstream must be an https URL (or http to 127.0.0.1 or [::1]): \(upstream)")
+        }
+        let address: ListenAddress
+        if let listen {
+            guard let parsed = ListenAddress(listen, mode: mode) else {
+                throw ValidationError("--listen must be unix:PATH or tcp:127.0.0.1:PORT (loopback only): \(listen)")
+            }
+            address = parsed
+        } else if let inherited = ListenAddress.systemd() {
+            address = inherited
+        } else {
+            throw ValidationError("--listen is required (or start tokend-proxy from a systemd socket)")
+        }
+        if case .tcp = address {
+            logger.warning("listening on TCP: any local user can use this proxy, and so the session's token")
+        }
+        let proxy = Proxy(
+            upstream: base, session: session, tokendSocket: socket, bufferLimit: bufferLimit,
+            timeout: .seconds(Int64(timeout)), logger: logger)
+        try await proxy.run(on: address)
+    }
+}
