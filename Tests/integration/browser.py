@@ -38,6 +38,20 @@ class Browser:
         self.driver = webdriver.Chrome(service=service, options=options)
         self.driver.set_page_load_timeout(30)
 
+    def get(self, url):
+        self.driver.get(url)
+
+    def run(self, expression):
+        """Evaluates a promise-returning expression in the page; errors come back as {'error': name}."""
+        return self.driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            f"Promise.resolve().then(() => {expression}).then(done, e => done({{error: e.name || String(e)}}));")
+
+    def cookies(self):
+        """Every cookie in the browser: [{name, domain, value}]."""
+        return [{"name": c["name"], "domain": c["domain"], "value": c["value"]}
+                for c in self.driver.execute_cdp_cmd("Network.getAllCookies", {})["cookies"]]
+
     def close(self):
         """Stops the browser (its profile is then complete on disk); closing twice is harmless."""
         if self.driver is None:

@@ -1,7 +1,10 @@
-"""The browser bridge in a real Chromium: the extension (web/extension)
-loaded unpacked, tokend-native-host registered in the profile with
-`tokenctl browser-bridge`, a web app on a loopback origin, tokend and the
-real authorization server (rotation, reuse protection) behind it."""
+"""The browser bridge in real browsers, one suite for both: Chromium (the
+extension loaded unpacked, the host registered in the profile with
+`tokenctl browser-bridge --user-data-dir`) and Firefox ESR (the extension
+installed as a temporary add-on over WebDriver BiDi, the host registered for
+the user with `tokenctl browser-bridge --browser firefox`). A web app on a
+loopback origin, tokend and the real authorization server (rotation, reuse
+protection) behind them."""
 import json
 import os
 import signal
@@ -12,6 +15,7 @@ import time
 import pytest
 
 from browser import Browser
+from firefox import Firefox
 from conftest import BIN, ROOT, login, wait_for
 from webapp import WebApp
 
@@ -22,36 +26,44 @@ EXTENSION = os.path.join(ROOT, "web", "extension")
 class Bridge:
     """A tokend session with the app's origin in web-origins, a browser with the extension."""
 
-    def __init__(self, server, make_tokend, workdir, **session):
+    def __init__(self, kind, server, make_tokend, workdir, **session):
+        self.kind = kind
         self.app = WebApp()
         self.daemon = make_tokend(server, **{"web-origins": json.dumps([self.app.origin]), **session}).start()
         self.server = server
         self.refresh_token = login(self.daemon, server)
         self.profile = os.path.join(workdir, "profile")
-        run = subprocess.run([os.path.join(BIN, "tokenctl"), "browser-bridge", "--user-data-dir", self.profile],
-                             capture_output=True, text=True)
+        self.home = os.path.join(workdir, "home")  # Firefox finds the host under $HOME/.mozilla
+        if kind == "firefox":
+            register = ["--browser", "firefox"]
+        else:
+            register = ["--user-data-dir", self.profile]
+        run = subprocess.run([os.path.join(BIN, "tokenctl"), "browser-bridge", *register], capture_output=True,
+                             text=True, env=dict(os.environ, HOME=self.home))
         assert run.returncode == 0, run.stderr
         self.browser = None
         self.open_browser()
 
     def open_browser(self):
-        self.browser = Browser(extension=EXTENSION, env={"TOKEND_SOCKET": self.daemon.socket}, profile=self.profile)
+        if self.kind == "firefox":
+            env = dict(os.environ, HOME=self.home, TOKEND_SOCKET=self.daemon.socket)
+            self.browser = Firefox(extension=EXTENSION, env=env, profile=self.profile)
+        else:
+            self.browser = Browser(extension=EXTENSION, env={"TOKEND_SOCKET": self.daemon.socket}, profile=self.profile)
         self.open(self.app.origin)
 
     def open(self, origin):
         """Opens the app's page, reloading until the extension's content script
         answers (with a fresh profile the first load can come before it is registered)."""
         for _ in range(60):
-            self.browser.driver.get(origin + "/page")
+            self.browser.get(origin + "/page")
             if self.js("Promise.race([window.bridgeReady, new Promise(r => setTimeout(() => r(false), 500))])"):
                 return
         raise AssertionError(f"the extension's content script never answered on {origin}")
 
     def js(self, expression):
         """Evaluates a promise-returning expression in the page; errors come back as {'error': name}."""
-        return self.browser.driver.execute_async_script(
-            "const done = arguments[arguments.length - 1];"
-            f"Promise.resolve().then(() => {expression}).then(done, e => done({{error: e.name || String(e)}}));")
+        return self.browser.run(expression)
 
     def echo(self):
         """The Cookie header the browser sends to the app."""
@@ -66,9 +78,9 @@ class Bridge:
         self.app.stop()
 
 
-@pytest.fixture
-def bridge(server, make_tokend, workdir):
-    instance = Bridge(server, make_tokend, workdir)
+@pytest.fixture(params=["chromium", "firefox"])
+def bridge(request, server, make_tokend, workdir):
+    instance = Bridge(request.param, server, make_tokend, workdir)
     yield instance
     instance.close()
 
@@ -142,12 +154,11 @@ def test_other_origins_get_a_refusal_and_no_cookies(bridge):
     try:
         bridge.open(other_port.origin)
         assert bridge.js("tokend.getToken()") == {"error": "io.tokend.Broker.PermissionDenied"}
-        bridge.browser.driver.get(other_host.origin + "/page")
+        bridge.browser.get(other_host.origin + "/page")
         answer = bridge.js("tokend.request('GetToken', {}, 1500)")
         assert answer["error"] == "Error"  # no answer: the helper's timeout
         assert bridge.echo() == ""
-        cookies = bridge.browser.driver.execute_cdp_cmd("Network.getAllCookies", {})["cookies"]
-        assert not [c for c in cookies if c["domain"].endswith("localhost")]
+        assert not [c for c in bridge.browser.cookies() if c["domain"].endswith("localhost")]
     finally:
         other_port.stop()
         other_host.stop()
@@ -199,5 +210,5 @@ def test_page_to_token_latency(bridge):
         return times.sort((a, b) => a - b);
     })()""")
     p50, p99 = times[len(times) // 2], times[int(len(times) * 0.99)]
-    print(f"\npage -> token through the bridge: p50 {p50:.2f} ms, p99 {p99:.2f} ms (300 calls)")
+    print(f"\npage -> token through the bridge in {bridge.kind}: p50 {p50:.2f} ms, p99 {p99:.2f} ms (300 calls)")
     assert len(times) == 300
