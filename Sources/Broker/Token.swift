@@ -1,5 +1,6 @@
 import CookieJar
 import Secrets
+import Synchronization
 
 /// An access token as handed to callers. Never carries the refresh token.
 public struct Token: Sendable, Equatable {
@@ -65,6 +66,22 @@ public struct SessionEvent: Sendable {
     public var loginFlow: String?
     /// When set, the consumer calls `delivered()` once the event has left for its client.
     public var receipt: DeliveryReceipt?
+    /// Shared by every subscriber's copy: what the event encodes to, made once.
+    public let memo = EventMemo()
+}
+
+/// A value made once and kept for every copy of an event (its wire form).
+public final class EventMemo: Sendable {
+    private let kept = Mutex<(any Sendable)?>(nil)
+
+    public init() {}
+
+    public func value<T: Sendable>(_ make: () throws -> T) rethrows -> T {
+        if let known = kept.withLock({ $0 }) as? T { return known }
+        let made = try make()
+        kept.withLock { $0 = made }
+        return made
+    }
 }
 
 /// Why the broker could not answer.

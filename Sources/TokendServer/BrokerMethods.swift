@@ -66,13 +66,13 @@ func brokerMethods(
     _ broker: Broker, limiter: ForcedRefreshLimiter, logger: Logger, mayRead: @escaping @Sendable (CallContext, String) -> Bool
 ) -> [String: MethodHandler] {
     typealias I = BrokerInterface
+    let tokenReplies = TokenReplies()
     return [
         "GetToken": .call { parameters, _ in
             let call = try parameters.decode(I.GetToken.In.self)
             let session = try broker.session(call.session)
             if let minValid = call.minValidSeconds, minValid < 0 { throw VarlinkError.invalidParameter("minValidSeconds") }
-            return try I.GetToken.Out(token: try await session.getToken(minValidSeconds: call.minValidSeconds).wire)
-                .parameters()
+            return try tokenReplies.parameters(for: try await session.getToken(minValidSeconds: call.minValidSeconds))
         },
         "Refresh": .call { parameters, context in
             let call = try parameters.decode(I.Refresh.In.self)
@@ -85,7 +85,7 @@ func brokerMethods(
                 let token = try await session.refresh(staleGeneration: call.staleGeneration) {
                     limiter.take(uid: uid, session: session.name)
                 }
-                return try I.Refresh.Out(token: token.wire).parameters()
+                return try tokenReplies.parameters(for: token)
             } catch let limited as RefreshLimited {
                 logger.notice("forced refresh rate-limited", metadata: context.metadata(session.name))
                 throw VarlinkError(
@@ -148,7 +148,7 @@ func brokerMethods(
             first.version = status.cookieVersion
             try await replies.yield(try first.parameters(), continues: true)
             for await event in events {
-                try await replies.yield(try event.wire.parameters(), continues: true)
+                try await replies.yield(try event.memo.value { try event.wire.parameters() }, continues: true)
                 event.receipt?.delivered()
             }
             // The session stopped (tokend is shutting down or the session was removed).

@@ -1,6 +1,7 @@
 import Broker
 import CookieJar
 import TokendInterface
+import Synchronization
 import Varlink
 
 /// The broker's values as the interface's types (BrokerInterface+Types).
@@ -9,6 +10,23 @@ extension Token {
         BrokerInterface.Token(
             accessToken: accessToken.reveal(), tokenType: tokenType, expiresAt: expiresAt, generation: generation,
             scope: scope)
+    }
+}
+
+/// GetToken's and Refresh's reply parameters, made once per token: after a
+/// refresh every waiter (ten thousand in a stampede) gets the same token.
+final class TokenReplies: Sendable {
+    private let made = Mutex<[String: JSONObject]>([:])
+
+    func parameters(for token: Token) throws -> JSONObject {
+        let key = token.accessToken.reveal()
+        if let known = made.withLock({ $0[key] }) { return known }
+        let parameters = try BrokerInterface.GetToken.Out(token: token.wire).parameters()
+        made.withLock { made in
+            if made.count >= 16 { made.removeAll() }  // old tokens: a few sessions' current ones are kept
+            made[key] = parameters
+        }
+        return parameters
     }
 }
 

@@ -228,3 +228,17 @@ def login(daemon, server):
     result = daemon.ctl("login", input=grant["refresh_token"] + "\n")
     assert result.returncode == 0, result.stderr
     return grant["refresh_token"]
+
+
+def open_to_other_users(make_tokend, server, workdir, access, **daemon):
+    """A started, logged-in tokend whose socket other users (setpriv) can reach,
+    with `access` (TOML lines) as its [access] table."""
+    os.chmod(workdir, 0o755)
+    instance = make_tokend(server, daemon={"socket-mode": '"0666"', **daemon})
+    with open(instance.config) as f:
+        text = f.read()
+    with open(instance.config, "w") as f:
+        f.write("[access]\n" + access + "\n" + text)
+    instance.start()
+    login(instance, server)
+    return instance

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import BIN, login, varlink_call, wait_for
+from conftest import BIN, login, open_to_other_users, varlink_call, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is needed")
 
@@ -142,14 +142,7 @@ def test_a_group_admitted_caller_costs_no_user_or_group_database_lookup(server, 
     # decided from the groups the kernel recorded at connect (SO_PEERGROUPS):
     # 1,000 calls must not read /etc/group or /etc/passwd (or ask nscd) on
     # the thread that serves every client.
-    os.chmod(workdir, 0o755)
-    daemon = make_tokend(server, daemon={"socket-mode": '"0666"'})
-    with open(daemon.config) as f:
-        text = f.read()
-    with open(daemon.config, "w") as f:
-        f.write('[access]\nread-groups = ["4301"]\n' + text)
-    daemon.start()
-    login(daemon, server)
+    daemon = open_to_other_users(make_tokend, server, workdir, 'read-groups = ["4301"]')
     trace = os.path.join(workdir, "strace.txt")
     tracer = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=openat,open,connect", "-o", trace,
                                "-p", str(daemon.process.pid)], stderr=subprocess.DEVNULL)

@@ -190,6 +190,15 @@ def test_debian_package_installs_runs_and_purges(server, workdir):
         for name in ("tokenctl", "tokend.toml"):
             assert container.sh(f"man --warnings {name} >/dev/null").stderr == ""
         assert container.sh("test -s /usr/share/bash-completion/completions/tokenctl").returncode == 0
+        # One host manifest per browser family: Firefox refuses one that has allowed_origins.
+        firefox = json.loads(container.sh("cat /usr/lib/mozilla/native-messaging-hosts/io.tokend.bridge.json").stdout)
+        assert firefox["allowed_extensions"] == ["bridge@tokend.io"] and "allowed_origins" not in firefox
+        chromium = json.loads(container.sh("cat /etc/chromium/native-messaging-hosts/io.tokend.bridge.json").stdout)
+        assert "allowed_origins" in chromium and "allowed_extensions" not in chromium
+        # The proxy is there; no binary carries the test hooks.
+        assert container.sh("tokend-proxy --help").returncode == 0
+        assert container.sh("grep -l TOKEND_TEST_HOOKS /usr/sbin/tokend /usr/bin/tokenctl /usr/bin/tokend-proxy")\
+            .returncode == 1, "a release binary with test hooks"
         # Configure, log in, and a member of group tokend gets a token.
         container.sh(
             "cp /stage/tokend.toml /etc/tokend/tokend.toml && "

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import BIN, login, varlink_call, wait_for
+from conftest import BIN, login, open_to_other_users, varlink_call, wait_for
 from faultproxy import FaultProxy
 
 B = "io.tokend.Broker."
@@ -107,15 +107,8 @@ def hold(daemon, uid, count, groups=None):
 
 
 def test_connection_slots_are_shared_per_user_and_admins_keep_theirs(server, make_tokend, workdir):
-    os.chmod(workdir, 0o755)
-    daemon = make_tokend(server, daemon={"socket-mode": '"0666"', "max-connections": 4,
-                                         "max-connections-per-user": 3})
-    with open(daemon.config) as f:
-        text = f.read()
-    with open(daemon.config, "w") as f:
-        f.write('[access]\nread-users = ["4242", "4243"]\n' + text)
-    daemon.start()
-    login(daemon, server)
+    daemon = open_to_other_users(make_tokend, server, workdir, 'read-users = ["4242", "4243"]',
+                                 **{"max-connections": 4, "max-connections-per-user": 3})
     # A peer allowed nothing: every connection answered PermissionDenied and closed; it holds no slot.
     stranger, answers = hold(daemon, 65534, 40)
     assert answers == ["org.varlink.service.PermissionDenied"] * 40, answers
@@ -274,14 +267,7 @@ def rss_kib(pid):
 def test_unfinished_messages_are_bounded_per_user(server, make_tokend, workdir):
     # 200 connections each holding an almost complete 1 MiB message would
     # pin 200 MiB; one user's unfinished bytes are capped (4 MiB).
-    os.chmod(workdir, 0o755)
-    daemon = make_tokend(server, daemon={"socket-mode": '"0666"', "frame-timeout": 30})
-    with open(daemon.config) as f:
-        text = f.read()
-    with open(daemon.config, "w") as f:
-        f.write('[access]\nread-users = ["4242"]\n' + text)
-    daemon.start()
-    login(daemon, server)
+    daemon = open_to_other_users(make_tokend, server, workdir, 'read-users = ["4242"]', **{"frame-timeout": 30})
     before = rss_kib(daemon.process.pid)
     sender = subprocess.Popen(["setpriv", "--reuid=4242", "--regid=4242", "--clear-groups", "/usr/bin/python3", "-c",
                                SLOW_SENDER, daemon.socket, "200", "3"], stdout=subprocess.PIPE, text=True)
