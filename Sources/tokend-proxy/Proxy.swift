@@ -37,6 +37,8 @@ final class Proxy: Sendable {
         configuration.redirectConfiguration = .disallow
         configuration.timeout = .init(connect: .seconds(10), read: .seconds(Int64(timeout.components.seconds)))
         configuration.decompression = .disabled
+        // Every client connection may have a request upstream at once (AsyncHTTPClient's default is 8).
+        configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 1024
         http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }
 

@@ -199,7 +199,9 @@ def test_token_files_follow_every_refresh(server, make_tokend, workdir):
 
     def current():
         return daemon.call(B + "GetToken")[1]["parameters"]["token"]["accessToken"] + "\n"
-    wait_for(lambda: os.path.exists(shared) and open(shared).read() == current(), 5, "the token file")
+    # Token files follow the state file on its write queue: wait for both.
+    wait_for(lambda: os.path.exists(private) and os.path.exists(shared) and open(shared).read() == current(), 5,
+             "the token files")
     info = os.stat(shared)
     assert stat.S_IMODE(info.st_mode) == 0o640 and info.st_gid == 0
     assert stat.S_IMODE(os.stat(private).st_mode) == 0o600

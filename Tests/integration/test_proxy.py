@@ -52,7 +52,7 @@ def api():
 def setup(server, make_tokend, api, workdir):
     daemon = make_tokend(server).start()
     login(daemon, server)
-    proxy = ProxyProcess(daemon, api.url, workdir, "--timeout", "3")
+    proxy = ProxyProcess(daemon, api.url, workdir, "--timeout", "30")
     yield daemon, proxy
     proxy.stop()
 
@@ -63,7 +63,7 @@ def token_of(daemon):
 
 def test_100_curls_after_the_api_refuses_the_token_cause_one_refresh(server, api, setup):
     daemon, proxy = setup
-    api.refuse(token_of(daemon)["accessToken"])
+    api.refuse(token_of(daemon)["accessToken"], callers=100)
     before = len(server.grants("refresh_token"))
     results = []
 
@@ -79,6 +79,8 @@ def test_100_curls_after_the_api_refuses_the_token_cause_one_refresh(server, api
     assert len(server.grants("refresh_token")) == before + 1, "one refresh for 100 requests that met a 401"
     new = token_of(daemon)["accessToken"]
     assert all(json.loads(r.stdout.rsplit("\n", 1)[0])["token"] == new for r in results)
+    assert sum(1 for path, token, _ in api.seen if path == "/data" and token in api.refused) == 100, \
+        "every request met the 401 and succeeded on its retry"
     # The client's own Authorization is replaced, never forwarded.
     body = proxy.curl("/data", "-H", "Authorization: Bearer mine").stdout.rsplit("\n", 1)[0]
     assert json.loads(body)["token"] == new

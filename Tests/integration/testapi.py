@@ -19,6 +19,7 @@ class TestAPI:
 
     def __init__(self):
         self.refused = set()
+        self.gate = None
         self.seen = []
         self.lock = threading.Lock()
         api = self
@@ -55,6 +56,12 @@ class TestAPI:
                     refused = token is None or token in api.refused
                 if url.path == "/data":
                     if refused:
+                        gate = api.gate
+                        if gate is not None:  # every caller sends the refused token before any is answered
+                            try:
+                                gate.wait(timeout=30)
+                            except threading.BrokenBarrierError:
+                                pass
                         return self.answer(401, {"error": "invalid_token"}, [("WWW-Authenticate", "Bearer")])
                     return self.answer(200, {"token": token, "cookie": self.headers.get("Cookie")})
                 if url.path == "/set-cookie":
@@ -97,10 +104,13 @@ class TestAPI:
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def refuse(self, token):
-        """From now on, this token is answered 401 (as if the provider had revoked it)."""
+    def refuse(self, token, callers=None):
+        """From now on, this token is answered 401 (as if the provider had revoked it). With
+        `callers`, the first 401s wait until that many requests with a refused token have
+        arrived: every caller meets the 401, none gets the new token first."""
         with self.lock:
             self.refused.add(token)
+            self.gate = threading.Barrier(callers) if callers else None
 
     def stop(self):
         self.server.shutdown()
