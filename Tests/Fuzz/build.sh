@@ -11,13 +11,19 @@ quiet() { "$@" 2> >(grep -v 'Cannot export local symbol' >&2); }
 
 quiet swiftc "${flags[@]}" -module-name Varlink "$root"/Sources/Varlink/*.swift "$root/Tests/Fuzz/VarlinkFuzz.swift" \
     -o "$out/fuzz-varlink"
-quiet swiftc "${flags[@]}" -module-name CookieJar "$root"/Sources/CookieJar/*.swift "$root/Tests/Fuzz/SetCookieFuzz.swift" \
-    -o "$out/fuzz-set-cookie"
-quiet swiftc "${flags[@]}" -wmo -module-name Secrets -emit-module -emit-module-path "$out/modules/Secrets.swiftmodule" \
-    -c "$root"/Sources/Secrets/*.swift -o "$out/modules/Secrets.o"
-quiet swiftc "${flags[@]}" -wmo -module-name CookieJar -emit-module -emit-module-path "$out/modules/CookieJar.swiftmodule" \
-    -c "$root"/Sources/CookieJar/*.swift -o "$out/modules/CookieJar.o"
+module() {  # module NAME FILES...: a module to link into the targets below
+    local name=$1
+    shift
+    quiet swiftc "${flags[@]}" -wmo -module-name "$name" -I "$out/modules" -emit-module \
+        -emit-module-path "$out/modules/$name.swiftmodule" -c "$@" -o "$out/modules/$name.o"
+}
+module Loopback "$root"/Sources/Loopback/*.swift
+module Secrets "$root"/Sources/Secrets/*.swift
+module Varlink "$root"/Sources/Varlink/*.swift
+module CookieJar "$root"/Sources/CookieJar/*.swift
+quiet swiftc "${flags[@]}" -module-name CookieJar -I "$out/modules" "$root"/Sources/CookieJar/*.swift \
+    "$root/Tests/Fuzz/SetCookieFuzz.swift" "$out/modules/Loopback.o" -o "$out/fuzz-set-cookie"
 quiet swiftc "${flags[@]}" -module-name OAuth -I "$out/modules" "$root/Sources/OAuth/TokenResponse.swift" \
-    "$root/Sources/OAuth/JWT.swift" "$root/Sources/OAuth/JSONNumber.swift" "$root/Tests/Fuzz/TokenResponseFuzz.swift" \
-    "$out/modules/Secrets.o" "$out/modules/CookieJar.o" \
-    -o "$out/fuzz-token-response"
+    "$root/Sources/OAuth/TokenRequest.swift" "$root/Sources/OAuth/ProviderJSON.swift" \
+    "$root/Tests/Fuzz/TokenResponseFuzz.swift" "$out/modules/Secrets.o" "$out/modules/CookieJar.o" \
+    "$out/modules/Loopback.o" "$out/modules/Varlink.o" -o "$out/fuzz-token-response"
