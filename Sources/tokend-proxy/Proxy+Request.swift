@@ -44,10 +44,10 @@ extension Proxy {
                 return (token, try await client.cookies(session: self.session, url: target).header)
             }
         } catch {
-            if !complete { try await drain(overflow, &parts) }
+            if !complete { try await Self.skipBody(&parts) }  // read and dropped: the connection stays usable
             logger.error("no token from tokend", metadata: ["problem": "\(error)"])
             try await Answer.tokendFailed(error).write(to: outbound, version: head.version)
-            return complete || overflow != nil
+            return true
         }
         var request = HTTPClientRequest(url: target)
         request.method = head.method
@@ -118,11 +118,6 @@ extension Proxy {
         } catch {
             throw UpstreamFailure(error, timeout: timeout)
         }
-    }
-
-    /// The client's body after an early failure, read and dropped so the connection stays usable.
-    func drain(_ overflow: ByteBuffer?, _ parts: inout Parts) async throws {
-        try await Self.skipBody(&parts)
     }
 
     func importCookies(_ setCookie: [String], from url: String) async {
