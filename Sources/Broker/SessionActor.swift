@@ -195,7 +195,7 @@ public actor SessionActor {
             coalesced += 1
             return valid
         }
-        if inFlight == nil, valid != nil, let wait = mayStart() {
+        if inFlight == nil, valid != nil, !backoff.isWaiting(now: now), let wait = mayStart() {
             throw RefreshLimited(session: name, retryAfter: wait)
         }
         return try await refreshUnlessBackingOff(now: now)

@@ -15,16 +15,22 @@ public func within<T: Sendable>(
     }
     return try await withCheckedThrowingContinuation { continuation in
         outcome.withLock { $0 = continuation }
+        let timer = Mutex<Task<Void, Never>?>(nil)
         let work = Task {
+            let result: Result<T?, Error>
             do {
-                _ = finish(.success(try await body()))
+                result = .success(try await body())
             } catch {
-                _ = finish(.failure(error))
+                result = .failure(error)
             }
+            // Finished first: the timer stops sleeping rather than outlive the call.
+            if finish(result) { timer.withLock { $0 }?.cancel() }
         }
-        Task {
-            try? await Task.sleep(for: limit)
-            if finish(.success(nil)) { work.cancel() }
+        timer.withLock { timer in
+            timer = Task {
+                try? await Task.sleep(for: limit)
+                if finish(.success(nil)) { work.cancel() }
+            }
         }
     }
 }

@@ -48,6 +48,8 @@ struct AccessPolicy: Sendable {
 
     let global: Rules
     let sessions: [String: Rules]
+    /// The global rules and every session's own, for `standing` (made once, not per accept).
+    let everyRules: [Rules]
 
     /// Throws a description naming an unknown user or group.
     init(_ settings: AccessSettings, sessions: [SessionSettings] = []) throws {
@@ -58,6 +60,7 @@ struct AccessPolicy: Sendable {
             perSession[session.name] = try Rules(own.over(settings))
         }
         self.sessions = perSession
+        everyRules = [global] + Array(perSession.values)
     }
 
     static func methodClass(_ member: String) -> MethodClass {
@@ -79,9 +82,8 @@ struct AccessPolicy: Sendable {
     /// slots; a peer that may read nothing anywhere holds no slot at all.
     func standing(of peer: PeerCredentials?) -> VarlinkServer.Standing {
         guard let peer else { return .refused(.permissionDenied) }
-        let all = [global] + Array(sessions.values)
-        if all.contains(where: { $0.allows(peer, .admin) }) { return .admin }
-        if all.contains(where: { $0.allows(peer, .read) }) { return .caller }
+        if everyRules.contains(where: { $0.allows(peer, .admin) }) { return .admin }
+        if everyRules.contains(where: { $0.allows(peer, .read) }) { return .caller }
         return .refused(.permissionDenied)
     }
 

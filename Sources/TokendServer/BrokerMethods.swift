@@ -8,13 +8,14 @@ import Varlink
 /// The io.tokend.Broker method table over a Broker, each method guarded by
 /// the access policy in force.
 func brokerImplementation(
-    _ broker: Broker, policy: @escaping @Sendable () -> AccessPolicy, limiter: ForcedRefreshLimiter, logger: Logger
+    _ broker: Broker, policy: @escaping @Sendable () -> AccessPolicy, limiter: ForcedRefreshLimiter,
+    tokenReplies: TokenReplies, logger: Logger
 ) -> VarlinkImplementation {
     VarlinkImplementation(
         interface: BrokerInterface.declaration,
         methods: guarded(
             brokerMethods(
-                broker, limiter: limiter, logger: logger,
+                broker, limiter: limiter, tokenReplies: tokenReplies, logger: logger,
                 mayRead: { context, session in policy().allows(context.peer, .read, session: session) }),
             policy: policy, logger: logger))
 }
@@ -63,10 +64,10 @@ func guarded(
 }
 
 func brokerMethods(
-    _ broker: Broker, limiter: ForcedRefreshLimiter, logger: Logger, mayRead: @escaping @Sendable (CallContext, String) -> Bool
+    _ broker: Broker, limiter: ForcedRefreshLimiter, tokenReplies: TokenReplies, logger: Logger,
+    mayRead: @escaping @Sendable (CallContext, String) -> Bool
 ) -> [String: MethodHandler] {
     typealias I = BrokerInterface
-    let tokenReplies = TokenReplies()
     return [
         "GetToken": .call { parameters, _ in
             let call = try parameters.decode(I.GetToken.In.self)

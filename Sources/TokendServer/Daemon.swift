@@ -196,13 +196,15 @@ public final class Daemon: Service, CustomStringConvertible {
 
     func makeServer(source: ListenSource) -> VarlinkServer {
         let logger = self.logger
+        // A token's reply is made once, for the fast path and the service alike.
+        let tokenReplies = TokenReplies()
         let service = VarlinkService(
             info: ServiceInfo(vendor: "tokend", product: "tokend", version: Self.version, url: "https://tokend.invalid/"),
             implementations: [
                 brokerImplementation(
                     broker, policy: { self.access.withLock { $0 } },
                     limiter: ForcedRefreshLimiter(perMinute: configuration.withLock { $0.daemon.forcedRefreshesPerMinute }),
-                    logger: logger)
+                    tokenReplies: tokenReplies, logger: logger)
             ],
             internalError: VarlinkError(BrokerInterface.Error.internalError),
             onUnexpectedError: { method, error in
@@ -220,7 +222,8 @@ public final class Daemon: Service, CustomStringConvertible {
             oversizedFrameError: VarlinkError(BrokerInterface.Error.requestTooLarge, ["limit": .int(limits.maximumFrameLength)]),
             overloadedError: VarlinkError(
                 BrokerInterface.Error.tooManyConnections, ["limit": .int(limits.maximumConnections)]),
-            fastPath: FastGetToken(broker: broker, policy: { self.access.withLock { $0 } }).handler,
+            fastPath: FastGetToken(broker: broker, policy: { self.access.withLock { $0 } }, tokenReplies: tokenReplies)
+                .handler,
             admission: { peer in self.access.withLock { $0 }.standing(of: peer) })
     }
 

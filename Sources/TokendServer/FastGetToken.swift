@@ -11,12 +11,15 @@ import UnixServer
 final class FastGetToken: Sendable {
     let broker: Broker
     let policy: @Sendable () -> AccessPolicy
+    /// The reply's parameters, shared with the service's GetToken and Refresh.
+    let tokenReplies: TokenReplies
     /// The encoded reply per session, for the generation it was made for.
     private let replies = Mutex<[String: (generation: Int, expiresAt: Int, bytes: [UInt8])]>([:])
 
-    init(broker: Broker, policy: @escaping @Sendable () -> AccessPolicy) {
+    init(broker: Broker, policy: @escaping @Sendable () -> AccessPolicy, tokenReplies: TokenReplies = TokenReplies()) {
         self.broker = broker
         self.policy = policy
+        self.tokenReplies = tokenReplies
     }
 
     var handler: VarlinkServer.FastPath {
@@ -49,7 +52,7 @@ final class FastGetToken: Sendable {
                 return cached.bytes
             }
             var bytes: [UInt8] = []
-            guard let parameters = try? BrokerInterface.GetToken.Out(token: token.wire).parameters() else { return nil }
+            guard let parameters = try? tokenReplies.parameters(for: token) else { return nil }
             VarlinkReply(parameters: parameters).encode(into: &bytes)
             cache[name] = (token.generation, token.expiresAt, bytes)
             return bytes
