@@ -22,6 +22,8 @@ let package = Package(
         .executable(name: "tokend-native-host", targets: ["tokend-native-host"]),
         .executable(name: "tokend-proxy", targets: ["tokend-proxy"]),
         .library(name: "TokendClient", targets: ["TokendClient"]),
+        // The wire model and io.tokend.Broker's types without NIO: the web view package builds on these.
+        .library(name: "TokendInterface", targets: ["TokendInterface", "Varlink"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),

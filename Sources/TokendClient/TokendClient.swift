@@ -7,12 +7,10 @@ import VarlinkNIO
 /// A connection to tokend. Safe to share between tasks; calls are pipelined.
 public final class TokendClient: Sendable {
     typealias I = BrokerInterface
-    public static let defaultSocket = "/run/tokend/io.tokend.Broker"
+    public static let defaultSocket = BrokerInterface.defaultSocket
 
     /// `explicit`, else $TOKEND_SOCKET, else the system socket.
-    public static func socketPath(_ explicit: String? = nil) -> String {
-        explicit ?? ProcessInfo.processInfo.environment["TOKEND_SOCKET"] ?? defaultSocket
-    }
+    public static func socketPath(_ explicit: String? = nil) -> String { BrokerInterface.socketPath(explicit) }
 
     public let socket: String
     let connection: VarlinkClient

@@ -1,3 +1,4 @@
+import Foundation
 import Varlink
 
 /// The io.tokend.Broker interface: its declaration (the .varlink file,
@@ -36,4 +37,12 @@ public enum BrokerInterface {
     }
 
     public static func method(_ name: String) -> String { "\(Self.name).\(name)" }
+
+    /// Where tokend listens when nothing else is said: the system socket.
+    public static let defaultSocket = "/run/tokend/io.tokend.Broker"
+
+    /// How every client finds tokend: `explicit`, else $TOKEND_SOCKET, else the system socket.
+    public static func socketPath(_ explicit: String? = nil) -> String {
+        explicit ?? ProcessInfo.processInfo.environment["TOKEND_SOCKET"] ?? defaultSocket
+    }
 }

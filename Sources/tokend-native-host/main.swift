@@ -1,5 +1,6 @@
 import Foundation
 import NativeMessaging
+import TokendInterface
 import Varlink
 
 #if canImport(Glibc)
@@ -21,7 +22,7 @@ guard arguments.contains(where: allowedCallers.contains) else {
     exit(1)
 }
 
-let socket = ProcessInfo.processInfo.environment["TOKEND_SOCKET"] ?? "/run/tokend/io.tokend.Broker"
+let socket = BrokerInterface.socketPath()
 let output = Output()
 let bridge = Bridge(socket: socket, output: output)
 

@@ -1,0 +1,99 @@
+"""tokend-webview on a virtual display (Xvfb), driven through its page: the
+test app's /remote page runs the expressions the test queues (WebKitGTK has
+no WebDriver here), and the app records the Cookie header of every request."""
+import os
+import signal
+import subprocess
+import time
+
+from conftest import ROOT, wait_for
+
+WEBVIEW = os.path.join(ROOT, "webview", ".build", "debug", "tokend-webview")
+
+
+class Display:
+    """An Xvfb server of our own, so that screenshots know its number."""
+
+    def __init__(self):
+        for number in range(90, 140):
+            if not os.path.exists(f"/tmp/.X11-unix/X{number}") and not os.path.exists(f"/tmp/.X{number}-lock"):
+                break
+        self.name = f":{number}"
+        self.process = subprocess.Popen(["Xvfb", self.name, "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: os.path.exists(f"/tmp/.X11-unix/X{number}"), 10, "Xvfb")
+
+    def screenshot(self, path):
+        subprocess.run(["import", "-display", self.name, "-window", "root", path], check=True, timeout=30)
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(10)
+
+
+class WebView:
+    """tokend-webview showing `url`, bound to the tokend listening on `socket`."""
+
+    def __init__(self, display, socket, url, log_path, home, session=None):
+        self.log_path = log_path
+        self.home = home  # HOME and XDG directories: everything the web view writes is under it
+        self.log = open(log_path, "a")
+        command = [WEBVIEW, "--socket", socket, url] + (["--session", session] if session else [])
+        env = dict(os.environ, DISPLAY=display.name, NO_AT_BRIDGE="1", GTK_A11Y="none",
+                   WEBKIT_DISABLE_COMPOSITING_MODE="1", LIBGL_ALWAYS_SOFTWARE="1", HOME=home,
+                   XDG_CACHE_HOME=os.path.join(home, "cache"), XDG_DATA_HOME=os.path.join(home, "data"),
+                   XDG_CONFIG_HOME=os.path.join(home, "config"), XDG_RUNTIME_DIR=os.path.join(home, "run"))
+        for name in ("cache", "data", "config", "run"):
+            os.makedirs(os.path.join(home, name), mode=0o700, exist_ok=True)
+        env.pop("TOKEND_SOCKET", None)
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=self.log, env=env, start_new_session=True)
+
+    def descendants(self):
+        """Pids of every process below this one (WebKit's web processes run under bwrap)."""
+        parents = {}
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+        found, frontier = [], [self.process.pid]
+        while frontier:
+            below = [pid for pid, parent in parents.items() if parent in frontier]
+            found += below
+            frontier = below
+        return found
+
+    def children(self, name):
+        """Pids of this process's children whose command starts with `name`."""
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    command = f.read().split(b"\0")[0].decode()
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == self.process.pid and os.path.basename(command).startswith(name):
+                found.append(int(entry))
+        return found
+
+    def logs(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def alive(self):
+        return self.process.poll() is None
+
+    def close(self):
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        self.log.close()
