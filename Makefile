@@ -11,7 +11,7 @@ UNITDIR ?= /etc/systemd/system
 USERUNITDIR ?= /etc/systemd/user
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 
-.PHONY: bench bench-flood bench-profile bench-syscalls test-crash demo-login demo-fleet deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
+.PHONY: webview webview-deps webview-unit-test webview-test bench bench-flood bench-profile bench-syscalls test-crash demo-login demo-fleet deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -43,10 +43,29 @@ release:
 unit-test:
 	$(SWIFT) test
 
-integration-test: venv build
+integration-test: venv build webview
 	$(PY) -m pytest -q Tests/integration
 
-test: venv build unit-test integration-test fuzz-smoke
+test: venv build webview unit-test webview-unit-test integration-test fuzz-smoke
+
+# Web views (webview/): tokend-webview and the TokendWebView library on
+# WebKitGTK 6.0. A package of its own, so nothing else needs WebKitGTK to build.
+webview-deps:
+	@missing=""; for p in libwebkitgtk-6.0-dev xvfb xauth imagemagick; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+webview: webview-deps
+	cd webview && $(SWIFT) build
+
+webview-unit-test: webview
+	cd webview && $(SWIFT) test
+
+# The web view's own checks: its unit tests, and the app under Xvfb against tokend and the authorization server.
+webview-test: venv build webview-unit-test
+	$(PY) -m pytest -q Tests/integration/test_webview.py
 
 # kill -9 campaign against the real server: 200 kills with a 5 s grace period
 # (must lose nothing) and 200 with none (the loss rate is reported). Its
@@ -180,4 +199,4 @@ deb:
 	lintian --fail-on error .build/deb/tokend_*.deb
 
 clean:
-	rm -rf .build $(STATIC_BUILD) $(VENV)
+	rm -rf .build $(STATIC_BUILD) $(VENV) webview/.build

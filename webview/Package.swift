@@ -27,5 +27,8 @@ let package = Package(
         .executableTarget(name: "tokend-webview", dependencies: [
             "TokendWebView", "CWebKitGTK", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], swiftSettings: strict),
+        .testTarget(name: "TokendWebViewTests", dependencies: [
+            "TokendWebView", "CWebKitGTK", .product(name: "TokendInterface", package: tokend.lastPathComponent.lowercased()),
+        ], swiftSettings: strict),
     ]
 )

@@ -10,7 +10,7 @@ from conftest import BIN, ROOT
 
 def test_manual_pages_format_without_warnings():
     pages = sorted(glob.glob(os.path.join(ROOT, "man", "*.[0-9]")))
-    assert len(pages) == 5
+    assert len(pages) == 6
     for page in pages:
         run = subprocess.run(["groff", "-mandoc", "-ww", "-Tutf8", "-rLL=78n", page], capture_output=True, text=True)
         assert run.returncode == 0 and run.stderr == "", f"{page}: {run.stderr}"
@@ -58,3 +58,12 @@ def test_the_interface_and_exit_status_are_in_tokend_8():
     codes = {int(n) for n in re.findall(r"let exit\w+: Int32 = (\d+)", source("Sources/tokend/Tokend.swift"))}
     status = text.split("EXIT STATUS")[1].split("SEE ALSO")[0]
     assert codes and [c for c in sorted(codes) if not re.search(rf"\b{c}\b", status)] == []
+
+
+def test_every_tokend_webview_option_is_in_its_page():
+    from webview import WEBVIEW
+    text = page_text("tokend-webview.1")
+    usage = subprocess.run([WEBVIEW, "--help"], capture_output=True, text=True).stdout
+    options = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", usage))
+    assert {"--session", "--socket", "--fullscreen", "--help"} <= options, usage
+    assert [o for o in sorted(options) if o not in text] == []

@@ -266,8 +266,9 @@ def test_page_to_token_latency_and_screenshot(app, display):
           f"mean {total / 300:.2f} ms (300 calls)")
     assert len(times) == 300
     app.navigate("/remote?show")
-    wait_for(lambda: app.js("Promise.resolve(document.querySelector('h1').textContent)") == "Signed in through tokend",
+    wait_for(lambda: app.js("Promise.resolve(document.querySelector('h1')?.textContent)") == "Signed in through tokend",
              10, "the signed-in page")
+    time.sleep(0.5)  # painted
     path = os.environ.get("TOKEND_SCREENSHOT") or os.path.join(app.home, "screenshot.png")
     display.screenshot(path)
     assert os.path.getsize(path) > 10_000

@@ -47,12 +47,19 @@ window.addEventListener("message", (e) => window.seen.push(JSON.stringify(e.data
     fetch("/result", { method: "POST", body: JSON.stringify({ id: command.id, ...result }) });
   }
 })();
-if (location.search.includes("show")) tokend.getToken().then((token) => {
-  document.querySelector("h1").textContent = "Signed in through tokend";
-  const line = (text) => document.body.appendChild(Object.assign(document.createElement("p"), { textContent: text }));
-  line(`token generation ${token.generation}, expires ${new Date(token.expiresAt * 1000).toISOString()}`);
-  line(`cookies this page can see: ${document.cookie || "(none)"} (sid is HttpOnly: only requests carry it)`);
-  line(`origin ${location.origin}; the refresh token stays in tokend`);
+if (location.search.includes("show")) tokend.getToken().then(async (token) => {
+  const sent = (await (await fetch("/echo")).json()).cookie;
+  document.body.style.cssText = "font: 16px system-ui, sans-serif; margin: 0; background: #f4f6f8; color: #1d2630";
+  document.body.innerHTML = `<header style="background:#24425f;color:#fff;padding:14px 24px;font-size:20px">
+      Example web app <span style="float:right;background:#2e9e5b;border-radius:12px;padding:2px 12px;font-size:15px">signed in</span></header>
+    <main style="margin:32px 24px;max-width:720px;background:#fff;border-radius:8px;padding:8px 24px;box-shadow:0 1px 3px #0003">
+    <h1 style="font-size:24px">Signed in through tokend</h1></main>`;
+  const line = (label, text) => document.querySelector("main").insertAdjacentHTML("beforeend",
+    `<p><b>${label}</b><br><code>${text}</code></p>`);
+  line("Access token (from tokend, generation " + token.generation + ")", token.accessToken.slice(0, 8) + "... expires " + new Date(token.expiresAt * 1000).toISOString());
+  line("Cookies this page's scripts can see", document.cookie || "(none)");
+  line("Cookies its requests carry, from tokend (sid is HttpOnly)", sent || "(none)");
+  line("Refresh token", "stays in tokend: never in this page, its storage or its processes");
 });
 </script>""")
 

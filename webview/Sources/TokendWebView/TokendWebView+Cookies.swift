@@ -29,10 +29,7 @@ extension TokendWebView {
             enqueue { [weak self] done in
                 guard let self else { return done() }
                 self.reconcileQueued = false
-                self.readStore { store in
-                    self.takeSiteChanges(store)
-                    self.apply(to: store, done)
-                }
+                self.readStore { store in self.settle(store, done) }
             }
         }
         if let then {
@@ -68,60 +65,44 @@ extension TokendWebView {
 
     /// What changed in the store since we last looked, and was not our doing,
     /// is the site's (its Set-Cookie or a script): it goes to tokend's jar.
-    private func takeSiteChanges(_ store: [CookieKey: Cookie]) {
-        if storeLost || (store.isEmpty && baseline.count >= 2) {
-            // A store that lost everything did not have every cookie deleted by the
-            // site: WebKit's network process ended, or something emptied it.
-            log("the web view's cookie store was emptied (\(baseline.count) cookies); restoring tokend's")
-            storeLost = false
-            baseline.removeAll()
-        }
-        var lines: [String: [String]] = [:]
-        for (key, cookie) in store where baseline[key].map({ !$0.sameInStore(as: cookie) }) ?? true {
-            if jar[key]?.sameInStore(as: cookie) == true { continue }
-            jar[key] = cookie
-            lines[cookie.url, default: []].append(cookie.setCookieHeader())
-        }
-        for (key, cookie) in baseline where store[key] == nil && jar[key] != nil {
-            jar[key] = nil
-            lines[cookie.url, default: []].append(cookie.setCookieHeader(removed: true))
-        }
-        for (url, setCookie) in lines {
-            let parameters: JSONObject = [
-                "session": .string(session), "url": .string(url), "setCookie": .array(setCookie.map { .string($0) }),
-            ]
-            call("ImportCookies", parameters) { [weak self] result in
-                switch result {
-                case .success(let reply) where reply.error != nil:
-                    self?.log("tokend did not take the site's cookies for \(url): \(VarlinkError(reply.error!, reply.parameters))")
-                case .failure(let failure):
-                    self?.log("the site's cookies for \(url) did not reach tokend: \(failure)")
-                case .success(let reply):
-                    for reason in reply.parameters["rejected"]?.arrayValue ?? [] {
-                        self?.log("tokend rejected a cookie the site set: \(reason.stringValue ?? "")")
-                    }
-                }
-            }
-        }
-    }
-
-    /// Makes the store hold exactly the jar's cookies for the web hosts.
-    private func apply(to store: [CookieKey: Cookie], _ done: @escaping @MainActor () -> Void) {
-        let removals = store.values.filter { jar[$0.key] == nil }
-        let additions = jar.values.filter { store[$0.key]?.sameInStore(as: $0) != true }
-        var left = removals.count + additions.count
-        let finished: @MainActor () -> Void = { [weak self] in
-            left -= 1
-            guard left == 0 else { return }
-            self?.baseline = self?.jar ?? [:]
-            done()
-        }
+    /// Then the store is made to hold exactly the jar's cookies for the web hosts.
+    private func settle(_ store: [CookieKey: Cookie], _ done: @escaping @MainActor () -> Void) {
+        let work = CookieReconciliation(store: store, baseline: baseline, jar: jar, storeLost: storeLost)
+        storeLost = false
+        if work.storeWasEmptied { log("the web view's cookie store was emptied (\(baseline.count) cookies); restoring tokend's") }
+        jar = work.jar
+        for (url, setCookie) in work.imports { importCookies(url: url, setCookie: setCookie) }
+        var left = work.removals.count + work.additions.count
         guard left > 0 else {
             baseline = jar
             return done()
         }
-        for cookie in removals { change(cookie, add: false, finished) }
-        for cookie in additions { change(cookie, add: true, finished) }
+        let finished: @MainActor () -> Void = { [weak self] in
+            left -= 1
+            guard left == 0 else { return }
+            if let self { self.baseline = self.jar }
+            done()
+        }
+        for cookie in work.removals { change(cookie, add: false, finished) }
+        for cookie in work.additions { change(cookie, add: true, finished) }
+    }
+
+    private func importCookies(url: String, setCookie: [String]) {
+        let parameters: JSONObject = [
+            "session": .string(session), "url": .string(url), "setCookie": .array(setCookie.map { .string($0) }),
+        ]
+        call("ImportCookies", parameters) { [weak self] result in
+            switch result {
+            case .success(let reply) where reply.error != nil:
+                self?.log("tokend did not take the site's cookies for \(url): \(VarlinkError(reply.error!, reply.parameters))")
+            case .failure(let failure):
+                self?.log("the site's cookies for \(url) did not reach tokend: \(failure)")
+            case .success(let reply):
+                for reason in reply.parameters["rejected"]?.arrayValue ?? [] {
+                    self?.log("tokend rejected a cookie the site set: \(reason.stringValue ?? "")")
+                }
+            }
+        }
     }
 
     private func change(_ cookie: Cookie, add: Bool, _ finished: @escaping @MainActor () -> Void) {

@@ -155,7 +155,7 @@ public final class TokendWebView {
         return Self.origin(of: String(cString: uri))
     }
 
-    static func origin(of url: String) -> String? {
+    nonisolated static func origin(of url: String) -> String? {
         guard let parts = URLComponents(string: url), let scheme = parts.scheme, let host = parts.host else { return nil }
         return parts.port.map { "\(scheme)://\(host):\($0)" } ?? "\(scheme)://\(host)"
     }

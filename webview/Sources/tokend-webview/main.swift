@@ -41,7 +41,9 @@ struct TokendWebViewCommand: ParsableCommand {
     @MainActor
     func open() throws {
         guard gtk_init_check() != 0 else {
-            throw ValidationError("cannot open a display: set DISPLAY or WAYLAND_DISPLAY (headless: xvfb-run -a tokend-webview ...)")
+            FileHandle.standardError.write(Data(
+                "tokend-webview: cannot open a display: set DISPLAY or WAYLAND_DISPLAY (headless: xvfb-run -a tokend-webview URL)\n".utf8))
+            throw ExitCode(69)  // EX_UNAVAILABLE
         }
         let webView = TokendWebView.makeWebView()
         let tokend = try TokendWebView.attach(to: webView, session: session, socket: socket)
