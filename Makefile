@@ -11,7 +11,7 @@ UNITDIR ?= /etc/systemd/system
 USERUNITDIR ?= /etc/systemd/user
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 
-.PHONY: webview webview-deps webview-unit-test webview-test bench bench-flood bench-profile bench-syscalls test-crash demo-login demo-fleet deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
+.PHONY: deb-webview webview webview-deps webview-unit-test webview-test bench bench-flood bench-profile bench-syscalls test-crash demo-login demo-fleet deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -198,5 +198,12 @@ deb:
 	packaging/deb/build.sh $(STATIC_BUILD)/release .build/deb
 	lintian --fail-on error .build/deb/tokend_*.deb
 
+# tokend-webview's own package (it needs WebKitGTK; the tokend package does not).
+deb-webview: webview-deps
+	@for p in dpkg-dev fakeroot lintian; do dpkg -s $$p >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dpkg-dev fakeroot lintian >/dev/null; break; }; done
+	cd webview && $(SWIFT) build -c release --static-swift-stdlib --product tokend-webview --scratch-path .build-static
+	packaging/deb-webview/build.sh webview/.build-static/release .build/deb
+	lintian --fail-on error .build/deb/tokend-webview_*.deb
+
 clean:
-	rm -rf .build $(STATIC_BUILD) $(VENV) webview/.build
+	rm -rf .build $(STATIC_BUILD) $(VENV) webview/.build webview/.build-static

@@ -169,7 +169,7 @@ def test_debian_package_installs_runs_and_purges(server, workdir):
     creates the user, seals the state with a systemd-creds key, enables the
     socket; a group member gets a token; remove stops it and keeps state and
     configuration; purge removes them."""
-    debs = [n for n in os.listdir(DEB_DIR) if n.endswith(".deb")] if os.path.isdir(DEB_DIR) else []
+    debs = [n for n in os.listdir(DEB_DIR) if n.startswith("tokend_") and n.endswith(".deb")] if os.path.isdir(DEB_DIR) else []
     assert debs, "no package in .build/deb: run `make deb` (make test-e2e does)"
     stage, grant = staged(server, workdir)
     shutil.copy(os.path.join(DEB_DIR, debs[0]), os.path.join(stage, "tokend.deb"))
