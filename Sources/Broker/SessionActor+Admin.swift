@@ -107,18 +107,7 @@ extension SessionActor {
     /// A consumer that falls more than 64 events behind loses the oldest.
     public func subscribe(sinceVersion: Int? = nil) -> (status: SessionStatus, events: AsyncStream<SessionEvent>) {
         let (stream, continuation) = AsyncStream<SessionEvent>.makeStream(bufferingPolicy: .bufferingNewest(64))
-        if let sinceVersion {
-            switch jar.changes(since: sinceVersion) {
-            case .changes(let missed) where missed.isEmpty:
-                break
-            case .changes(let missed):
-                continuation.yield(event(.cookies, changes: missed))
-            case .snapshot(let cookies):
-                var snapshot = event(.cookies, changes: cookies.map { CookieChange(action: .set, cookie: $0, version: jar.version) })
-                snapshot.snapshot = true
-                continuation.yield(snapshot)
-            }
-        }
+        for missed in catchUp(sinceVersion: sinceVersion) { continuation.yield(missed) }
         let id = nextSubscriberID
         nextSubscriberID += 1
         subscribers[id] = continuation
@@ -126,6 +115,33 @@ extension SessionActor {
             Task { await self.unsubscribe(id) }
         }
         return (status(), stream)
+    }
+
+    /// A subscriber through `fanOut` (the server's, shared by every subscriber
+    /// of this session): `join` runs here, on the session, with the status and
+    /// the catch-up events, so that what it sends the subscriber comes before
+    /// any event published after it.
+    public func join<Joined: Sendable>(
+        through fanOut: EventFanOut, sinceVersion: Int? = nil,
+        _ join: @Sendable (SessionStatus, [SessionEvent]) -> Joined
+    ) -> Joined {
+        if self.fanOut !== fanOut { self.fanOut = fanOut }
+        return join(status(), catchUp(sinceVersion: sinceVersion))
+    }
+
+    /// The cookie changes made after `sinceVersion`, or a snapshot when the change log does not reach back.
+    func catchUp(sinceVersion: Int?) -> [SessionEvent] {
+        guard let sinceVersion else { return [] }
+        switch jar.changes(since: sinceVersion) {
+        case .changes(let missed) where missed.isEmpty:
+            return []
+        case .changes(let missed):
+            return [event(.cookies, changes: missed)]
+        case .snapshot(let cookies):
+            var snapshot = event(.cookies, changes: cookies.map { CookieChange(action: .set, cookie: $0, version: jar.version) })
+            snapshot.snapshot = true
+            return [snapshot]
+        }
     }
 
     func unsubscribe(_ id: Int) {
@@ -149,8 +165,13 @@ extension SessionActor {
     /// returns once each subscriber's connection has taken the last of them,
     /// or after `deliveryDeadline`.
     func publish(_ events: [SessionEvent], waitForDelivery: Bool) async {
-        guard !subscribers.isEmpty, var last = events.last else { return }
-        let receipt = waitForDelivery ? DeliveryReceipt(expected: subscribers.count) : nil
+        let expected = subscribers.count + (fanOut == nil ? 0 : 1)
+        guard expected > 0, var last = events.last else { return }
+        let receipt = waitForDelivery ? DeliveryReceipt(expected: expected) : nil
+        if let fanOut {
+            let delivered: (@Sendable () -> Void)? = if let receipt { { receipt.delivered() } } else { nil }
+            fanOut.publish(events, delivered: delivered)
+        }
         last.receipt = receipt
         let batch = events.dropLast() + [last]
         for continuation in subscribers.values {

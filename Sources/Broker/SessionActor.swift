@@ -43,6 +43,8 @@ public actor SessionActor {
     var failures = 0
     var lastError: String?
     var subscribers: [Int: AsyncStream<SessionEvent>.Continuation] = [:]
+    /// The server's subscribers, all through one hand-off (set by the first `join`).
+    var fanOut: EventFanOut?
     var nextSubscriberID = 0
     /// Set when the last successful refresh could not be written to disk.
     var unsavedRecord = false
@@ -160,6 +162,7 @@ public actor SessionActor {
         await shared?.close()
         for continuation in subscribers.values { continuation.finish() }
         subscribers.removeAll()
+        fanOut?.finish(session: name, generation: record.generation)
     }
 
     // MARK: Asking for tokens

@@ -68,6 +68,7 @@ func brokerMethods(
     mayRead: @escaping @Sendable (CallContext, String) -> Bool
 ) -> [String: MethodHandler] {
     typealias I = BrokerInterface
+    let fanOuts = FanOuts()
     return [
         "GetToken": .call { parameters, _ in
             let call = try parameters.decode(I.GetToken.In.self)
@@ -142,6 +143,13 @@ func brokerMethods(
         "Subscribe": .stream { parameters, _, replies in
             let call = try parameters.decode(I.Subscribe.In.self)
             let session = try broker.session(call.session)
+            // On the server loop the subscriber is a member of the session's broadcast: no task holds it.
+            let fanOut = fanOuts.of(session.name)
+            let joined = try await session.join(through: fanOut, sinceVersion: call.sinceVersion) { status, catchUp in
+                Result { fanOut.broadcast.join(replies, first: try SessionFanOut.first(status, catchUp: catchUp)) }
+            }.get()
+            if joined { return }
+            // Elsewhere (a server that cannot hold the call), a stream of its own.
             let (status, events) = await session.subscribe(sinceVersion: call.sinceVersion)
             var first = I.Event(event: "status", session: status.session, generation: status.generation)
             first.expiresAt = status.expiresAt

@@ -68,7 +68,7 @@ extension ServerLoop {
         send(connection)
         if connection.gone { return written.resume(returning: false) }
         guard connection.sent < connection.queued else { return written.resume(returning: true) }
-        connection.deliveries.append((connection.queued, written))
+        connection.deliveries.append((connection.queued, .stream(written)))
         updateInterest(connection)
     }
 
@@ -193,7 +193,7 @@ extension ServerLoop {
             if connection.unwritten.isEmpty { connection.unwritableSince = nil }
             while let first = connection.deliveries.first, first.end <= connection.sent {
                 connection.deliveries.removeFirst()
-                first.written.resume(returning: true)
+                first.delivery.complete(written: true)
             }
         }
         updateInterest(connection)

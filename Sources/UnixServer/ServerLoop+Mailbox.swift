@@ -13,6 +13,12 @@ struct Mailbox {
         case finished([UInt8])
         /// One reply of a `more` call; `written` learns whether it reached the socket.
         case streamed([UInt8], written: CheckedContinuation<Bool, Never>)
+        /// The connection's `more` call becomes the broadcast's member, after these replies.
+        case join(Broadcast, [UInt8])
+        /// One reply for every member of the broadcast (no connection of its own).
+        case publish(Broadcast, [UInt8], (@Sendable () -> Void)?)
+        /// The broadcast ends its members' calls with this reply.
+        case finish(Broadcast, [UInt8])
     }
     var items: [(fd: CInt, connection: UInt64, item: Item)] = []
     /// Health checks waiting for the loop to come round.
@@ -30,6 +36,7 @@ extension ServerLoop {
     func dispatch(_ call: VarlinkCall, on connection: Connection) {
         connection.busy = true
         let (fd, id, peer, service) = (connection.fd, connection.id, connection.peer, self.service)
+        let held = call.more ? HeldStream(loop: self, fd: fd, id: id) : nil
         let task = Task {
             let replies = EncodedReplies()
             try? await service.handle(
@@ -39,8 +46,9 @@ extension ServerLoop {
                     var bytes = replies.take()
                     reply.encode(into: &bytes)
                     guard await self.deliver(bytes, fd: fd, connection: id) else { throw ReplyStreamClosed() }
-                })
-            self.post(.finished(replies.take()), fd: fd, connection: id)
+                }, streamConnection: held)
+            // A call a broadcast holds goes on without its task.
+            if held?.isClaimed != true { self.post(.finished(replies.take()), fd: fd, connection: id) }
         }
         if call.more { connection.stream = task }
     }
@@ -114,6 +122,16 @@ extension ServerLoop {
         #endif
         for ping in pings { ping.resume() }
         for (fd, id, item) in batch {
+            switch item {
+            case .publish(let broadcast, let reply, let delivered):
+                published(broadcast, reply: reply, delivered: delivered)
+                continue
+            case .finish(let broadcast, let reply):
+                finished(broadcast, reply: reply)
+                continue
+            default:
+                break
+            }
             guard let connection = connections[fd], connection.id == id else {
                 if case .streamed(_, let written) = item { written.resume(returning: false) }
                 continue
@@ -121,6 +139,8 @@ extension ServerLoop {
             switch item {
             case .finished(let replies): answered(connection, replies: replies)
             case .streamed(let reply, let written): streamed(connection, reply: reply, written: written)
+            case .join(let broadcast, let first): joined(connection, to: broadcast, first: first)
+            case .publish, .finish: break
             }
         }
     }
@@ -137,7 +157,11 @@ extension ServerLoop {
         }
         for ping in pings { ping.resume() }
         for (_, _, item) in items {
-            if case .streamed(_, let written) = item { written.resume(returning: false) }
+            switch item {
+            case .streamed(_, let written): written.resume(returning: false)
+            case .publish(_, _, let delivered): delivered?()
+            default: break
+            }
         }
     }
 }

@@ -16,6 +16,9 @@ import Glibc
 ///   through the mailbox and the loop writes them. The connection is not read
 ///   meanwhile, so replies stay in order. A `more` call's replies come back
 ///   one by one; the task learns when each is on the socket.
+/// - A `more` call whose service hands it to a Broadcast (a session's
+///   subscribers) has no task: the loop writes each published reply to every
+///   member, and tells the publisher once all have taken it.
 /// - A malformed or oversized message is answered and the connection closed;
 ///   `upgrade` is answered with an error.
 /// - A connection over the limit, or from a peer the admission check turns
@@ -40,6 +43,8 @@ final class ServerLoop: @unchecked Sendable {
 
     // Everything below belongs to the loop's thread.
     var connections: [CInt: Connection] = [:]
+    /// Each broadcast's members, by descriptor.
+    var members: [ObjectIdentifier: [CInt: Connection]] = [:]
     /// Admitted connections (refused ones are kept apart, briefly).
     var admitted = 0
     var refusedHeld = 0
@@ -282,7 +287,8 @@ final class ServerLoop: @unchecked Sendable {
         if let uid = connection.countedUID { release(uid) }
         account(connection, holding: 0)
         connection.stream?.cancel()
-        for waiting in connection.deliveries { waiting.written.resume(returning: false) }
+        leave(connection)
+        for waiting in connection.deliveries { waiting.delivery.complete(written: false) }
         connection.deliveries = []
     }
 
@@ -349,7 +355,9 @@ final class Connection {
     /// The task of the `more` call in progress, cancelled if the connection closes.
     var stream: Task<Void, Never>?
     /// Streamed replies queued and not yet on the socket, oldest first.
-    var deliveries: [(end: Int, written: CheckedContinuation<Bool, Never>)] = []
+    var deliveries: [(end: Int, delivery: Delivery)] = []
+    /// The broadcast whose member this connection's `more` call is.
+    var member: ObjectIdentifier?
     /// Answered a protocol error: closes once that answer is written.
     var closing = false
     var gone = false

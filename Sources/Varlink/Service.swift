@@ -44,12 +44,19 @@ public struct CallContext: Sendable {
     }
 }
 
+/// A server's handle on the connection of a `more` call, for servers that
+/// can keep the call open themselves (see UnixServer's Broadcast).
+public protocol StreamConnection: Sendable {}
+
 /// Sends the replies of a streaming (`more`) call.
 public struct ReplyStream: Sendable {
     let send: @Sendable (VarlinkReply) async throws -> Void
+    /// The call's connection, when the server can hold the call open without a task.
+    public let connection: StreamConnection?
 
-    public init(send: @escaping @Sendable (VarlinkReply) async throws -> Void) {
+    public init(send: @escaping @Sendable (VarlinkReply) async throws -> Void, connection: StreamConnection? = nil) {
         self.send = send
+        self.connection = connection
     }
 
     /// Sends one reply; `continues: false` ends the call.
@@ -111,7 +118,8 @@ public final class VarlinkService: Sendable {
     public func handle(
         _ call: VarlinkCall, peer: PeerCredentials?,
         send: @escaping @Sendable (VarlinkReply) async throws -> Void,
-        sendStreamed: (@Sendable (VarlinkReply) async throws -> Void)? = nil
+        sendStreamed: (@Sendable (VarlinkReply) async throws -> Void)? = nil,
+        streamConnection: StreamConnection? = nil
     ) async throws {
         let context = CallContext(peer: peer, method: call.method, oneway: call.oneway, more: call.more)
         let reply: @Sendable (VarlinkReply) async throws -> Void
@@ -127,7 +135,9 @@ public final class VarlinkService: Sendable {
                 try await reply(VarlinkReply(parameters: parameters))
             case .stream(let body):
                 guard call.more else { throw VarlinkError.expectedMore }
-                try await body(call.parameters, context, ReplyStream(send: call.oneway ? reply : (sendStreamed ?? send)))
+                try await body(
+                    call.parameters, context,
+                    ReplyStream(send: call.oneway ? reply : (sendStreamed ?? send), connection: call.oneway ? nil : streamConnection))
             }
         } catch let error as ReplyStreamClosed {
             throw error

@@ -13,6 +13,8 @@ final class Harness: Sendable {
     let task: Task<Void, Error>
     /// Events for Watch subscribers, and what became of each delivery.
     let publisher = Publisher()
+    /// Members of Join calls: held by the loop, no task each.
+    let broadcast = Broadcast()
     let server: VarlinkServer
 
     static let interface = try! VarlinkInterface(description: """
@@ -21,12 +23,14 @@ final class Harness: Sendable {
         method Wait(ms: int) -> (waited: int)
         method Count(to: int) -> (n: int)
         method Watch() -> (event: string)
+        method Join() -> (event: string)
         method Fast() -> (fast: bool)
         """)
 
     init(limits: VarlinkServer.Limits = Harness.quickLimits(), admission: VarlinkServer.Admission? = nil) async throws {
         path = NSTemporaryDirectory() + "unixserver-\(UUID().uuidString.prefix(8)).sock"
         let publisher = self.publisher
+        let broadcast = self.broadcast
         let service = VarlinkService(
             info: ServiceInfo(vendor: "test", product: "test", version: "1", url: "u"),
             implementations: [
@@ -42,6 +46,11 @@ final class Harness: Sendable {
                         "Count": .stream { p, _, out in
                             let n = try p.optionalInt("to") ?? 1
                             for i in 1...n { try await out.yield(["n": .int(i)], continues: i < n) }
+                        },
+                        "Join": .stream { _, _, out in
+                            guard broadcast.join(out, first: [VarlinkReply(parameters: ["event": "joined"], continues: true)]) else {
+                                throw VarlinkError("org.example.test.NotHeld")
+                            }
                         },
                         "Watch": .stream { _, _, out in
                             let events = publisher.subscribe()
