@@ -10,17 +10,30 @@ public final class TokenSnapshot: Sendable {
         var issuedAt: Int?
     }
     private let state = Mutex<State?>(nil)
+    /// Grows whenever any session's snapshot is set (or `changed()` is called):
+    /// an answer made from a snapshot holds while this stays the same.
+    private static let changes = Atomic<UInt64>(0)
+
+    public static var stamp: UInt64 { changes.load(ordering: .acquiring) }
+
+    /// Says that answers made from snapshots may no longer hold (the access rules changed).
+    public static func changed() {
+        changes.add(1, ordering: .acquiringAndReleasing)
+    }
 
     func set(_ token: Token?, issuedAt: Int?) {
         state.withLock { $0 = token.map { State(token: $0, issuedAt: issuedAt) } }
+        Self.changed()
     }
 
-    /// The token if it has the remaining life GetToken requires, by the same rule the actor applies.
-    func token(minValidSeconds: Int?, policy: RefreshPolicy, now: Double) -> Token? {
+    /// The token if it has the remaining life GetToken requires, by the same
+    /// rule the actor applies, and for how many more seconds it has it.
+    func token(minValidSeconds: Int?, policy: RefreshPolicy, now: Double) -> (token: Token, goodFor: Double)? {
         guard let current = state.withLock({ $0 }) else { return nil }
         let required = policy.requiredRemaining(
             requested: minValidSeconds, issuedAt: current.issuedAt, expiresAt: current.token.expiresAt)
-        return Double(current.token.expiresAt) - now >= Double(required) ? current.token : nil
+        let goodFor = Double(current.token.expiresAt) - now - Double(required)
+        return goodFor >= 0 ? (current.token, goodFor) : nil
     }
 }
 
@@ -28,6 +41,11 @@ extension SessionActor {
     /// A cached token good enough for GetToken(minValidSeconds), or nil when the
     /// actor has to decide (refresh needed, not active, shutting down).
     public nonisolated func cachedToken(minValidSeconds: Int?) -> Token? {
+        snapshot.token(minValidSeconds: minValidSeconds, policy: policy, now: clock.now())?.token
+    }
+
+    /// As `cachedToken`, with the seconds it stays good enough (while `TokenSnapshot.stamp` holds).
+    public nonisolated func cachedTokenAndLife(minValidSeconds: Int?) -> (token: Token, goodFor: Double)? {
         snapshot.token(minValidSeconds: minValidSeconds, policy: policy, now: clock.now())
     }
 

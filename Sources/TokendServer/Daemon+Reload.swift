@@ -53,6 +53,7 @@ extension Daemon {
             $0.access = next.access
         }
         access.withLock { $0 = policy }
+        TokenSnapshot.changed()  // answers the loop gives again were made under the old rules
         reloadProblem.withLock { $0 = nil }
         if next.daemon != previous.daemon {
             logger.warning("[daemon] settings changed; they take effect at the next restart")

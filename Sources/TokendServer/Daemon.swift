@@ -223,7 +223,7 @@ public final class Daemon: Service, CustomStringConvertible {
             overloadedError: VarlinkError(
                 BrokerInterface.Error.tooManyConnections, ["limit": .int(limits.maximumConnections)]),
             fastPath: FastGetToken(broker: broker, policy: { self.access.withLock { $0 } }, tokenReplies: tokenReplies)
-                .handler,
+                .handler, fastPathStamp: FastGetToken.stamp,
             admission: { peer in self.access.withLock { $0 }.standing(of: peer) })
     }
 

@@ -23,12 +23,24 @@ final class FastGetToken: Sendable {
     }
 
     var handler: VarlinkServer.FastPath {
-        { call, peer in self.answer(call, peer: peer) }
+        { call, peer in
+            guard let (bytes, goodFor) = self.answerAndLife(call, peer: peer) else { return nil }
+            // Given again to the same call on the same connection while no token or
+            // rule changed, and the token keeps the life asked for (less a second).
+            return VarlinkServer.FastReply(bytes: bytes, reusableFor: .milliseconds(Int64(max(0, goodFor - 1) * 1000)))
+        }
     }
+
+    /// Changes when any token or the access rules change.
+    static let stamp: VarlinkServer.FastPathStamp = { TokenSnapshot.stamp }
 
     static let getToken = BrokerInterface.method("GetToken")
 
     func answer(_ call: VarlinkCall, peer: PeerCredentials?) -> [UInt8]? {
+        answerAndLife(call, peer: peer)?.bytes
+    }
+
+    func answerAndLife(_ call: VarlinkCall, peer: PeerCredentials?) -> (bytes: [UInt8], goodFor: Double)? {
         guard call.method == Self.getToken, !call.more, !call.oneway, !call.upgrade else {
             return nil
         }
@@ -45,9 +57,9 @@ final class FastGetToken: Sendable {
             }
         }
         guard policy().allows(peer, .read, session: name), let session = try? broker.session(name),
-            let token = session.cachedToken(minValidSeconds: minValid)
+            let (token, goodFor) = session.cachedTokenAndLife(minValidSeconds: minValid)
         else { return nil }
-        return replies.withLock { cache in
+        let bytes: [UInt8]? = replies.withLock { cache in
             if let cached = cache[name], cached.generation == token.generation, cached.expiresAt == token.expiresAt {
                 return cached.bytes
             }
@@ -57,5 +69,6 @@ final class FastGetToken: Sendable {
             cache[name] = (token.generation, token.expiresAt, bytes)
             return bytes
         }
+        return bytes.map { ($0, goodFor) }
     }
 }

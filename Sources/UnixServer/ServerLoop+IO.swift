@@ -114,15 +114,18 @@ extension ServerLoop {
                 tooLarge(connection)
                 return bytes.count
             }
-            guard let call = parse(frame, on: connection) else {
+            guard let (call, repeated) = parse(frame, on: connection) else {
                 logger.notice("closing connection: malformed message")
                 answerAndClose(connection, errors.malformed)
                 return bytes.count
             }
             if call.upgrade {
                 if !call.oneway { VarlinkReply(errors.upgrade).encode(into: &output) }
-            } else if let fastPath, let reply = fastPath(call, connection.peer) {
-                output.append(contentsOf: reply)
+            } else if repeated, let again = connection.lastFast, now < again.until, again.stamp == fastPathStamp() {
+                output.append(contentsOf: again.bytes)
+            } else if let fastPath, case let stamp = fastPathStamp(), let reply = fastPath(call, connection.peer) {
+                output.append(contentsOf: reply.bytes)
+                connection.lastFast = reply.reusableFor > .zero ? (reply.bytes, now + reply.reusableFor.nanoseconds, stamp) : nil
             } else {
                 dispatch(call, on: connection)
             }
@@ -130,20 +133,21 @@ extension ServerLoop {
         return start
     }
 
-    /// The frame's call, or nil if it is not one; a client repeating its
-    /// previous frame (most ask for their token the same way every time) is
-    /// not parsed again.
-    private func parse(_ frame: UnsafeRawBufferPointer, on connection: Connection) -> VarlinkCall? {
+    /// The frame's call, or nil if it is not one, and whether it repeats the
+    /// previous frame (most clients ask for their token the same way every
+    /// time): a repeat is not parsed again.
+    private func parse(_ frame: UnsafeRawBufferPointer, on connection: Connection) -> (VarlinkCall, repeated: Bool)? {
         guard frame.count > 0 else { return nil }
         if let last = connection.lastCall, connection.lastFrame.count == frame.count,
             connection.lastFrame.withUnsafeBytes({ memcmp($0.baseAddress!, frame.baseAddress!, frame.count) == 0 })
         {
-            return last
+            return (last, true)
         }
         guard let call = try? VarlinkCall(frame: frame) else { return nil }
         connection.lastFrame = Array(frame)
         connection.lastCall = call
-        return call
+        connection.lastFast = nil
+        return (call, false)
     }
 
     private func tooLarge(_ connection: Connection) {

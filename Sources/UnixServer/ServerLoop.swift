@@ -11,7 +11,9 @@ import Glibc
 /// every connection, for the connection's whole life.
 ///
 /// - A call the fast path answers at once (a cached token) is answered where
-///   it is read, one write per read.
+///   it is read, one write per read. The same call again on the same
+///   connection gets the same bytes while the fast path's stamp holds (a
+///   client asking for its token in a loop costs a comparison, not a lookup).
 /// - Any other call goes to the service in a task; its replies come back
 ///   through the mailbox and the loop writes them. The connection is not read
 ///   meanwhile, so replies stay in order. A `more` call's replies come back
@@ -29,6 +31,7 @@ final class ServerLoop: @unchecked Sendable {
     let limits: VarlinkServer.Limits
     let errors: VarlinkServer.Errors
     let fastPath: VarlinkServer.FastPath?
+    let fastPathStamp: VarlinkServer.FastPathStamp
     let admission: VarlinkServer.Admission?
     let service: VarlinkService
     let logger: Logger
@@ -52,6 +55,10 @@ final class ServerLoop: @unchecked Sendable {
     var perUser: [UInt32: Int] = [:]
     /// Unread bytes (unfinished messages, calls waiting behind a busy one) per uid.
     var unfinishedPerUser: [UInt32: Int] = [:]
+    /// The most connections held since memory was last handed back.
+    var peakConnections = 0
+    /// This many connections gone since that peak is a burst that has ended.
+    static let burst = 1000
     var refusedSinceLog = 0
     var lastRefusalLog: Int64 = 0
     var nextConnection: UInt64 = 0
@@ -64,13 +71,14 @@ final class ServerLoop: @unchecked Sendable {
 
     init(
         listener: CInt, limits: VarlinkServer.Limits, errors: VarlinkServer.Errors, fastPath: VarlinkServer.FastPath?,
-        admission: VarlinkServer.Admission?, service: VarlinkService, logger: Logger,
+        fastPathStamp: @escaping VarlinkServer.FastPathStamp, admission: VarlinkServer.Admission?, service: VarlinkService, logger: Logger,
         ended: @escaping @Sendable () -> Void
     ) throws {
         self.listener = listener
         self.limits = limits
         self.errors = errors
         self.fastPath = fastPath
+        self.fastPathStamp = fastPathStamp
         self.admission = admission
         self.service = service
         self.logger = logger
@@ -246,6 +254,13 @@ final class ServerLoop: @unchecked Sendable {
             acceptPausedUntil = nil
             _ = watch(listener, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
         }
+        // A burst of clients has come and gone (a worker pool, a stampede): the
+        // memory it took goes back to the system rather than staying with tokend.
+        peakConnections = max(peakConnections, admitted)
+        if peakConnections - admitted >= Self.burst {
+            malloc_trim(0)
+            peakConnections = admitted
+        }
         let frameTimeout = limits.frameTimeout.nanoseconds
         let writeTimeout = limits.writeTimeout.nanoseconds
         let idleTimeout = limits.idleTimeout.nanoseconds
@@ -366,6 +381,8 @@ final class Connection {
     /// The last frame parsed, and its call.
     var lastFrame: [UInt8] = []
     var lastCall: VarlinkCall?
+    /// The fast path's answer to `lastCall`, while it may be given again.
+    var lastFast: (bytes: [UInt8], until: Int64, stamp: UInt64)?
 
     init(fd: CInt, id: UInt64, peer: PeerCredentials?, now: Int64, refused: Bool) {
         self.fd = fd

@@ -55,7 +55,23 @@ public struct VarlinkServer: Sendable {
 
     /// Answers a call on the loop when it can (returns the encoded reply
     /// frame, NUL included), or returns nil to let the service handle it.
-    public typealias FastPath = @Sendable (VarlinkCall, PeerCredentials?) -> [UInt8]?
+    public typealias FastPath = @Sendable (VarlinkCall, PeerCredentials?) -> FastReply?
+
+    /// A reply the fast path made, and how long the same call on the same
+    /// connection may be given it again without asking: for `reusableFor`,
+    /// and while `FastPathStamp` returns what it returned before the call.
+    public struct FastReply: Sendable {
+        public var bytes: [UInt8]
+        public var reusableFor: Duration
+
+        public init(bytes: [UInt8], reusableFor: Duration = .zero) {
+            self.bytes = bytes
+            self.reusableFor = reusableFor
+        }
+    }
+
+    /// Changes whenever a fast reply may no longer hold (a token or the access rules changed).
+    public typealias FastPathStamp = @Sendable () -> UInt64
 
     /// Who a peer is to the server, decided once at accept. Runs on the
     /// loop: it must not block.
@@ -76,6 +92,7 @@ public struct VarlinkServer: Sendable {
     let logger: Logger
     let errors: Errors
     let fastPath: FastPath?
+    let fastPathStamp: FastPathStamp
     let admission: Admission?
     /// The running loop, for `ping`.
     let running = RunningLoop()
@@ -92,9 +109,10 @@ public struct VarlinkServer: Sendable {
         service: VarlinkService, source: ListenSource, limits: Limits = Limits(), logger: Logger,
         oversizedFrameError: VarlinkError = .invalidParameter("message"),
         overloadedError: VarlinkError = VarlinkError("org.varlink.service.InternalError"),
-        fastPath: FastPath? = nil, admission: Admission? = nil
+        fastPath: FastPath? = nil, fastPathStamp: @escaping FastPathStamp = { 0 }, admission: Admission? = nil
     ) {
         self.fastPath = fastPath
+        self.fastPathStamp = fastPathStamp
         self.admission = admission
         self.service = service
         self.source = source
@@ -115,7 +133,8 @@ public struct VarlinkServer: Sendable {
         let loop: ServerLoop
         do {
             loop = try ServerLoop(
-                listener: listener, limits: limits, errors: errors, fastPath: fastPath, admission: admission,
+                listener: listener, limits: limits, errors: errors, fastPath: fastPath, fastPathStamp: fastPathStamp,
+                admission: admission,
                 service: service, logger: logger, ended: { endedContinuation.finish() })
         } catch {
             close(listener)

@@ -6,10 +6,10 @@ import Varlink
 @testable import UnixServer
 
 /// A Broadcast's members over a real socket: held by the loop, written to
-/// from it, and told apart from the publisher's wait for delivery.
-@Suite(.serialized) struct BroadcastTests {
-    let join = TestClient.frame("org.example.test.Join", more: true)
-    let fast = TestClient.frame("org.example.test.Fast")
+/// from it, and told apart from the publisher's wait for delivery. In the
+/// loop's suite: its tests run one at a time (the test client blocks a thread).
+extension ServerLoopTests {
+    var join: String { TestClient.frame("org.example.test.Join", more: true) }
 
     /// Publishes `event` and returns once `delivered` ran (or nil after `seconds`).
     func publish(_ harness: Harness, _ event: String, within seconds: Double = 5) async -> Duration? {

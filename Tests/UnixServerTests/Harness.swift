@@ -15,6 +15,8 @@ final class Harness: Sendable {
     let publisher = Publisher()
     /// Members of Join calls: held by the loop, no task each.
     let broadcast = Broadcast()
+    /// How often the fast path was asked, and the stamp it answers under.
+    let fast = FastCounters()
     let server: VarlinkServer
 
     static let interface = try! VarlinkInterface(description: """
@@ -27,7 +29,10 @@ final class Harness: Sendable {
         method Fast() -> (fast: bool)
         """)
 
-    init(limits: VarlinkServer.Limits = Harness.quickLimits(), admission: VarlinkServer.Admission? = nil) async throws {
+    init(
+        limits: VarlinkServer.Limits = Harness.quickLimits(), admission: VarlinkServer.Admission? = nil,
+        fastReusableFor: Duration = .zero
+    ) async throws {
         path = NSTemporaryDirectory() + "unixserver-\(UUID().uuidString.prefix(8)).sock"
         let publisher = self.publisher
         let broadcast = self.broadcast
@@ -79,7 +84,12 @@ final class Harness: Sendable {
             service: service, source: .path(path, mode: 0o600), limits: limits, logger: logger,
             oversizedFrameError: VarlinkError("org.example.test.TooLarge"),
             overloadedError: VarlinkError("org.example.test.TooMany"),
-            fastPath: { call, _ in call.method == "org.example.test.Fast" ? fastReply : nil },
+            fastPath: { [fast] call, _ in
+                guard call.method == "org.example.test.Fast" else { return nil }
+                fast.calls.add(1, ordering: .relaxed)
+                return .init(bytes: fastReply, reusableFor: fastReusableFor)
+            },
+            fastPathStamp: { [fast] in fast.stamp.load(ordering: .acquiring) },
             admission: admission)
         let (ready, readyContinuation) = AsyncStream<Void>.makeStream()
         let server = self.server
@@ -100,6 +110,11 @@ final class Harness: Sendable {
         _ = try? await task.value
         unlink(path)
     }
+}
+
+final class FastCounters: Sendable {
+    let calls = Atomic(0)
+    let stamp = Atomic<UInt64>(0)
 }
 
 /// Hands events to every Watch subscriber and counts how their deliveries went.

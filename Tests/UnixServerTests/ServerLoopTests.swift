@@ -39,6 +39,32 @@ import Varlink
         await harness.stop()
     }
 
+    @Test func aRepeatedFastCallIsAnsweredAgainUntilTheStampChangesOrItsTimeRunsOut() async throws {
+        let harness = try await Harness(fastReusableFor: .milliseconds(600))
+        let client = try harness.client()
+        let ask = { (times: Int) in
+            for _ in 0..<times { client.send(self.fast) }
+            for _ in 0..<times { #expect(client.reply()?.parameters["fast"] == true) }
+        }
+        ask(100)
+        #expect(harness.fast.calls.load(ordering: .relaxed) == 1, "one answer made, given 100 times")
+        harness.fast.stamp.add(1, ordering: .relaxed)  // a token or the rules changed
+        ask(10)
+        #expect(harness.fast.calls.load(ordering: .relaxed) == 2)
+        try await Task.sleep(for: .milliseconds(800))  // the answer's time ran out
+        ask(10)
+        #expect(harness.fast.calls.load(ordering: .relaxed) == 3)
+        client.send(echo("between"))  // another call in between: the next Fast is asked afresh
+        #expect(client.reply()?.parameters["text"]?.stringValue == "between")
+        ask(1)
+        #expect(harness.fast.calls.load(ordering: .relaxed) == 4)
+        let other = try harness.client()  // and each connection asks for itself
+        other.send(fast)
+        #expect(other.reply()?.parameters["fast"] == true)
+        #expect(harness.fast.calls.load(ordering: .relaxed) == 5)
+        await harness.stop()
+    }
+
     @Test func framesCutAtRandomPointsAreAnsweredInOrder() async throws {
         let harness = try await Harness()
         let client = try harness.client()

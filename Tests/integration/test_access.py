@@ -171,3 +171,36 @@ def test_a_group_admitted_caller_costs_no_user_or_group_database_lookup(server, 
     print(f"strace saw {len(lines)} open/connect calls, {len(lookups)} user or group database look-ups")
     assert any(".session" in line for line in lines), "strace saw the refresh's state write"
     assert len(lookups) <= 5, lookups[:10]
+
+
+def test_a_reload_that_takes_read_away_reaches_an_open_connection(server, make_tokend, workdir):
+    """The loop gives a connection that repeats its GetToken the same reply
+    again without asking: a reload that takes the caller's read away must end
+    that on the very next call of the same open connection."""
+    os.chmod(workdir, 0o755)
+    daemon = make_tokend(server, daemon={"socket-mode": '"0666"'}).start()
+    login(daemon, server)
+    script = ("import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(%r)\n"
+              "for line in sys.stdin:\n"
+              "    for _ in range(int(line)): s.sendall(b'{\"method\":\"io.tokend.Broker.GetToken\"}\\0')\n"
+              "    replies = b''\n"
+              "    while replies.count(b'\\0') < int(line): replies += s.recv(65536)\n"
+              "    print(replies.split(b'\\0')[-2].decode(), flush=True)\n" % daemon.socket)
+    caller = subprocess.Popen(["setpriv", "--reuid=4242", "--regid=0", "--clear-groups", "/usr/bin/python3", "-c", script],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        caller.stdin.write("50\n")
+        caller.stdin.flush()
+        assert '"accessToken"' in caller.stdout.readline()  # 50 answers on one connection, most of them given again
+        with open(daemon.config) as f:
+            text = f.read()
+        with open(daemon.config, "w") as f:
+            f.write('[access]\nread-users = []\nread-groups = []\n' + text)
+        daemon.process.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reloaded" in daemon.logs(), 10, "reload")
+        caller.stdin.write("1\n")
+        caller.stdin.flush()
+        assert "org.varlink.service.PermissionDenied" in caller.stdout.readline()
+    finally:
+        caller.kill()
+        caller.wait()
