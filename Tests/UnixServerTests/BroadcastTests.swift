@@ -57,9 +57,7 @@ extension ServerLoopTests {
         var limits = Harness.quickLimits()
         limits.writeTimeout = .milliseconds(400)
         let harness = try await Harness(limits: limits)
-        let stuck = try harness.client()
-        var small: CInt = 4096
-        setsockopt(stuck.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<CInt>.size))
+        let stuck = try harness.smallBufferClient()
         let reader = try harness.client()
         for client in [stuck, reader] {
             client.send(join)

@@ -105,6 +105,14 @@ final class Harness: Sendable {
 
     func client(timeout: Double = 5) throws -> TestClient { try TestClient(path: path, receiveTimeout: timeout) }
 
+    /// A client with a small receive buffer, for tests where it stops reading.
+    func smallBufferClient() throws -> TestClient {
+        let client = try client()
+        var small: CInt = 4096
+        setsockopt(client.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<CInt>.size))
+        return client
+    }
+
     func stop() async {
         task.cancel()
         _ = try? await task.value

@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -220,6 +221,28 @@ def make_tokend(workdir):
     yield make
     for daemon in started:
         daemon.stop(signal.SIGKILL)
+
+
+def issued_refresh_tokens(server):
+    """Every refresh token the authorization server has issued (rotated ones included)."""
+    db = sqlite3.connect(os.path.join(server.directory, "db.sqlite3"))
+    return [row[0].encode() for row in db.execute("select token from oauth2_provider_refreshtoken")]
+
+
+def scan_for_secrets(directory, secrets):
+    """Reads every regular file below `directory`; fails naming a file that holds
+    one of `secrets`; returns how many files it read."""
+    files = 0
+    for folder, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(folder, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            files += 1
+            with open(path, "rb") as f:
+                data = f.read()
+            assert not [s for s in secrets if s in data], f"a secret in {path}"
+    return files
 
 
 def login(daemon, server):

@@ -20,6 +20,16 @@ def as_user(daemon, uid, gid, *args):
     return subprocess.run(command, capture_output=True, text=True, timeout=30)
 
 
+def reload_with_access(daemon, access):
+    """Puts `access` (TOML lines) first in the config as its [access] table and reloads (SIGHUP)."""
+    with open(daemon.config) as f:
+        text = f.read()
+    with open(daemon.config, "w") as f:
+        f.write("[access]\n" + access + "\n" + text)
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reloaded" in daemon.logs(), 10, "reload")
+
+
 def test_peer_credentials_decide_who_may_call_what(server, make_tokend, workdir):
     os.chmod(workdir, 0o755)
     daemon = make_tokend(server, daemon={"socket-mode": '"0666"'}).start()
@@ -45,12 +55,7 @@ def test_peer_credentials_decide_who_may_call_what(server, make_tokend, workdir)
     assert '"product":"tokend"' in introspect(4242, 0)
     assert "org.varlink.service.PermissionDenied" in introspect(4242, 4242)
     # Reload with an explicit policy: user 4242 may now read, gid 0 no longer.
-    with open(daemon.config) as f:
-        text = f.read()
-    with open(daemon.config, "w") as f:
-        f.write('[access]\nread-users = ["4242"]\nread-groups = []\n' + text)
-    daemon.process.send_signal(signal.SIGHUP)
-    wait_for(lambda: "reloaded" in daemon.logs(), 10, "reload")
+    reload_with_access(daemon, 'read-users = ["4242"]\nread-groups = []')
     assert as_user(daemon, 4242, 4242, "token").returncode == 0
     assert as_user(daemon, 4243, 0, "token").returncode == 6
     assert varlink_call(daemon.socket, "io.tokend.Broker.GetToken")[1].get("error") is None, "root still admin"
@@ -192,12 +197,7 @@ def test_a_reload_that_takes_read_away_reaches_an_open_connection(server, make_t
         caller.stdin.write("50\n")
         caller.stdin.flush()
         assert '"accessToken"' in caller.stdout.readline()  # 50 answers on one connection, most of them given again
-        with open(daemon.config) as f:
-            text = f.read()
-        with open(daemon.config, "w") as f:
-            f.write('[access]\nread-users = []\nread-groups = []\n' + text)
-        daemon.process.send_signal(signal.SIGHUP)
-        wait_for(lambda: "reloaded" in daemon.logs(), 10, "reload")
+        reload_with_access(daemon, "read-users = []\nread-groups = []")
         caller.stdin.write("1\n")
         caller.stdin.flush()
         assert "org.varlink.service.PermissionDenied" in caller.stdout.readline()

@@ -8,7 +8,6 @@ protection) behind them."""
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import time
 
@@ -16,7 +15,7 @@ import pytest
 
 from browser import Browser
 from firefox import Firefox
-from conftest import BIN, ROOT, login, wait_for
+from conftest import BIN, ROOT, issued_refresh_tokens, login, scan_for_secrets, wait_for
 from webapp import WebApp
 
 B = "io.tokend.Broker."
@@ -185,18 +184,9 @@ def test_refresh_token_never_reaches_the_browser(bridge):
         "Promise.all([tokend.getToken(), tokend.refresh({staleGeneration: 1}), tokend.getToken()])"
         ".then(r => JSON.stringify(r))")
     bridge.browser.close()  # the profile (kept: it is the bridge's) is complete on disk
-    db = sqlite3.connect(os.path.join(bridge.server.directory, "db.sqlite3"))
-    refresh_tokens = [row[0].encode() for row in db.execute("select token from oauth2_provider_refreshtoken")]
+    refresh_tokens = issued_refresh_tokens(bridge.server)
     assert len(refresh_tokens) >= 2
-    files = 0
-    for directory, _, names in os.walk(bridge.profile):
-        for name in names:
-            path = os.path.join(directory, name)
-            if os.path.islink(path) or not os.path.isfile(path):
-                continue
-            files += 1
-            data = open(path, "rb").read()
-            assert not [t for t in refresh_tokens if t in data], f"a refresh token in {path}"
+    files = scan_for_secrets(bridge.profile, refresh_tokens)
     assert files > 20
     assert not [t for t in refresh_tokens if t.decode() in received]
     assert "accessToken" in received

@@ -6,12 +6,11 @@ cookies reach tokend. Against tokend and the real authorization server
 import json
 import os
 import signal
-import sqlite3
 import time
 
 import pytest
 
-from conftest import login, wait_for
+from conftest import issued_refresh_tokens, login, scan_for_secrets, wait_for
 from webapp import WebApp
 from webview import Display, WebView
 
@@ -213,18 +212,9 @@ def test_refresh_token_never_reaches_the_page_or_the_web_view(app):
     pids = [app.view.process.pid] + app.view.descendants()
     environments = [open(f"/proc/{pid}/environ", "rb").read() for pid in pids]
     app.view.close()
-    db = sqlite3.connect(os.path.join(app.server.directory, "db.sqlite3"))
-    refresh_tokens = [row[0].encode() for row in db.execute("select token from oauth2_provider_refreshtoken")]
+    refresh_tokens = issued_refresh_tokens(app.server)
     assert len(refresh_tokens) >= 2
-    files = 0
-    for directory, _, names in os.walk(app.home):
-        for name in names:
-            path = os.path.join(directory, name)
-            if os.path.islink(path) or not os.path.isfile(path):
-                continue
-            files += 1
-            data = open(path, "rb").read()
-            assert not [t for t in refresh_tokens if t in data], f"a refresh token in {path}"
+    files = scan_for_secrets(app.home, refresh_tokens)
     print(f"\n{files} files the web view wrote, {len(pids)} processes' environments, {len(seen)} bytes the page received")
     for environment in environments:
         assert not [t for t in refresh_tokens if t in environment]
