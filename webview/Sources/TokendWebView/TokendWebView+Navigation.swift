@@ -45,27 +45,32 @@ extension TokendWebView {
             g_object_unref(raw(decision))
             return false
         }
-        reconcile { [weak self] in
-            guard self != nil else { return }
-            webkit_policy_decision_use(decision)
-            g_object_unref(raw(decision))
-        }
+        let key = UInt(bitPattern: decision)
+        waitingNavigations[key] = decision
+        reconcile { [weak self] in self?.proceed(key) }
         return true
+    }
+
+    /// A navigation waiting in the queue goes on (once: detaching lets every one go).
+    func proceed(_ key: UInt) {
+        guard let decision = waitingNavigations.removeValue(forKey: key) else { return }
+        webkit_policy_decision_use(decision)
+        g_object_unref(raw(decision))
     }
 
     /// Lets navigations held for tokend's first answer go on (through a reconcile once tokend answered).
     func releaseHeldNavigations(why: String?) {
-        if why != nil, script == nil, keepAlive != nil { installRelay(everywhere: true) }
+        if why != nil, !ready, script == nil, keepAlive != nil { installRelay(everywhere: true) }
         guard !heldNavigations.isEmpty else { return }
         let held = heldNavigations
         heldNavigations.removeAll()
         if let why { log("loading without tokend's cookies: \(why)") }
-        let go: @MainActor () -> Void = {
-            for decision in held {
-                webkit_policy_decision_use(decision)
-                g_object_unref(raw(decision))
-            }
+        let keys = held.map { decision in
+            let key = UInt(bitPattern: decision)
+            waitingNavigations[key] = decision
+            return key
         }
+        let go: @MainActor () -> Void = { [weak self] in for key in keys { self?.proceed(key) } }
         if why == nil { reconcile(then: go) } else { go() }
     }
 

@@ -71,6 +71,8 @@ public final class TokendWebView {
     var networkProcessWatch: (fd: Int32, source: guint)?
     /// Navigations waiting for tokend's first answer.
     var heldNavigations: [UnsafeMutablePointer<WebKitPolicyDecision>] = []
+    /// Navigations waiting in the queue for their reconcile.
+    var waitingNavigations: [UInt: UnsafeMutablePointer<WebKitPolicyDecision>] = [:]
 
     init(webView: UnsafeMutablePointer<WebKitWebView>, session: String, socket: String) {
         self.webView = webView
@@ -136,17 +138,20 @@ public final class TokendWebView {
     /// Stops relaying and mirroring; the web view keeps the cookies it has.
     public func detach() {
         guard keepAlive != nil else { return }
-        for (instance, id) in signals { g_signal_handler_disconnect(instance, id) }
-        signals.removeAll()
-        removeRelay()
-        webkit_user_content_manager_unregister_script_message_handler(contentManager, "tokend", Self.world)
-        releaseHeldNavigations(why: "detached")
-        stopWatchingNetworkProcess()
-        stream?.close()
-        calls?.close()
-        g_object_unref(raw(webView))
-        log("detached from session \(session)")
-        keepAlive = nil
+        withExtendedLifetime(self) {
+            keepAlive = nil  // first: the streams' ends below are not outages to recover from
+            for (instance, id) in signals { g_signal_handler_disconnect(instance, id) }
+            signals.removeAll()
+            removeRelay()
+            webkit_user_content_manager_unregister_script_message_handler(contentManager, "tokend", Self.world)
+            releaseHeldNavigations(why: "detached")
+            for key in Array(waitingNavigations.keys) { proceed(key) }
+            stopWatchingNetworkProcess()
+            stream?.close()
+            calls?.close()
+            g_object_unref(raw(webView))
+            log("detached from session \(session)")
+        }
     }
 
     /// The origin of the page the web view shows (scheme://host[:port]).
