@@ -125,7 +125,7 @@ extension SessionActor {
         through fanOut: EventFanOut, sinceVersion: Int? = nil,
         _ join: @Sendable (SessionStatus, [SessionEvent]) -> Joined
     ) -> Joined {
-        if self.fanOut !== fanOut { self.fanOut = fanOut }
+        self.fanOut = fanOut
         return join(status(), catchUp(sinceVersion: sinceVersion))
     }
 

@@ -143,26 +143,13 @@ func brokerMethods(
         "Subscribe": .stream { parameters, _, replies in
             let call = try parameters.decode(I.Subscribe.In.self)
             let session = try broker.session(call.session)
-            // On the server loop the subscriber is a member of the session's broadcast: no task holds it.
+            // The subscriber becomes a member of the session's broadcast, which the
+            // server loop writes to: no task holds it. tokend's server always can.
             let fanOut = fanOuts.of(session.name)
             let joined = try await session.join(through: fanOut, sinceVersion: call.sinceVersion) { status, catchUp in
                 Result { fanOut.broadcast.join(replies, first: try SessionFanOut.first(status, catchUp: catchUp)) }
             }.get()
-            if joined { return }
-            // Elsewhere (a server that cannot hold the call), a stream of its own.
-            let (status, events) = await session.subscribe(sinceVersion: call.sinceVersion)
-            var first = I.Event(event: "status", session: status.session, generation: status.generation)
-            first.expiresAt = status.expiresAt
-            first.reason = status.lastError
-            first.version = status.cookieVersion
-            try await replies.yield(try first.parameters(), continues: true)
-            for await event in events {
-                try await replies.yield(try event.memo.value { try event.wire.parameters() }, continues: true)
-                event.receipt?.delivered()
-            }
-            // The session stopped (tokend is shutting down or the session was removed).
-            let stopped = I.Event(event: "stopped", session: session.name, generation: status.generation)
-            try await replies.yield(try stopped.parameters(), continues: false)
+            guard joined else { throw VarlinkError.methodNotImplemented(I.method("Subscribe")) }
         },
         "GetCookies": .call { parameters, _ in
             let call = try parameters.decode(I.GetCookies.In.self)

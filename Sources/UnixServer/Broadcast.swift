@@ -104,29 +104,14 @@ extension ServerLoop {
         connection.member = key
         members[key, default: [:]][connection.fd] = connection
         connection.stream = nil
-        output.removeAll(keepingCapacity: true)
-        output.append(contentsOf: first)
-        send(connection)
-        if !connection.gone { updateInterest(connection) }
+        transmit(first, to: connection, then: nil)
     }
 
     /// One reply to every member, written where the socket takes it and queued where it does not.
     func published(_ broadcast: Broadcast, reply: [UInt8], delivered: (@Sendable () -> Void)?) {
         let group = members[ObjectIdentifier(broadcast)] ?? [:]
         let countdown = delivered.map { Countdown(group.count, done: $0) }
-        for connection in group.values {
-            output.removeAll(keepingCapacity: true)
-            output.append(contentsOf: reply)
-            send(connection)
-            if connection.gone {
-                countdown?.tick()
-            } else if connection.sent < connection.queued {
-                if let countdown { connection.deliveries.append((connection.queued, .broadcast(countdown))) }
-                updateInterest(connection)
-            } else {
-                countdown?.tick()
-            }
-        }
+        for connection in group.values { transmit(reply, to: connection, then: countdown.map { .broadcast($0) }) }
     }
 
     /// Every member's call ends with `reply`; each connection is read again (the fast path included).

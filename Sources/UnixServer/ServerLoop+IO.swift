@@ -63,12 +63,19 @@ extension ServerLoop {
     /// subscriber whose socket takes nothing for `writeTimeout` is closed,
     /// and its task told the reply was not delivered.
     func streamed(_ connection: Connection, reply: [UInt8], written: CheckedContinuation<Bool, Never>) {
+        transmit(reply, to: connection, then: .stream(written))
+    }
+
+    /// Writes `bytes` (what the socket does not take waits, and the connection
+    /// asks to be told when it is writable); `then` completes once they are on
+    /// the socket, or at once, unwritten, if the connection is gone.
+    func transmit(_ bytes: [UInt8], to connection: Connection, then delivery: Delivery?) {
         output.removeAll(keepingCapacity: true)
-        output.append(contentsOf: reply)
+        output.append(contentsOf: bytes)
         send(connection)
-        if connection.gone { return written.resume(returning: false) }
-        guard connection.sent < connection.queued else { return written.resume(returning: true) }
-        connection.deliveries.append((connection.queued, .stream(written)))
+        if connection.gone { return delivery?.complete(written: false) ?? () }
+        guard connection.sent < connection.queued else { return delivery?.complete(written: true) ?? () }
+        if let delivery { connection.deliveries.append((connection.queued, delivery)) }
         updateInterest(connection)
     }
 
