@@ -11,6 +11,27 @@ from conftest import ROOT, wait_for
 WEBVIEW = os.path.join(ROOT, "webview", ".build", "debug", "tokend-webview")
 
 
+def process_parents():
+    """{pid: parent pid} of every process."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return parents
+
+
+def program(pid):
+    """The file name of the program `pid` runs ("" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return os.path.basename(f.read().split(b"\0")[0].decode())
+    except OSError:
+        return ""
+
+
 class Display:
     """An Xvfb server of our own, so that screenshots know its number."""
 
@@ -48,38 +69,20 @@ class WebView:
         env.pop("TOKEND_SOCKET", None)
         self.process = subprocess.Popen(command, stdout=self.log, stderr=self.log, env=env, start_new_session=True)
 
-    def descendants(self):
-        """Pids of every process below this one (WebKit's web processes run under bwrap)."""
-        parents = {}
-        for entry in os.listdir("/proc"):
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
+    def descendants(self, name=None):
+        """Pids of every process below this one (WebKit's web processes run under bwrap),
+        those whose program is called `name` if given."""
+        parents = process_parents()
         found, frontier = [], [self.process.pid]
         while frontier:
-            below = [pid for pid, parent in parents.items() if parent in frontier]
-            found += below
-            frontier = below
-        return found
+            frontier = [pid for pid, parent in parents.items() if parent in frontier]
+            found += frontier
+        return [pid for pid in found if name is None or program(pid) == name]
 
     def children(self, name):
-        """Pids of this process's children whose command starts with `name`."""
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    command = f.read().split(b"\0")[0].decode()
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid == self.process.pid and os.path.basename(command).startswith(name):
-                found.append(int(entry))
-        return found
+        """Pids of this process's own children whose program is called `name`."""
+        parents = process_parents()
+        return [pid for pid in self.descendants(name) if parents.get(pid) == self.process.pid]
 
     def logs(self):
         with open(self.log_path) as f:
