@@ -98,21 +98,23 @@ let package = Package(
         .executableTarget(name: "tokend-native-host", dependencies: [
             "NativeMessaging", "TokendInterface", "Varlink", "VarlinkNIO",
         ], swiftSettings: strict),
+        // What several test targets share: waiting for a condition, where a timeout is a failure.
+        .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strict),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio], swiftSettings: strict),
         .testTarget(name: "TokendInterfaceTests", dependencies: ["TokendInterface", "Varlink"], swiftSettings: strict),
         // The server loop over real sockets, and the reference Varlink certification suite against it.
         .testTarget(
-            name: "UnixServerTests", dependencies: ["UnixServer", "Varlink", logging],
+            name: "UnixServerTests", dependencies: ["TestSupport", "UnixServer", "Varlink", logging],
             resources: [.embedInCode("Resources/org.varlink.certification.varlink")], swiftSettings: strict),
         .testTarget(
-            name: "TokendServerTests", dependencies: ["TokendServer", "Broker", "Config", "UnixServer", "Varlink"],
+            name: "TokendServerTests", dependencies: ["TestSupport", "TokendServer", "Broker", "Config", "UnixServer", "Varlink"],
             swiftSettings: strict),
         .testTarget(name: "OAuthTests", dependencies: [
             "OAuth", "Secrets", .product(name: "JWTKit", package: "jwt-kit"),
             .product(name: "_CryptoExtras", package: "swift-crypto"),
         ], swiftSettings: strict),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "CookieJar", "Secrets"], swiftSettings: strict),
-        .testTarget(name: "BrokerTests", dependencies: ["Broker", "CookieJar", "OAuth", "Secrets", "StateStore"], swiftSettings: strict),
+        .testTarget(name: "BrokerTests", dependencies: ["TestSupport", "Broker", "CookieJar", "OAuth", "Secrets", "StateStore"], swiftSettings: strict),
         .testTarget(name: "CookieJarTests", dependencies: ["CookieJar", "Loopback"], swiftSettings: strict),
         .testTarget(name: "NativeMessagingTests", dependencies: ["NativeMessaging", "Varlink"], swiftSettings: strict),
         .testTarget(name: "ConfigTests", dependencies: ["Config"], swiftSettings: strict),
