@@ -18,17 +18,18 @@ all: build
 # System packages (Debian) the build and tests need; skipped when present.
 deps:
 	@missing=""; \
-	for p in python3-venv libsystemd-dev curl publicsuffix chromium chromium-driver firefox-esr git postgresql-15 iproute2 openssl groff-base strace uidmap; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in python3-venv libsystemd-dev curl publicsuffix chromium chromium-driver firefox-esr git postgresql-15 iproute2 openssl groff-base strace uidmap glewlwyd; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	command -v kubectl >/dev/null || missing="$$missing kubernetes-client"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(VENV)/.done: Tests/authserver/requirements.txt clients/python/pyproject.toml
+$(VENV)/.done: Tests/authserver/requirements.txt Tests/provider2/requirements.txt clients/python/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r Tests/authserver/requirements.txt
+	$(VENV)/bin/pip install -q -r Tests/provider2/requirements.txt
 	$(VENV)/bin/pip install -q -e "./clients/python[requests,httpx]"
 	touch $@
 
@@ -78,7 +79,7 @@ test-crash: venv
 	TOKEND_BIN=$(HOOKS_BUILD)/release $(PY) Tests/crash/campaign.py --kills 200 --grace 0 --results Tests/crash/results-grace0.json || true
 
 # libFuzzer targets (Tests/Fuzz): Varlink framing/parsing/dispatch, token
-# responses, Set-Cookie. `make fuzz` runs each FUZZ_SECONDS (default 300);
+# responses, Set-Cookie, redaction of secrets in every encoding. `make fuzz` runs each FUZZ_SECONDS (default 300);
 # `make test` runs each for 10 s.
 FUZZ_DIR := .build/fuzz
 FUZZ_SECONDS ?= 300
