@@ -13,7 +13,9 @@ public struct SystemClock: BrokerClock {
     public func now() -> Double { Date().timeIntervalSince1970 }
 
     public func sleep(until deadline: Double) async throws {
-        let seconds = max(0, deadline - now())
-        try await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))
+        // A day at a time: a far deadline never becomes an overflowing Duration.
+        while case let seconds = deadline - now(), seconds > 0 {
+            try await Task.sleep(for: .milliseconds(Int64(min(seconds, 86_400) * 1000)))
+        }
     }
 }

@@ -3,49 +3,35 @@ import Synchronization
 
 /// Lets the session wait until its subscribers' connections have taken an
 /// event, so that web-side clients learn of cookie changes and a refresh
-/// before any caller receives the new token. A subscriber that does not take
-/// the event within the deadline (stuck, gone, or its buffer overflowed) stops
-/// counting: one bad client cannot hold up the session.
-public final class DeliveryReceipt: Sendable {
+/// before any caller receives the new token. The fan-out reports the event
+/// taken once every subscriber has it (one that is gone counts as served);
+/// past the deadline (a stuck or overflowing subscriber) the session goes on:
+/// one bad client cannot hold it up.
+final class DeliveryReceipt: Sendable {
     private struct State {
-        var remaining: Int
+        var delivered = false
         var waiter: CheckedContinuation<Void, Never>?
     }
-    private let state: Mutex<State>
+    private let state = Mutex(State())
 
-    init(expected: Int) {
-        state = Mutex(State(remaining: expected))
-    }
-
-    /// Called by each subscriber's consumer after writing the event.
-    public func delivered() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            state.remaining -= 1
-            guard state.remaining <= 0 else { return nil }
+    /// Called by the fan-out once the event has left for every subscriber.
+    func delivered() {
+        state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.delivered = true
             defer { state.waiter = nil }
             return state.waiter
-        }
-        waiter?.resume()
+        }?.resume()
     }
 
-    private func expire() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            state.remaining = 0
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume()
-    }
-
-    /// Returns when every subscriber has taken the event, or after `deadline`.
+    /// Returns when the event was delivered, or after `deadline`.
     func wait(deadline: Duration) async {
-        if (try? await within(deadline, { await self.allDelivered() })) == nil { expire() }
+        if (try? await within(deadline, { await self.taken() })) == nil { delivered() }
     }
 
-    private func allDelivered() async {
+    private func taken() async {
         await withCheckedContinuation { continuation in
             let done = state.withLock { state -> Bool in
-                if state.remaining <= 0 { return true }
+                if state.delivered { return true }
                 state.waiter = continuation
                 return false
             }

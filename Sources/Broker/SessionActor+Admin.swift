@@ -100,23 +100,6 @@ extension SessionActor {
             sharedVersion: sharedVersion.map { Int($0) })
     }
 
-    /// Events from now on, until the session stops or the consumer goes away,
-    /// preceded (with `sinceVersion`) by the cookie changes made after that
-    /// version, or a snapshot when the change log does not reach back. The
-    /// status returned describes the state the events start from.
-    /// A consumer that falls more than 64 events behind loses the oldest.
-    public func subscribe(sinceVersion: Int? = nil) -> (status: SessionStatus, events: AsyncStream<SessionEvent>) {
-        let (stream, continuation) = AsyncStream<SessionEvent>.makeStream(bufferingPolicy: .bufferingNewest(64))
-        for missed in catchUp(sinceVersion: sinceVersion) { continuation.yield(missed) }
-        let id = nextSubscriberID
-        nextSubscriberID += 1
-        subscribers[id] = continuation
-        continuation.onTermination = { _ in
-            Task { await self.unsubscribe(id) }
-        }
-        return (status(), stream)
-    }
-
     /// A subscriber through `fanOut` (the server's, shared by every subscriber
     /// of this session): `join` runs here, on the session, with the status and
     /// the catch-up events, so that what it sends the subscriber comes before
@@ -144,10 +127,6 @@ extension SessionActor {
         }
     }
 
-    func unsubscribe(_ id: Int) {
-        subscribers[id] = nil
-    }
-
     /// An event describing `state` (the current record unless given).
     func event(_ kind: SessionEvent.Kind, changes: [CookieChange] = [], of state: SessionRecord? = nil) -> SessionEvent {
         let state = state ?? record
@@ -161,25 +140,14 @@ extension SessionActor {
         (cookieChanges.isEmpty ? [] : [event(.cookies, changes: cookieChanges)]) + [event(kind)]
     }
 
-    /// Hands the events to every subscriber in order. With `waitForDelivery`,
-    /// returns once each subscriber's connection has taken the last of them,
-    /// or after `deliveryDeadline`.
+    /// Hands the events to the server's subscribers in order. With
+    /// `waitForDelivery`, returns once every subscribed connection has taken
+    /// the last of them, or after `deliveryDeadline`.
     func publish(_ events: [SessionEvent], waitForDelivery: Bool) async {
-        let expected = subscribers.count + (fanOut == nil ? 0 : 1)
-        guard expected > 0, var last = events.last else { return }
-        let receipt = waitForDelivery ? DeliveryReceipt(expected: expected) : nil
-        if let fanOut {
-            let delivered: (@Sendable () -> Void)? = if let receipt { { receipt.delivered() } } else { nil }
-            fanOut.publish(events, delivered: delivered)
-        }
-        last.receipt = receipt
-        let batch = events.dropLast() + [last]
-        for continuation in subscribers.values {
-            for event in batch {
-                // A subscriber that has gone counts as served; a stuck one is covered by the deadline.
-                if case .terminated = continuation.yield(event), event.receipt != nil { receipt?.delivered() }
-            }
-        }
-        await receipt?.wait(deadline: deliveryDeadline)
+        guard let fanOut, !events.isEmpty else { return }
+        guard waitForDelivery else { return fanOut.publish(events, delivered: nil) }
+        let receipt = DeliveryReceipt()
+        fanOut.publish(events, delivered: { receipt.delivered() })
+        await receipt.wait(deadline: deliveryDeadline)
     }
 }

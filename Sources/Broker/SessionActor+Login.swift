@@ -47,6 +47,10 @@ extension SessionActor {
     static let maximumPendingLogins = 8
     /// How long a browser login may take from BeginLogin to the callback.
     static let browserLoginLifetime = 600.0
+    /// The most a device login may last, and the longest wait between its polls,
+    /// whatever the provider says (its numbers are added to the clock).
+    static let longestDeviceLogin = 3600
+    static let longestPollInterval = 60
 
     /// Begins a device or browser login and returns what the user needs.
     public func beginLogin(flow: LoginFlow, redirectURI: String?, owner: UInt32?) async throws -> LoginTicket {
@@ -70,11 +74,14 @@ extension SessionActor {
                     ? BrokerError.login(.loginFailed, name, error.reason)
                     : BrokerError.upstreamUnavailable(name, error.reason, retryAfter: nil)
             }
+            // The provider's numbers, held to what a device login can use (RFC 8628 suggests minutes).
+            let lifetime = min(max(device.expiresIn, 1), Self.longestDeviceLogin)
+            let interval = min(max(device.interval, 1), Self.longestPollInterval)
             let ticket = LoginTicket(
-                id: id, session: name, flow: flow, expiresAt: Int(now) + device.expiresIn, userCode: device.userCode,
-                verificationURI: device.verificationURI, verificationURIComplete: device.verificationURIComplete,
-                interval: device.interval)
-            login = PendingLogin(ticket: ticket, grant: .device(device), owner: owner, interval: device.interval)
+                id: id, session: name, flow: flow, expiresAt: SessionRecord.clampedTime(Int(now)) + lifetime,
+                userCode: device.userCode, verificationURI: device.verificationURI,
+                verificationURIComplete: device.verificationURIComplete, interval: interval)
+            login = PendingLogin(ticket: ticket, grant: .device(device), owner: owner, interval: interval)
         case .browser:
             guard let redirectURI, Self.isLoopbackRedirect(redirectURI) else {
                 throw BrokerError.login(
@@ -161,7 +168,7 @@ extension SessionActor {
             case "authorization_pending":
                 continue
             case "slow_down":
-                pendingLogins[id]?.interval += 5
+                pendingLogins[id]?.interval = min(login.interval + 5, Self.longestPollInterval)
                 logger.info("device login: server asked to slow down", metadata: ["interval": "\(login.interval + 5)"])
             case "access_denied":
                 pendingLogins[id] = nil
@@ -217,7 +224,7 @@ extension SessionActor {
             record = next
         }
         backoff.reset()
-        lastError = nil
+        lastError = record.lifetimeNote
         reschedule()
         logger.notice("logged in", metadata: ["flow": "\(flow.rawValue)", "subject": "\(identity?.subject ?? "unknown")"])
         var events = cookieChanges.isEmpty ? [] : [event(.cookies, changes: cookieChanges)]

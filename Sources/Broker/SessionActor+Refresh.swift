@@ -82,7 +82,8 @@ extension SessionActor {
         announcing = true  // until subscribers have the events, callers do not see the new token
         record = next
         backoff.reset()
-        lastError = unsavedRecord ? lastError : nil
+        lastError = unsavedRecord ? lastError : next.lifetimeNote
+        if let note = next.lifetimeNote { logger.warning("token lifetime not taken as given", metadata: ["note": "\(note)"]) }
         logger.info(
             "refreshed",
             metadata: [
@@ -147,16 +148,24 @@ extension SessionActor {
         next.tokenType = response.tokenType
         if let rotated = response.refreshToken { next.refreshToken = rotated }
         if let scope = response.scope { next.scope = scope }
+        // The first source that gives a lifetime, each held to SessionRecord.maximumLifetime.
+        let issuedAt = SessionRecord.clampedTime(issuedAt)
+        var notes: [String] = []
+        var expiry: (at: Int, source: String)?
         if let expiresIn = response.expiresIn {
-            next.expiresAt = issuedAt + expiresIn
-            next.expirySource = "expires_in"
-        } else if let exp = JWT.expiry(of: response.accessToken.reveal()) {
-            next.expiresAt = exp
-            next.expirySource = "jwt"
-        } else {
-            next.expiresAt = issuedAt + policy.defaultLifetime
-            next.expirySource = "default"
+            let (at, note) = SessionRecord.expiry(issuedAt: issuedAt, lifetime: expiresIn, source: "expires_in")
+            notes += note.map { [$0] } ?? []
+            expiry = at.map { ($0, "expires_in") }
         }
+        if expiry == nil, let exp = JWT.expiry(of: response.accessToken.reveal()) {
+            let (at, note) = SessionRecord.expiry(issuedAt: issuedAt, lifetime: exp - issuedAt, source: "JWT exp")
+            notes += note.map { [$0] } ?? []
+            expiry = at.map { ($0, "jwt") }
+        }
+        let (fallback, _) = SessionRecord.expiry(issuedAt: issuedAt, lifetime: policy.defaultLifetime, source: "default")
+        next.expiresAt = expiry?.at ?? fallback ?? issuedAt
+        next.expirySource = expiry?.source ?? "default"
+        next.lifetimeNote = notes.isEmpty ? nil : notes.joined(separator: "; ")
         next.lastRefreshAt = issuedAt
         next.refreshStartedAt = nil
         return next

@@ -32,8 +32,9 @@ public actor SessionActor {
     var record: SessionRecord {
         didSet { if !announcing { updateSnapshot() } }
     }
-    /// The current token for the lock-only fast path (see TokenSnapshot).
-    public nonisolated let snapshot = TokenSnapshot()
+    /// The current token for the lock-only fast path (see TokenSnapshot);
+    /// `tokenChanged` (an init parameter) is called whenever it is set.
+    public nonisolated let snapshot: TokenSnapshot
     var inFlight: Task<Token, Error>?
     var backoff = Backoff()
     var scheduler: Task<Void, Never>?
@@ -42,10 +43,8 @@ public actor SessionActor {
     var coalesced = 0
     var failures = 0
     var lastError: String?
-    var subscribers: [Int: AsyncStream<SessionEvent>.Continuation] = [:]
     /// The server's subscribers, all through one hand-off (set by the first `join`).
     var fanOut: EventFanOut?
-    var nextSubscriberID = 0
     /// Set when the last successful refresh could not be written to disk.
     var unsavedRecord = false
     /// Writes to disk take turns (see persist).
@@ -101,8 +100,10 @@ public actor SessionActor {
         gitUsername: String? = nil,
         tokenFiles: [TokenFile] = [],
         checkpoint: (@Sendable (String) -> Void)? = nil,
-        shared: (any SharedStore)? = nil
+        shared: (any SharedStore)? = nil,
+        tokenChanged: @escaping @Sendable () -> Void = {}
     ) {
+        self.snapshot = TokenSnapshot(changed: tokenChanged)
         self.name = name
         self.webOrigins = webOrigins
         self.gitHosts = gitHosts
@@ -127,7 +128,13 @@ public actor SessionActor {
     /// leaves the session needing a login, with the reason in its status.
     public func start() {
         do {
-            if let stored = try file.load() { record = stored }
+            if let stored = try file.load() {
+                record = stored
+                if let note = stored.lifetimeNote {
+                    lastError = note
+                    logger.warning("stored token lifetime clamped", metadata: ["note": "\(note)"])
+                }
+            }
         } catch {
             logger.error("state file unreadable", metadata: ["problem": "\(error)"])
             lastError = error.description
@@ -160,8 +167,6 @@ public actor SessionActor {
         watcher = nil
         if let inFlight { _ = try? await inFlight.value }
         await shared?.close()
-        for continuation in subscribers.values { continuation.finish() }
-        subscribers.removeAll()
         fanOut?.finish(session: name, generation: record.generation)
     }
 

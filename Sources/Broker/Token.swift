@@ -64,8 +64,6 @@ public struct SessionEvent: Sendable {
     public var snapshot = false
     /// For `loginPending`: the flow, "device" or "browser".
     public var loginFlow: String?
-    /// When set, the consumer calls `delivered()` once the event has left for its client.
-    public var receipt: DeliveryReceipt?
     /// Shared by every subscriber's copy: what the event encodes to, made once.
     public let memo = EventMemo()
 }

@@ -10,20 +10,16 @@ public final class TokenSnapshot: Sendable {
         var issuedAt: Int?
     }
     private let state = Mutex<State?>(nil)
-    /// Grows whenever any session's snapshot is set (or `changed()` is called):
-    /// an answer made from a snapshot holds while this stays the same.
-    private static let changes = Atomic<UInt64>(0)
+    /// Told whenever the token is set: answers made from it may no longer hold.
+    private let changed: @Sendable () -> Void
 
-    public static var stamp: UInt64 { changes.load(ordering: .acquiring) }
-
-    /// Says that answers made from snapshots may no longer hold (the access rules changed).
-    public static func changed() {
-        changes.add(1, ordering: .acquiringAndReleasing)
+    init(changed: @escaping @Sendable () -> Void) {
+        self.changed = changed
     }
 
     func set(_ token: Token?, issuedAt: Int?) {
         state.withLock { $0 = token.map { State(token: $0, issuedAt: issuedAt) } }
-        Self.changed()
+        changed()
     }
 
     /// The token if it has the remaining life GetToken requires, by the same
@@ -44,7 +40,7 @@ extension SessionActor {
         snapshot.token(minValidSeconds: minValidSeconds, policy: policy, now: clock.now())?.token
     }
 
-    /// As `cachedToken`, with the seconds it stays good enough (while `TokenSnapshot.stamp` holds).
+    /// As `cachedToken`, with the seconds it stays good enough (until the session's `tokenChanged` is called).
     public nonisolated func cachedTokenAndLife(minValidSeconds: Int?) -> (token: Token, goodFor: Double)? {
         snapshot.token(minValidSeconds: minValidSeconds, policy: policy, now: clock.now())
     }

@@ -15,8 +15,14 @@ public func within<T: Sendable>(
     }
     return try await withCheckedThrowingContinuation { continuation in
         outcome.withLock { $0 = continuation }
-        let timer = Mutex<Task<Void, Never>?>(nil)
-        let work = Task {
+        let work = Mutex<Task<Void, Never>?>(nil)
+        // The timer exists before the work starts, so work that finishes at
+        // once always finds it to cancel (no timer outlives its call).
+        let timer = Task {
+            try? await Task.sleep(for: limit)
+            if finish(.success(nil)) { work.withLock { $0 }?.cancel() }
+        }
+        let started = Task {
             let result: Result<T?, Error>
             do {
                 result = .success(try await body())
@@ -24,13 +30,10 @@ public func within<T: Sendable>(
                 result = .failure(error)
             }
             // Finished first: the timer stops sleeping rather than outlive the call.
-            if finish(result) { timer.withLock { $0 }?.cancel() }
+            if finish(result) { timer.cancel() }
         }
-        timer.withLock { timer in
-            timer = Task {
-                try? await Task.sleep(for: limit)
-                if finish(.success(nil)) { work.cancel() }
-            }
-        }
+        work.withLock { $0 = started }
+        // Time ran out before the work was stored: it is cancelled here instead.
+        if outcome.withLock({ $0 == nil }) { started.cancel() }
     }
 }

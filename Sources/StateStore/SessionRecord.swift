@@ -1,4 +1,5 @@
 import CookieJar
+import Foundation
 import Secrets
 
 /// Everything tokend keeps about one session across restarts.
@@ -42,6 +43,9 @@ public struct SessionRecord: Sendable, Equatable {
     /// In a fleet's shared record: the row version it was sealed for, so a
     /// database writer cannot move an old sealed record to a newer version.
     public var fleetVersion: Int64?
+    /// Why a lifetime in this record is not what its source said (clamped or
+    /// ignored), for the session's status. Never written to disk.
+    public var lifetimeNote: String?
 
     public init(
         phase: Phase, reason: String? = nil, refreshToken: Secret? = nil, accessToken: Secret? = nil,
@@ -112,14 +116,20 @@ struct StoredRecord: Codable {
     }
 
     var record: SessionRecord {
+        // Times come back within what tokend would have written: a file from a
+        // build that took an absurd lifetime (or edited by hand) loads, clamped.
+        let lastRefreshAt = lastRefreshAt.map(SessionRecord.clampedTime)
+        let (expiresAt, note) = SessionRecord.storedExpiry(
+            expiresAt, issuedAt: lastRefreshAt ?? Int(Date().timeIntervalSince1970))
         var record = SessionRecord(
             phase: phase, reason: reason, refreshToken: refreshToken.map(Secret.init),
             accessToken: accessToken.map(Secret.init), tokenType: tokenType, scope: scope, expiresAt: expiresAt,
             expirySource: expirySource, generation: generation, lastRefreshAt: lastRefreshAt,
-            refreshStartedAt: refreshStartedAt, cookies: cookies ?? [], cookieVersion: cookieVersion ?? 0,
-            subject: subject, username: username, email: email)
+            refreshStartedAt: refreshStartedAt.map(SessionRecord.clampedTime), cookies: cookies ?? [],
+            cookieVersion: cookieVersion ?? 0, subject: subject, username: username, email: email)
         record.providerMetadata = providerMetadata
         record.fleetVersion = fleetVersion
+        record.lifetimeNote = note
         return record
     }
 }
@@ -142,4 +152,52 @@ struct Envelope: Codable {
 
 enum SealedRecord {
     static let algorithm = "aes-256-gcm"
+}
+
+// MARK: Lifetimes from outside
+
+/// A provider's `expires_in`, a JWT's `exp` and a stored `expiresAt` are
+/// outside numbers: tokend believes at most `maximumLifetime`, so that no
+/// sum or conversion made from them can overflow (a crash here would be
+/// durable: the value is stored before the next call reads it).
+extension SessionRecord {
+    /// 366 days. Access tokens live minutes to hours (a day at most with the
+    /// providers tokend knows); a longer claim is a provider's bug or an
+    /// attack, and refreshing once a year costs nothing. Any time up to a year
+    /// ahead, in nanoseconds, fits an Int64 many times over.
+    public static let maximumLifetime = 366 * 86_400
+    /// 9999-12-31T23:59:59Z: no time tokend keeps lies outside 0...latestTime.
+    public static let latestTime = 253_402_300_799
+
+    /// `time` within 0...latestTime.
+    public static func clampedTime(_ time: Int) -> Int {
+        min(max(time, 0), latestTime)
+    }
+
+    /// When a token issued at `issuedAt` with `lifetime` seconds expires: a
+    /// lifetime above `maximumLifetime` counts as that, with a note saying so;
+    /// one of zero or less is no lifetime (nil, with a note), and the caller
+    /// uses its next source.
+    public static func expiry(issuedAt: Int, lifetime: Int, source: String) -> (expiresAt: Int?, note: String?) {
+        let issuedAt = clampedTime(issuedAt)
+        guard lifetime > 0 else {
+            return (nil, "the provider's \(source) (\(lifetime) s) is not a lifetime: ignored")
+        }
+        guard lifetime <= maximumLifetime else {
+            return (
+                issuedAt + maximumLifetime,
+                "the provider's \(source) (\(lifetime) s) exceeds \(maximumLifetime / 86_400) days: clamped to that"
+            )
+        }
+        return (issuedAt + lifetime, nil)
+    }
+
+    /// An expiry read back from disk, no later than `maximumLifetime` after `issuedAt`.
+    static func storedExpiry(_ expiresAt: Int?, issuedAt: Int) -> (Int?, note: String?) {
+        guard let expiresAt else { return (nil, nil) }
+        let latest = clampedTime(issuedAt) + maximumLifetime
+        guard expiresAt > latest || expiresAt < 0 else { return (expiresAt, nil) }
+        let clamped = min(max(expiresAt, 0), latest)
+        return (clamped, "the stored expiry (\(expiresAt)) lay beyond \(maximumLifetime / 86_400) days: clamped to \(clamped)")
+    }
 }

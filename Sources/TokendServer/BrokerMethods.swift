@@ -81,11 +81,10 @@ func brokerMethods(
             let session = try broker.session(call.session)
             logger.debug("refresh requested", metadata: context.metadata(session.name))
             // A refresh this caller forces (no staleGeneration, or one at or
-            // above the current generation) counts against its limit.
-            let uid = context.peer?.uid ?? UInt32.max
+            // above the current generation) counts against its person's limit.
             do {
                 let token = try await session.refresh(staleGeneration: call.staleGeneration) {
-                    limiter.take(uid: uid, session: session.name)
+                    limiter.take(for: context.peer, session: session.name)
                 }
                 return try tokenReplies.parameters(for: token)
             } catch let limited as RefreshLimited {

@@ -2,6 +2,7 @@ import Broker
 import Config
 import Logging
 import Systemd
+import UnixServer
 import UnixSignals
 
 extension Daemon {
@@ -10,12 +11,21 @@ extension Daemon {
     /// changed ones are stopped (persisting) and started anew from their
     /// state file. An invalid file is rejected and the old configuration kept.
     /// [daemon] settings (socket, state directory) need a restart.
-    func reloadOnHangup() async {
+    /// /etc/subuid is read again too: whose subordinate uids count as whom.
+    func reloadOnHangup(server: VarlinkServer) async {
         for await _ in await UnixSignalsSequence(trapping: .sighup) {
             Notifier.reloading(status: "reloading \(configPath)")
+            reloadSubordinateIDs(server: server)
             await reload()
             Notifier.ready(status: await statusLine())
         }
+    }
+
+    /// Reads /etc/subuid again, for the server's budgets and the forced-refresh limit alike.
+    func reloadSubordinateIDs(server: VarlinkServer) {
+        let ids = SubordinateIDs.load()
+        subordinateIDs.withLock { $0 = ids }
+        server.reloadSubordinateIDs(ids)
     }
 
     func reload() async {
@@ -30,7 +40,7 @@ extension Daemon {
             for settings in next.sessions where old[settings.name] != settings {
                 started.append(try Self.makeSession(
                     settings, store: store, cookiePolicy: cookiePolicy, hostID: configuration.withLock { $0.daemon.hostID },
-                    logger: logger))
+                    reuse: reuse, logger: logger))
             }
         } catch {
             reloadProblem.withLock { $0 = "\(error)" }
@@ -53,7 +63,7 @@ extension Daemon {
             $0.access = next.access
         }
         access.withLock { $0 = policy }
-        TokenSnapshot.changed()  // answers the loop gives again were made under the old rules
+        reuse.changed()  // answers the loop gives again were made under the old rules
         reloadProblem.withLock { $0 = nil }
         if next.daemon != previous.daemon {
             logger.warning("[daemon] settings changed; they take effect at the next restart")

@@ -7,7 +7,9 @@ import UnixServer
 
 extension Daemon {
     /// WATCHDOG=1 every half interval, but only after a health check proves
-    /// that the server's loop and every session actor answer. A hung actor or loop stops the pings, and systemd restarts tokend.
+    /// that the server's loop is turning and every session actor answers. A
+    /// hung actor or loop, or a loop that has ended, stops the pings, and
+    /// systemd restarts tokend.
     func watchdog(server: VarlinkServer) async {
         guard let interval = Notifier.watchdogInterval() else { return }
         let period = interval / 2
@@ -25,7 +27,7 @@ extension Daemon {
     func healthy(within limit: Duration, server: VarlinkServer) async -> Bool {
         let broker = self.broker
         return await completes(within: limit) {
-            await server.ping()
+            try await server.healthCheck()
             for session in broker.all { await session.ping() }
         }
     }
@@ -46,7 +48,7 @@ extension Daemon {
     #endif
 }
 
-/// True if `body` finishes within `limit` (a hung body is abandoned).
-func completes(within limit: Duration, _ body: @escaping @Sendable () async -> Void) async -> Bool {
+/// True if `body` finishes, without throwing, within `limit` (a hung body is abandoned).
+func completes(within limit: Duration, _ body: @escaping @Sendable () async throws -> Void) async -> Bool {
     (try? await within(limit, body)) != nil
 }

@@ -34,6 +34,11 @@ public final class Daemon: Service, CustomStringConvertible {
     let access: Mutex<AccessPolicy>
     /// Read once at start: refuses cookies whose Domain is a public suffix.
     let cookiePolicy: CookiePolicy
+    /// When answers the server loop gives again may no longer hold (see ReuseStamp).
+    let reuse = ReuseStamp()
+    /// Whose subordinate uids are whose (/etc/subuid, read again on SIGHUP): one
+    /// person, one budget, for the server's limits and forced refreshes alike.
+    let subordinateIDs = Mutex(SubordinateIDs.load())
 
     public var description: String { "tokend" }
 
@@ -70,15 +75,15 @@ public final class Daemon: Service, CustomStringConvertible {
         for settings in configuration.sessions {
             sessions.append(
                 try Self.makeSession(
-                    settings, store: store, cookiePolicy: cookiePolicy, hostID: configuration.daemon.hostID, logger: logger,
-                    checkpoint: Self.crashPoint(environment, hooks: testHooks)))
+                    settings, store: store, cookiePolicy: cookiePolicy, hostID: configuration.daemon.hostID,
+                    reuse: reuse, logger: logger, checkpoint: Self.crashPoint(environment, hooks: testHooks)))
         }
         broker = Broker(sessions: sessions)
     }
 
     static func makeSession(
-        _ settings: SessionSettings, store: StateStore, cookiePolicy: CookiePolicy, hostID: String?, logger: Logger,
-        checkpoint: (@Sendable (String) -> Void)? = nil
+        _ settings: SessionSettings, store: StateStore, cookiePolicy: CookiePolicy, hostID: String?, reuse: ReuseStamp,
+        logger: Logger, checkpoint: (@Sendable (String) -> Void)? = nil
     ) throws -> SessionActor {
         let file = store.file(for: settings.name)
         do {
@@ -103,7 +108,8 @@ public final class Daemon: Service, CustomStringConvertible {
             name: settings.name, policy: settings.policy, endpoint: try settings.endpoint(),
             file: file, logger: logger, cookiePolicy: sessionCookies, webOrigins: settings.webOrigins,
             gitHosts: settings.gitHosts, gitUsername: settings.gitUsername, tokenFiles: tokenFiles,
-            checkpoint: checkpoint, shared: try sharedStore(settings, file: file, hostID: hostID, logger: logger))
+            checkpoint: checkpoint, shared: try sharedStore(settings, file: file, hostID: hostID, logger: logger),
+            tokenChanged: { reuse.changed() })
     }
 
     /// The fleet's store for a session with `shared-store`; nil for a local session.
@@ -150,6 +156,9 @@ public final class Daemon: Service, CustomStringConvertible {
         }
     }
 
+    /// Serves until SIGTERM or SIGINT. Throws `DaemonFailure` when the socket
+    /// cannot be set up or the server's loop stops on an error: a tokend that
+    /// serves nobody ends (non-zero), so that systemd restarts it or says why.
     public func run() async throws {
         await broker.startAll()
         let daemon = configuration.withLock { $0.daemon }
@@ -159,7 +168,7 @@ public final class Daemon: Service, CustomStringConvertible {
         let logger = self.logger
         // Watchdog pings start only after READY=1.
         let (readiness, becameReady) = AsyncStream<Void>.makeStream()
-        await withThrowingTaskGroup(of: Void.self) { group in
+        let failure: DaemonFailure? = await withThrowingTaskGroup(of: Bool.self) { group in
             group.addTask {
                 try await server.run {
                     let status = await self.statusLine()
@@ -173,24 +182,53 @@ public final class Daemon: Service, CustomStringConvertible {
                             "status": "\(status)",
                         ])
                 }
+                // The server returns only when cancelled; before that, it has stopped serving.
+                if !Task.isCancelled { throw DaemonFailure("the server's loop stopped", kind: .serverFailed) }
+                return false
             }
             group.addTask {
                 for await _ in readiness { break }
                 await self.watchdog(server: server)
+                return false
             }
-            group.addTask { await self.reloadOnHangup() }
-            group.addTask { await self.publishStatus() }
+            group.addTask {
+                await self.reloadOnHangup(server: server)
+                return false
+            }
+            group.addTask {
+                await self.publishStatus()
+                return false
+            }
+            // SIGTERM/SIGINT: the one task that ends with true.
+            group.addTask {
+                try? await gracefulShutdown()
+                return true
+            }
             #if TOKEND_TEST_HOOKS
-            if testHooks { group.addTask { await self.hangOnSignal(server: server) } }
+            if testHooks {
+                group.addTask {
+                    await self.hangOnSignal(server: server)
+                    return false
+                }
+            }
             #endif
-            // Serve until SIGTERM/SIGINT (or the server fails).
-            try? await gracefulShutdown()
+            // Serve until asked to stop or until the server fails, whichever comes first.
+            var failure: DaemonFailure?
+            do {
+                while let asked = try await group.next(), !asked {}
+            } catch {
+                failure = DaemonFailure(error)
+                logger.critical("not serving: stopping", metadata: ["problem": "\(error)"])
+                Notifier.status("failed: \(error)")
+            }
             Notifier.stopping(status: "stopping: finishing refreshes in flight")
             logger.notice("stopping")
             // In-flight refreshes finish and are persisted; subscribers are told.
             await broker.stopAll()
             group.cancelAll()
+            return failure
         }
+        if let failure { throw failure }
         logger.notice("stopped")
     }
 
@@ -203,7 +241,9 @@ public final class Daemon: Service, CustomStringConvertible {
             implementations: [
                 brokerImplementation(
                     broker, policy: { self.access.withLock { $0 } },
-                    limiter: ForcedRefreshLimiter(perMinute: configuration.withLock { $0.daemon.forcedRefreshesPerMinute }),
+                    limiter: ForcedRefreshLimiter(
+                        perMinute: configuration.withLock { $0.daemon.forcedRefreshesPerMinute },
+                        person: { uid in self.subordinateIDs.withLock { $0.person(of: uid) } }),
                     tokenReplies: tokenReplies, logger: logger)
             ],
             internalError: VarlinkError(BrokerInterface.Error.internalError),
@@ -223,8 +263,9 @@ public final class Daemon: Service, CustomStringConvertible {
             overloadedError: VarlinkError(
                 BrokerInterface.Error.tooManyConnections, ["limit": .int(limits.maximumConnections)]),
             fastPath: FastGetToken(broker: broker, policy: { self.access.withLock { $0 } }, tokenReplies: tokenReplies)
-                .handler, fastPathStamp: FastGetToken.stamp,
-            admission: { peer in self.access.withLock { $0 }.standing(of: peer) })
+                .handler, fastPathStamp: { [reuse] in reuse.value },
+            admission: { peer in self.access.withLock { $0 }.standing(of: peer) },
+            subordinateIDs: subordinateIDs.withLock { $0 })
     }
 
     /// Test builds with TOKEND_TEST_HOOKS=1: the kill -9 campaign's crash point.
@@ -283,6 +324,37 @@ extension SessionSettings {
                 authorization: authorizationEndpoint, deviceAuthorization: deviceAuthorizationEndpoint),
             credentials: ClientCredentials(clientID: clientID, secret: secret, authentication: auth),
             scope: scope, timeout: .seconds(upstreamTimeout))
+    }
+}
+
+/// Why tokend stops serving: its description names the socket and the
+/// reason; `kind` decides tokend's exit status (tokend(8)).
+public struct DaemonFailure: Error, CustomStringConvertible {
+    public enum Kind: Sendable {
+        /// The socket cannot be created, bound or listened on.
+        case socketUnusable
+        /// Another program (another tokend, say) listens at the socket.
+        case socketInUse
+        /// The server's loop stopped on an error while serving.
+        case serverFailed
+    }
+    public let description: String
+    public let kind: Kind
+
+    init(_ description: String, kind: Kind) {
+        self.description = description
+        self.kind = kind
+    }
+
+    init(_ error: Error) {
+        description = "\(error)"
+        if let known = error as? DaemonFailure {
+            kind = known.kind
+        } else if let setup = error as? SocketSetupError {
+            kind = setup.errno == EADDRINUSE ? .socketInUse : .socketUnusable
+        } else {
+            kind = .serverFailed
+        }
     }
 }
 

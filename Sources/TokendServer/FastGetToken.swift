@@ -27,12 +27,23 @@ final class FastGetToken: Sendable {
             guard let (bytes, goodFor) = self.answerAndLife(call, peer: peer) else { return nil }
             // Given again to the same call on the same connection while no token or
             // rule changed, and the token keeps the life asked for (less a second).
-            return VarlinkServer.FastReply(bytes: bytes, reusableFor: .milliseconds(Int64(max(0, goodFor - 1) * 1000)))
+            return VarlinkServer.FastReply(bytes: bytes, reusableFor: Self.reuseWindow(goodFor: goodFor))
         }
     }
 
-    /// Changes when any token or the access rules change.
-    static let stamp: VarlinkServer.FastPathStamp = { TokenSnapshot.stamp }
+    /// The longest a reply is given again without asking: past it the call is
+    /// answered anew (on this path, at no cost), so no token life, however
+    /// long, becomes a Duration the loop cannot add to its clock.
+    static let longestReuse = Duration.seconds(3600)
+
+    /// A token good for `goodFor` more seconds may be given again for that, less
+    /// a second, at most `longestReuse`; never for a negative or undefined time.
+    static func reuseWindow(goodFor: Double) -> Duration {
+        let seconds = goodFor - 1
+        guard seconds > 0 else { return .zero }
+        let longest = Double(longestReuse.components.seconds)
+        return .milliseconds(Int64(min(seconds, longest) * 1000))
+    }
 
     static let getToken = BrokerInterface.method("GetToken")
 

@@ -1,33 +1,48 @@
 import Foundation
 import Synchronization
+import Varlink
 
-/// Limits forced refreshes (Refresh without staleGeneration) per caller uid
-/// and session: a token bucket of `perMinute` tokens, refilled continuously.
-/// Compare-and-refresh (with staleGeneration) and GetToken are never
-/// limited: they cannot make tokend call the provider more than once per
-/// token, whatever the callers do.
+/// Limits forced refreshes per person and session: a token bucket of
+/// `perMinute` tokens, refilled continuously. A refresh is forced when the
+/// caller has nothing newer to receive — Refresh without staleGeneration, or
+/// with one at or above the current generation — and no refresh is in flight
+/// to join: only then can a caller make tokend call the provider again.
+/// Refresh with an older staleGeneration (answered with the current token),
+/// joining a refresh in flight and GetToken are never limited.
+///
+/// The key is the person (the uid a subordinate uid belongs to, see
+/// SubordinateIDs), not the caller's uid: one user entering a user namespace
+/// has many uids and still one budget.
 final class ForcedRefreshLimiter: Sendable {
     struct Key: Hashable {
-        var uid: UInt32
+        var person: UInt32
         var session: String
     }
 
     let perMinute: Int
+    /// The person a uid counts as (SubordinateIDs.person(of:) in tokend).
+    private let person: @Sendable (UInt32) -> UInt32
     private let buckets = Mutex<[Key: (tokens: Double, at: Double)]>([:])
     private let now: @Sendable () -> Double
 
-    init(perMinute: Int, now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) {
+    init(
+        perMinute: Int, person: @escaping @Sendable (UInt32) -> UInt32 = { $0 },
+        now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }
+    ) {
         self.perMinute = perMinute
+        self.person = person
         self.now = now
     }
 
-    /// nil when allowed (and counted); otherwise the seconds until the next one is.
-    func take(uid: UInt32, session: String) -> Int? {
+    /// nil when allowed (and counted against the peer's person); otherwise the
+    /// seconds until the next one is. A peer without credentials is one person.
+    func take(for peer: PeerCredentials?, session: String) -> Int? {
+        let person = peer.map { self.person($0.uid) } ?? UInt32.max
         let time = now()
         let capacity = Double(perMinute)
         let rate = capacity / 60
         return buckets.withLock { buckets in
-            let key = Key(uid: uid, session: session)
+            let key = Key(person: person, session: session)
             var bucket = buckets[key] ?? (capacity, time)
             bucket.tokens = min(capacity, bucket.tokens + (time - bucket.at) * rate)
             bucket.at = time

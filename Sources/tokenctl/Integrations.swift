@@ -141,6 +141,6 @@ struct ExecCommand: AsyncParsableCommand {
         let argv = arguments.map { strdup($0) } + [nil]
         execvp(program, argv)
         FileHandle.standardError.write(Data("tokenctl: cannot run \(program): \(String(cString: strerror(errno)))\n".utf8))
-        throw ExitCode(127)
+        throw ExitCode(Exit.commandNotRunnable)
     }
 }

@@ -6,7 +6,7 @@ import TokendClient
 import Glibc
 #endif
 
-/// tokenctl's exit codes (documented in README and `tokenctl --help`).
+/// tokenctl's exit codes (documented in tokenctl(1) and, from `meanings`, in `tokenctl --help`).
 enum Exit {
     static let failure: Int32 = 1
     static let loginRequired: Int32 = 2
@@ -19,8 +19,27 @@ enum Exit {
     static let loginFailed: Int32 = 8
     /// A shared session's store (PostgreSQL) cannot be reached.
     static let storeUnavailable: Int32 = 9
+    /// ArgumentParser's usage error (EX_USAGE).
+    static let usage: Int32 = 64
+    /// `tokenctl exec`: the command cannot be run (as a shell says it).
+    static let commandNotRunnable: Int32 = 127
     /// Interrupted (Ctrl-C): the pending login was cancelled.
     static let interrupted: Int32 = 130
+
+    /// Every code with what it means, in order: the help text is made from it.
+    static let meanings: [(code: Int32, meaning: String)] = [
+        (0, "success"), (failure, "failure"), (loginRequired, "login required"), (unreachable, "tokend unreachable"),
+        (upstreamUnavailable, "token endpoint unavailable (tokend retries)"), (noSuchSession, "no such session"),
+        (permissionDenied, "permission denied"), (rateLimited, "rate limited"),
+        (loginFailed, "login refused, expired or failed"),
+        (storeUnavailable, "the shared store of a fleet session cannot be reached (and no valid token is cached)"),
+        (usage, "usage error"), (commandNotRunnable, "the command given to exec cannot be run"),
+        (interrupted, "interrupted"),
+    ]
+
+    static var helpText: String {
+        "Exit codes: " + meanings.map { "\($0.code) \($0.meaning)" }.joined(separator: ", ") + "."
+    }
 }
 
 struct Common: ParsableArguments {
@@ -240,11 +259,7 @@ struct Tokenctl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tokenctl",
         abstract: "Ask tokend for tokens and manage its sessions.",
-        discussion: """
-            Exit codes: 0 success, 1 failure, 2 login required, 3 tokend unreachable, \
-            4 token endpoint unavailable (tokend retries), 5 no such session, 6 permission denied, 7 rate limited, \
-            8 login refused, expired or failed, 64 usage error, 130 interrupted.
-            """,
+        discussion: Exit.helpText,
         subcommands: [
             TokenCommand.self, RefreshCommand.self, StatusCommand.self, SessionsCommand.self, LoginCommand.self,
             LogoutCommand.self, WatchCommand.self, CookiesCommand.self, BrowserBridgeCommand.self,

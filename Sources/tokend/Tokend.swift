@@ -13,8 +13,13 @@ import Glibc
 
 /// sysexits.h EX_CONFIG: the configuration is wrong.
 let exitConfigError: Int32 = 78
-/// sysexits.h EX_TEMPFAIL: another tokend owns the state directory (try again once it stops).
+/// sysexits.h EX_TEMPFAIL: another tokend owns the state directory, or another
+/// program listens at the socket (try again once it stops).
 let exitAlreadyRunning: Int32 = 75
+/// sysexits.h EX_CANTCREAT: the socket cannot be created, bound or listened on.
+let exitSocketUnusable: Int32 = 73
+/// sysexits.h EX_SOFTWARE: the server's loop stopped on an error; systemd restarts tokend.
+let exitServerFailed: Int32 = 70
 
 @main
 struct Tokend: AsyncParsableCommand {
@@ -95,7 +100,17 @@ struct Tokend: AsyncParsableCommand {
         let group = ServiceGroup(
             configuration: .init(
                 services: [.init(service: daemon)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
+        do {
+            try await group.run()
+        } catch let failure as DaemonFailure {
+            // Not serving: say why (the socket's path and the reason) and end non-zero.
+            FileHandle.standardError.write(Data("tokend: \(failure)\n".utf8))
+            switch failure.kind {
+            case .socketUnusable: throw ExitCode(exitSocketUnusable)
+            case .socketInUse: throw ExitCode(exitAlreadyRunning)
+            case .serverFailed: throw ExitCode(exitServerFailed)
+            }
+        }
     }
 }
 

@@ -5,6 +5,7 @@ import OAuth
 import Secrets
 import StateStore
 import Synchronization
+import TestSupport
 import Testing
 @testable import Broker
 
@@ -34,14 +35,15 @@ final class Timeline: Sendable {
         let h = try Harness()
         h.endpoint.scriptCookies(["sid=1; Path=/", "old=x; Path=/; Max-Age=0"])
         try await h.expiredSession()
-        let (_, events) = await h.session.subscribe()
+        let fanOut = TestFanOut(holdsDelivery: true)
+        let events = await fanOut.subscribe(h.session)
         let timeline = Timeline()
         let consumer = Task {
             for await event in events {
                 // A slow client: the caller must still come after it.
                 try? await Task.sleep(for: .milliseconds(20))
                 timeline.append("\(event.kind.rawValue):\(event.changes.map { "\($0.action.rawValue) \($0.cookie.name)" })")
-                event.receipt?.delivered()
+                if event.kind == .refreshed { fanOut.deliver() }
             }
         }
         _ = try await h.session.getToken(minValidSeconds: nil)
@@ -53,11 +55,12 @@ final class Timeline: Sendable {
     @Test func aStuckSubscriberDelaysNobodyBeyondTheDeadline() async throws {
         let h = try Harness()
         try await h.expiredSession()
-        let (_, events) = await h.session.subscribe()
+        // A subscriber that never takes its events: the caller waits out the deadline, no more.
+        let fanOut = TestFanOut(holdsDelivery: true)
+        _ = await fanOut.subscribe(h.session)
         let started = ContinuousClock.now
         _ = try await h.session.getToken(minValidSeconds: nil)
         #expect(ContinuousClock.now - started < .seconds(5))
-        _ = events
     }
 
     @Test func cookiesExpireOnTheirOwnAndOnDisk() async throws {
@@ -65,13 +68,12 @@ final class Timeline: Sendable {
         h.endpoint.scriptCookies(["short=1; Max-Age=100", "long=2; Max-Age=1000"])
         try await h.expiredSession()
         _ = try await h.session.getToken(minValidSeconds: nil)
-        let (_, events) = await h.session.subscribe()
-        var iterator = events.makeAsyncIterator()
+        var iterator = await TestFanOut().subscribe(h.session).makeAsyncIterator()
         h.clock.advance(to: h.clock.now() + 100)
         let event = await iterator.next()
         #expect(event?.kind == .cookies && event?.changes.map(\.action) == [.delete])
         #expect(event?.changes.first?.cookie.name == "short")
-        await eventually { (try? h.file.load())?.cookies.count == 1 }
+        try await eventually { (try? h.file.load())?.cookies.count == 1 }
         #expect(try h.file.load()?.cookies.map(\.name) == ["long"])
     }
 
@@ -85,8 +87,7 @@ final class Timeline: Sendable {
             logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
         await restarted.start()
         #expect(await restarted.cookies(for: origin).cookies.map(\.name) == ["persistent", "session"])
-        let (_, events) = await restarted.subscribe()
-        var iterator = events.makeAsyncIterator()
+        var iterator = await TestFanOut().subscribe(restarted).makeAsyncIterator()
         try await restarted.logout(revoke: false)
         let deletions = await iterator.next()
         #expect(deletions?.kind == .cookies && deletions?.changes.map(\.action) == [.delete, .delete])
@@ -100,8 +101,7 @@ final class Timeline: Sendable {
         h.endpoint.script(.token(expiresIn: 600, rotate: true), .error(.rejected(code: "invalid_grant", reason: "no")))
         try await h.expiredSession()
         _ = try await h.session.getToken(minValidSeconds: nil)
-        let (_, events) = await h.session.subscribe()
-        var iterator = events.makeAsyncIterator()
+        var iterator = await TestFanOut().subscribe(h.session).makeAsyncIterator()
         _ = try? await h.session.refresh(staleGeneration: nil)
         let cookies = await iterator.next()
         #expect(cookies?.changes.map { "\($0.action.rawValue) \($0.cookie.name)" } == ["set b", "delete a", "delete b"])
@@ -141,14 +141,15 @@ final class Timeline: Sendable {
         let page = CookieRequest(string: "https://app.example.com/")!
         _ = try await h.session.importCookies(from: page, setCookie: ["a=1", "b=2"])
         _ = try await h.session.importCookies(from: page, setCookie: ["a=; Max-Age=0"])
-        var iterator = await h.session.subscribe(sinceVersion: 1).events.makeAsyncIterator()
+        let fanOut = TestFanOut()
+        var iterator = await fanOut.subscribe(h.session, sinceVersion: 1).makeAsyncIterator()
         let missed = await iterator.next()
         #expect(missed?.snapshot == false && missed?.changes.map(\.version) == [2, 3])
-        var fresh = await h.session.subscribe(sinceVersion: 3).events.makeAsyncIterator()
+        var fresh = await fanOut.subscribe(h.session, sinceVersion: 3).makeAsyncIterator()
         _ = try await h.session.importCookies(from: page, setCookie: ["c=3"])
         let live = await fresh.next()
         #expect(live?.changes.map(\.cookie.name) == ["c"], "nothing missed: live events only \(String(describing: live))")
-        var stale = await h.session.subscribe(sinceVersion: 77).events.makeAsyncIterator()
+        var stale = await fanOut.subscribe(h.session, sinceVersion: 77).makeAsyncIterator()
         let snapshot = await stale.next()
         #expect(snapshot?.snapshot == true && snapshot?.changes.map(\.cookie.name) == ["b", "c"])
     }

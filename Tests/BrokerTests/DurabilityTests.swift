@@ -3,6 +3,7 @@ import Foundation
 import OAuth
 import Secrets
 import StateStore
+import TestSupport
 import Testing
 @testable import Broker
 
@@ -20,7 +21,7 @@ import Testing
             // record (an fsync) while the import arrives.
             h.endpoint.hold()
             let refreshing = Task { try await h.session.refresh(staleGeneration: nil) }
-            await eventually { h.endpoint.waiting == 1 }
+            try await eventually { h.endpoint.waiting == 1 }
             h.endpoint.release()
             if round % 3 > 0 { try await Task.sleep(for: .microseconds(100 * (round % 3))) }
             _ = try await h.session.importCookies(from: page, setCookie: ["round=\(round)"])

@@ -1,6 +1,7 @@
 import OAuth
 import Secrets
 import StateStore
+import TestSupport
 import Testing
 @testable import Broker
 
@@ -9,9 +10,9 @@ import Testing
         let h = try Harness()
         h.endpoint.script(.error(.rejected(code: "invalid_grant", reason: "token endpoint refused the refresh (invalid_grant)")))
         h.endpoint.hold()
-        let events = await h.session.subscribe().events
+        let events = await TestFanOut().subscribe(h.session)
         try await h.expiredSession()
-        let results = await withTaskGroup(of: Error?.self) { group in
+        let results = try await withThrowingTaskGroup(of: Error?.self) { group in
             for _ in 0..<10 {
                 group.addTask {
                     do {
@@ -20,9 +21,9 @@ import Testing
                     } catch { return error }
                 }
             }
-            await eventually { h.endpoint.waiting == 1 }
+            try await eventually { h.endpoint.waiting == 1 }
             h.endpoint.release()
-            return await group.reduce(into: [Error?]()) { $0.append($1) }
+            return try await group.reduce(into: [Error?]()) { $0.append($1) }
         }
         for error in results {
             #expect((error as? BrokerError)?.code == .loginRequired)
@@ -44,8 +45,8 @@ import Testing
             .error(.transient("token endpoint answered HTTP 503", retryAfter: nil)),
             .error(.transient("token endpoint answered HTTP 503", retryAfter: nil)))
         try await h.expiredSession()
-        await eventually { h.endpoint.calls == 1 }
-        await eventually { await h.session.status().state == "backingOff" }
+        try await eventually { h.endpoint.calls == 1 }
+        try await eventually { await h.session.status().state == "backingOff" }
         // No valid token: callers get UpstreamUnavailable with a retry hint and cause no calls.
         for _ in 0..<50 {
             do {
@@ -60,10 +61,10 @@ import Testing
         #expect(h.endpoint.calls == 1)
         // The scheduler retries at the backoff deadline: 1 s × 1.0 (jitter 0.5).
         h.clock.advance(to: h.clock.now() + 1)
-        await eventually { h.endpoint.calls == 2 }
-        await eventually { await h.session.status().failures == 2 }
+        try await eventually { h.endpoint.calls == 2 }
+        try await eventually { await h.session.status().failures == 2 }
         h.clock.advance(to: h.clock.now() + 2)
-        await eventually { h.endpoint.calls == 3 }
+        try await eventually { h.endpoint.calls == 3 }
         let token = try await h.session.getToken(minValidSeconds: nil)
         #expect(token.generation == 4)
         #expect(await h.session.status().state == "active")
@@ -86,7 +87,7 @@ import Testing
         try h.storeRecordInterruptedMidRefresh()
         h.endpoint.script(.error(.rejected(code: "invalid_grant", reason: "refused")))
         await h.session.start()
-        await eventually { await h.session.status().state == "loginRequired" }
+        try await eventually { await h.session.status().state == "loginRequired" }
         #expect(h.endpoint.calls == 1)
         let reason = await h.session.status().lastError ?? ""
         #expect(reason.contains("stopped during a refresh"))
@@ -96,7 +97,7 @@ import Testing
         let h = try Harness()
         try h.storeRecordInterruptedMidRefresh()
         await h.session.start()
-        await eventually { await h.session.status().generation == 8 }
+        try await eventually { await h.session.status().generation == 8 }
         #expect(try h.file.load()?.refreshStartedAt == nil)
     }
 
@@ -104,7 +105,7 @@ import Testing
         let h = try Harness()
         try await h.expiredSession()
         _ = try await h.session.getToken(minValidSeconds: nil)
-        let events = await h.session.subscribe().events
+        let events = await TestFanOut().subscribe(h.session)
         try await h.session.logout(revoke: true)
         #expect(h.endpoint.revoked == ["refresh-1"])
         #expect(try h.file.load()?.refreshToken == nil)
@@ -156,12 +157,12 @@ import Testing
         try await h.expiredSession()
         let first = try await h.session.getToken(minValidSeconds: nil)
         #expect(h.endpoint.calls == 1)
-        await eventually { h.clock.sleeperCount == 1 }
+        try await eventually { h.clock.sleeperCount == 1 }
         h.clock.advance(to: Double(first.expiresAt) - 65)
         #expect(h.endpoint.calls == 1)
         h.clock.advance(to: Double(first.expiresAt) - 60)
-        await eventually { h.endpoint.calls == 2 }
-        await eventually { await h.session.status().generation == first.generation + 1 }
+        try await eventually { h.endpoint.calls == 2 }
+        try await eventually { await h.session.status().generation == first.generation + 1 }
     }
 }
 
@@ -170,7 +171,7 @@ import Testing
         let h = try Harness()
         h.endpoint.hold()
         try await h.expiredSession()
-        await eventually { h.endpoint.waiting == 1 }
+        try await eventually { h.endpoint.waiting == 1 }
         async let stopped: Void = h.session.stop()
         h.endpoint.release()
         await stopped

@@ -4,6 +4,7 @@ import OAuth
 import Secrets
 import StateStore
 import Synchronization
+import TestSupport
 @testable import Broker
 
 /// A clock tests move by hand; sleepers wake when time passes their deadline.
@@ -58,6 +59,8 @@ final class TestClock: BrokerClock {
 final class FakeEndpoint: TokenEndpoint {
     enum Answer {
         case token(expiresIn: Int?, rotate: Bool)
+        /// A token whose access token is `accessToken` (a JWT, say).
+        case access(String, expiresIn: Int?)
         case error(TokenEndpointError)
     }
     private struct State {
@@ -71,6 +74,7 @@ final class FakeEndpoint: TokenEndpoint {
         var held = false
         var loginScript: [Answer] = []
         var redeemed: [String] = []
+        var device = (expiresIn: 60, interval: 2)
     }
     private let state = Mutex(State())
 
@@ -120,6 +124,11 @@ final class FakeEndpoint: TokenEndpoint {
                 accessToken: Secret("access-\(call)"), tokenType: "Bearer", expiresIn: expiresIn,
                 refreshToken: rotate ? Secret("refresh-\(call)") : nil, scope: "read")
             return RefreshAnswer(result: .success(response), setCookie: cookies)
+        case .access(let accessToken, let expiresIn):
+            let response = TokenResponse(
+                accessToken: Secret(accessToken), tokenType: "Bearer", expiresIn: expiresIn,
+                refreshToken: Secret("refresh-\(call)"), scope: "read")
+            return RefreshAnswer(result: .success(response), setCookie: cookies)
         case .error(let error):
             return RefreshAnswer(result: .failure(error), setCookie: cookies)
         }
@@ -136,10 +145,14 @@ final class FakeEndpoint: TokenEndpoint {
     /// The grants redeemed so far: "device:CODE" or "code:CODE".
     var redeemed: [String] { state.withLock { $0.redeemed } }
 
+    /// What the next device authorizations say their code's lifetime and poll interval are.
+    func scriptDevice(expiresIn: Int, interval: Int) { state.withLock { $0.device = (expiresIn, interval) } }
+
     func deviceAuthorization() async throws(TokenEndpointError) -> DeviceAuthorization {
-        DeviceAuthorization(
+        let device = state.withLock { $0.device }
+        return DeviceAuthorization(
             deviceCode: Secret("device-code"), userCode: "ABCD-EFGH", verificationURI: "https://auth.example.com/device",
-            verificationURIComplete: nil, expiresIn: 60, interval: 2)
+            verificationURIComplete: nil, expiresIn: device.expiresIn, interval: device.interval)
     }
 
     func authorizationURL(for login: AuthorizationCodeLogin) throws(TokenEndpointError) -> URL {
@@ -159,6 +172,11 @@ final class FakeEndpoint: TokenEndpoint {
             let response = TokenResponse(
                 accessToken: Secret("login-access-\(call)"), tokenType: "Bearer", expiresIn: expiresIn,
                 refreshToken: rotate ? Secret("login-refresh-\(call)") : nil, scope: "openid")
+            return RefreshAnswer(result: .success(response))
+        case .access(let accessToken, let expiresIn):
+            let response = TokenResponse(
+                accessToken: Secret(accessToken), tokenType: "Bearer", expiresIn: expiresIn,
+                refreshToken: Secret("login-refresh-\(call)"), scope: "openid")
             return RefreshAnswer(result: .success(response))
         case .error(let error):
             return RefreshAnswer(result: .failure(error))
@@ -200,10 +218,52 @@ struct Harness {
     }
 }
 
-/// Polls until the condition holds (the actor runs on other threads).
-func eventually(_ condition: () async -> Bool) async {
-    for _ in 0..<2000 {
-        if await condition() { return }
-        try? await Task.sleep(for: .milliseconds(1))
+/// The server's side of Subscribe as the broker sees it (SessionFanOut in
+/// tokend): each member's stream gets the status-time catch-up and then
+/// every event, in order. Delivery is reported at once, as the server loop
+/// does once the events are written, unless `holdsDelivery`: then only
+/// `deliver()` reports it (a slow or stuck client).
+final class TestFanOut: EventFanOut {
+    private struct State {
+        var members: [AsyncStream<SessionEvent>.Continuation] = []
+        var pending: [@Sendable () -> Void] = []
+        var finished = false
+    }
+    private let state = Mutex(State())
+    let holdsDelivery: Bool
+
+    init(holdsDelivery: Bool = false) { self.holdsDelivery = holdsDelivery }
+
+    /// Joins `session` through this fan-out (the one Subscribe path): the
+    /// stream starts with what the subscriber missed since `sinceVersion`.
+    func subscribe(_ session: SessionActor, sinceVersion: Int? = nil) async -> AsyncStream<SessionEvent> {
+        await session.join(through: self, sinceVersion: sinceVersion) { _, catchUp in
+            let (stream, continuation) = AsyncStream<SessionEvent>.makeStream()
+            for event in catchUp { continuation.yield(event) }
+            state.withLock { $0.members.append(continuation) }
+            return stream
+        }
+    }
+
+    func publish(_ events: [SessionEvent], delivered: (@Sendable () -> Void)?) {
+        let members = state.withLock { $0.members }
+        for member in members {
+            for event in events { member.yield(event) }
+        }
+        guard let delivered else { return }
+        if holdsDelivery { state.withLock { $0.pending.append(delivered) } } else { delivered() }
+    }
+
+    /// Reports every held delivery (the subscriber has taken the events).
+    func deliver() {
+        for delivered in state.withLock({ state in defer { state.pending = [] }; return state.pending }) { delivered() }
+    }
+
+    func finish(session: String, generation: Int) {
+        let members = state.withLock { state in
+            state.finished = true
+            return state.members
+        }
+        for member in members { member.finish() }
     }
 }

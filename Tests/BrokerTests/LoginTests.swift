@@ -2,6 +2,7 @@ import Foundation
 import OAuth
 import Secrets
 import StateStore
+import TestSupport
 import Testing
 @testable import Broker
 
@@ -11,10 +12,10 @@ import Testing
     static func pending() -> FakeEndpoint.Answer { .error(.transient("pending", code: "authorization_pending")) }
 
     /// Moves the clock to `time` once the actor sleeps, then waits for `polls` redemptions.
-    func advance(_ h: Harness, to time: Double, expectPolls polls: Int) async {
-        await eventually { h.clock.sleeperCount >= 1 }
+    func advance(_ h: Harness, to time: Double, expectPolls polls: Int) async throws {
+        try await eventually { h.clock.sleeperCount >= 1 }
         h.clock.advance(to: time)
-        await eventually { h.endpoint.redeemed.count >= polls }
+        try await eventually { h.endpoint.redeemed.count >= polls }
     }
 
     @Test func devicePollingHonoursIntervalAndSlowDown() async throws {
@@ -25,18 +26,18 @@ import Testing
         let ticket = try await h.session.beginLogin(flow: .device, redirectURI: nil, owner: 1000)
         #expect(ticket.userCode == "ABCD-EFGH" && ticket.interval == 2 && ticket.expiresAt == Int(t0) + 60)
         let finishing = Task { try await h.session.finishLogin(id: ticket.id, callbackURL: nil, caller: 1000) }
-        await eventually { h.clock.sleeperCount >= 1 }
+        try await eventually { h.clock.sleeperCount >= 1 }
         h.clock.advance(to: t0 + 1.9)
         try await Task.sleep(for: .milliseconds(20))
         #expect(h.endpoint.redeemed.isEmpty)  // not before the interval
-        await advance(h, to: t0 + 2, expectPolls: 1)  // pending
-        await advance(h, to: t0 + 4, expectPolls: 2)  // slow_down: interval 2 -> 7
-        await eventually { h.clock.sleeperCount >= 1 }
+        try await advance(h, to: t0 + 2, expectPolls: 1)  // pending
+        try await advance(h, to: t0 + 4, expectPolls: 2)  // slow_down: interval 2 -> 7
+        try await eventually { h.clock.sleeperCount >= 1 }
         h.clock.advance(to: t0 + 10.9)
         try await Task.sleep(for: .milliseconds(20))
         #expect(h.endpoint.redeemed.count == 2)
-        await advance(h, to: t0 + 11, expectPolls: 3)  // pending
-        await advance(h, to: t0 + 18, expectPolls: 4)  // approved
+        try await advance(h, to: t0 + 11, expectPolls: 3)  // pending
+        try await advance(h, to: t0 + 18, expectPolls: 4)  // approved
         let status = try await finishing.value
         #expect(status.state == "active" && status.generation == 1 && status.pendingLogins == 0)
         #expect(h.endpoint.redeemed == Array(repeating: "device:device-code", count: 4))
@@ -53,7 +54,7 @@ import Testing
         let finishing = Task { try await h.session.finishLogin(id: ticket.id, callbackURL: nil, caller: nil) }
         var time = h.clock.now()
         while time < Double(ticket.expiresAt) {
-            await eventually { h.clock.sleeperCount >= 1 || h.endpoint.redeemed.count >= 29 }
+            try await eventually { h.clock.sleeperCount >= 1 || h.endpoint.redeemed.count >= 29 }
             time += 2
             h.clock.advance(to: time)
         }
@@ -70,7 +71,7 @@ import Testing
         h.endpoint.scriptLogin(.error(.transient("no", code: "access_denied")))
         let ticket = try await h.session.beginLogin(flow: .device, redirectURI: nil, owner: nil)
         let finishing = Task { try await h.session.finishLogin(id: ticket.id, callbackURL: nil, caller: nil) }
-        await advance(h, to: h.clock.now() + 2, expectPolls: 1)
+        try await advance(h, to: h.clock.now() + 2, expectPolls: 1)
         await #expect(throws: BrokerError.self) { try await finishing.value }
         await #expect(throws: BrokerError.noSuchLogin("default", id: ticket.id)) {
             try await h.session.finishLogin(id: ticket.id, callbackURL: nil, caller: nil)
@@ -83,7 +84,7 @@ import Testing
         h.endpoint.scriptLogin(.token(expiresIn: 600, rotate: false))
         let ticket = try await h.session.beginLogin(flow: .device, redirectURI: nil, owner: nil)
         let finishing = Task { try await h.session.finishLogin(id: ticket.id, callbackURL: nil, caller: nil) }
-        await advance(h, to: h.clock.now() + 2, expectPolls: 1)
+        try await advance(h, to: h.clock.now() + 2, expectPolls: 1)
         do {
             _ = try await finishing.value
             Issue.record("logged in without a refresh token")
@@ -104,7 +105,7 @@ import Testing
             try await h.session.cancelLogin(id: ticket.id, caller: 1001)
         }
         let finishing = Task { try await h.session.finishLogin(id: ticket.id, callbackURL: nil, caller: 1000) }
-        await eventually { h.clock.sleeperCount >= 1 }
+        try await eventually { h.clock.sleeperCount >= 1 }
         // A second FinishLogin while the first polls is refused.
         await #expect(throws: BrokerError.noSuchLogin("default", id: ticket.id)) {
             try await h.session.finishLogin(id: ticket.id, callbackURL: nil, caller: 1000)

@@ -1,6 +1,7 @@
 import OAuth
 import Secrets
 import StateStore
+import TestSupport
 import Testing
 @testable import Broker
 
@@ -13,7 +14,7 @@ import Testing
             for _ in 0..<1000 {
                 group.addTask { try await h.session.getToken(minValidSeconds: nil) }
             }
-            await eventually { h.endpoint.waiting == 1 }
+            try await eventually { h.endpoint.waiting == 1 }
             // Let the callers pile up on the one in-flight refresh.
             try await Task.sleep(for: .milliseconds(200))
             h.endpoint.release()
@@ -94,7 +95,7 @@ import Testing
         let h = try Harness()
         h.endpoint.hold()
         try await h.expiredSession()
-        await eventually { h.endpoint.waiting == 1 }
+        try await eventually { h.endpoint.waiting == 1 }
         #expect(try h.file.load()?.refreshStartedAt != nil)
         h.endpoint.release()
         _ = try await h.session.getToken(minValidSeconds: nil)

@@ -85,4 +85,24 @@ import _CryptoExtras
             == Identity(subject: "1", username: "alice"))
         #expect(Identity.fromUserInfo(Array(#"{"email":"x"}"#.utf8)) == nil)
     }
+
+    /// exp and iat are outside numbers: signed ID tokens with any of them are
+    /// refused or accepted, never a trap.
+    @Test(arguments: [1e300, -1e300, 1e19, 10_000_000_000_000.0])
+    func absurdTimesInAnIDTokenNeverTrap(seconds: Double) async throws {
+        let far = Date(timeIntervalSince1970: seconds)
+        _ = try? await verifier.verify(try await token(exp: far), nonce: "n1")
+        _ = try? await verifier.verify(try await token(iat: far), nonce: "n1")
+        _ = try? await verifier.verify(try await token(nbf: far), nonce: "n1")
+    }
+
+    /// JWT.expiry reads an access token's exp: any number, held to 0...year 9999.
+    @Test(arguments: [
+        ("1e300", JWT.latestExpiry), ("-1e300", 0), ("1e19", JWT.latestExpiry), ("10000000000000", JWT.latestExpiry),
+        ("9223372036854775807", JWT.latestExpiry), ("1700000000", 1_700_000_000), ("-5", 0),
+    ])
+    func anAccessTokensExpIsHeldToTheCalendar(exp: String, expected: Int) {
+        let payload = base64URL(Data("{\"exp\":\(exp)}".utf8))
+        #expect(JWT.expiry(of: base64URL(Data(#"{"alg":"none"}"#.utf8)) + "." + payload + ".sig") == expected)
+    }
 }

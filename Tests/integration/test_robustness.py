@@ -1,0 +1,211 @@
+"""Hostile numbers and an unusable socket against the built tokend: a
+provider's absurd lifetime neither crashes tokend nor its restart, a stored
+record that once crashed it loads, and a socket that cannot be served ends
+tokend at once, non-zero, naming the path and the reason."""
+import http.server
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import BIN, Tokend, login, varlink_call
+
+HUGE = 10_000_000_000_000  # what crashed tokend: Int overflow in issuedAt + expires_in
+YEAR = 366 * 86_400  # SessionRecord.maximumLifetime
+
+
+class LifetimeProxy:
+    """Forwards token requests to the real authorization server and replaces
+    `expires_in` in its successful answers with `self.expires_in`."""
+
+    def __init__(self, upstream, expires_in):
+        self.expires_in = expires_in
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                request = urllib.request.Request(upstream + self.path, data=body, method="POST")
+                for name in ("Authorization", "Content-Type"):
+                    if self.headers.get(name):
+                        request.add_header(name, self.headers[name])
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as response:
+                        status, payload = response.status, response.read()
+                except urllib.error.HTTPError as error:
+                    status, payload = error.code, error.read()
+                if status == 200:
+                    document = json.loads(payload)
+                    document["expires_in"] = proxy.expires_in
+                    payload = json.dumps(document).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def huge_lifetimes(server):
+    proxy = LifetimeProxy(server.base, HUGE)
+    yield proxy
+    proxy.stop()
+
+
+def call(daemon, method, **parameters):
+    reply = varlink_call(daemon.socket, f"io.tokend.Broker.{method}", parameters)[1]
+    assert "error" not in reply, reply
+    return reply["parameters"]
+
+
+def state_path(daemon):
+    return os.path.join(daemon.state, "default.session")
+
+
+def test_a_huge_expires_in_is_clamped_and_survives_a_restart(server, huge_lifetimes, make_tokend):
+    endpoint = SimpleNamespace(token_url=huge_lifetimes.url + "/o/token/", base=server.base)
+    daemon = make_tokend(endpoint).start()
+    login(daemon, server)
+    token = call(daemon, "GetToken")["token"]
+    assert abs(token["expiresAt"] - time.time() - YEAR) < 30, token
+    status = call(daemon, "GetStatus")["status"]
+    assert "exceeds 366 days" in (status["lastError"] or ""), status
+    assert daemon.process.poll() is None, "tokend is running"
+    with open(state_path(daemon)) as f:
+        assert json.load(f)["record"]["expiresAt"] == token["expiresAt"], "the clamped expiry is what is stored"
+
+    # The stored state is what made every restart crash: it must serve again.
+    assert daemon.stop() == 0
+    daemon.start()
+    assert call(daemon, "GetToken")["token"] == token
+    assert daemon.process.poll() is None
+
+
+def test_a_stored_expiry_near_int_max_loads_clamped(server, make_tokend):
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    assert daemon.stop() == 0
+    with open(state_path(daemon)) as f:
+        envelope = json.load(f)
+    envelope["record"]["expiresAt"] = 2**63 - 1  # written by a build that took any lifetime
+    with open(state_path(daemon), "w") as f:
+        json.dump(envelope, f)
+
+    daemon.start()
+    token = call(daemon, "GetToken")["token"]
+    last_refresh = call(daemon, "GetStatus")["status"]["lastRefreshAt"]
+    assert token["expiresAt"] == last_refresh + YEAR, token
+    assert "stored expiry" in call(daemon, "GetStatus")["status"]["lastError"]
+    # The fast path's reuse window comes from the same expiry: ask again on one connection.
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(daemon.socket)
+        for _ in range(3):
+            s.sendall(json.dumps({"method": "io.tokend.Broker.GetToken", "parameters": {}}).encode() + b"\0")
+            data = b""
+            while not data.endswith(b"\0"):
+                chunk = s.recv(65536)
+                assert chunk, "tokend closed the connection"
+                data += chunk
+            assert json.loads(data[:-1])["parameters"]["token"] == token
+    assert daemon.process.poll() is None
+
+
+def run_tokend(daemon, socket_path, timeout=30):
+    """Runs tokend with `socket_path` as its socket until it exits; returns (status, stderr)."""
+    with open(daemon.config) as f:
+        config = f.read().replace(f'socket = "{daemon.socket}"', f'socket = "{socket_path}"')
+    with open(daemon.config, "w") as f:
+        f.write(config)
+    finished = subprocess.run([os.path.join(BIN, "tokend"), "--config", daemon.config],
+                              capture_output=True, text=True, timeout=timeout)
+    return finished.returncode, finished.stderr
+
+
+def test_a_socket_whose_directory_is_a_file_ends_tokend(server, make_tokend, workdir):
+    blocker = os.path.join(workdir, "not-a-directory")
+    with open(blocker, "w") as f:
+        f.write("a regular file where the socket's directory should be\n")
+    path = os.path.join(blocker, "sock")
+    status, stderr = run_tokend(make_tokend(server), path)
+    assert status == 73, (status, stderr)
+    assert path in stderr and "not a directory" in stderr, stderr
+
+
+def test_another_listener_at_the_socket_ends_tokend_and_is_left_alone(server, make_tokend, workdir):
+    path = os.path.join(workdir, "taken.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(8)
+    before = os.stat(path)
+    try:
+        status, stderr = run_tokend(make_tokend(server), path)
+        assert status == 75, (status, stderr)
+        assert path in stderr and "another program already listens there" in stderr, stderr
+        after = os.stat(path)
+        assert (after.st_ino, after.st_dev) == (before.st_ino, before.st_dev), "the other listener's socket is untouched"
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(path)  # and still reaches it
+            accepted, _ = listener.accept()
+            accepted.close()
+    finally:
+        listener.close()
+
+
+def test_a_second_tokend_on_the_same_socket_ends_and_the_first_serves_on(server, make_tokend, workdir):
+    first = make_tokend(server).start()
+    login(first, server)
+    other = os.path.join(workdir, "second")
+    os.makedirs(other)
+    second = Tokend(other, server)  # its own state directory; the first one's socket
+    status, stderr = run_tokend(second, first.socket)
+    assert status == 75, (status, stderr)
+    assert first.socket in stderr, stderr
+    assert call(first, "GetToken")["token"]["accessToken"]
+    assert first.process.poll() is None
+
+
+def test_tokenctl_help_lists_every_exit_code_it_returns():
+    import re
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "Sources", "tokenctl", "Tokenctl.swift")) as f:
+        codes = {int(n) for n in re.findall(r"static let \w+: Int32 = (\d+)", f.read())}
+    assert {9, 127} <= codes, codes
+    help_text = subprocess.run([os.path.join(BIN, "tokenctl"), "--help"], capture_output=True, text=True).stdout
+    listed = " ".join(help_text.split("Exit codes:")[1].split())
+    assert [c for c in sorted(codes) if not re.search(rf"(?:^|, ){c} ", listed)] == [], listed
+
+
+def test_an_inherited_socket_that_cannot_be_served_ends_tokend(server, make_tokend, workdir):
+    """Socket activation handing tokend something its loop cannot watch (a
+    regular file): the loop's error ends tokend rather than being dropped."""
+    daemon = make_tokend(server)
+    path = os.path.join(workdir, "not-a-socket")
+    with open(path, "w") as f:
+        f.write("x")
+    # The shell opens the file as fd 3 and becomes tokend, whose pid LISTEN_PID names.
+    finished = subprocess.run(
+        ["sh", "-c", 'LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=varlink exec "$0" --config "$1" 3<"$2"',
+         os.path.join(BIN, "tokend"), daemon.config, path],
+        capture_output=True, text=True, timeout=30)
+    assert finished.returncode == 73, (finished.returncode, finished.stderr)
+    assert "Operation not permitted" in finished.stderr, finished.stderr
