@@ -18,10 +18,9 @@ struct Upstream: Sendable {
         prefix = url.path.hasSuffix("/") ? String(url.path.dropLast()) : url.path
     }
 
-    /// The upstream URL for a request target ("/v1/items?x=1").
-    func url(for target: String) -> String? {
-        guard target.hasPrefix("/") else { return nil }  // origin-form only: this is not a forward proxy
-        return base + prefix + target
+    /// The upstream URL for a request target RequestPath has normalized ("/v1/items?x=1"): under the prefix.
+    func url(for target: String) -> String {
+        base + prefix + target
     }
 }
 

@@ -22,9 +22,13 @@ struct Answer {
         }
     }
 
-    func write(to outbound: NIOAsyncChannelOutboundWriter<HTTPServerResponsePart>, version: HTTPVersion) async throws {
+    /// With `close`, the connection ends after this answer, and the answer says so.
+    func write(
+        to outbound: NIOAsyncChannelOutboundWriter<HTTPServerResponsePart>, version: HTTPVersion, close: Bool = false
+    ) async throws {
         let body = ByteBuffer(string: "tokend-proxy: \(message)\n")
         var headers = HTTPHeaders()
+        if close { headers.add(name: "Connection", value: "close") }
         headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
         headers.add(name: "Content-Length", value: String(body.readableBytes))
         try await outbound.write(.head(HTTPResponseHead(version: version, status: status, headers: headers)))

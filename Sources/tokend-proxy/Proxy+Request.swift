@@ -11,31 +11,38 @@ extension Proxy {
     /// One request: token and cookies on, to the upstream, the answer back
     /// (streamed), its cookies into tokend. Returns false when the connection
     /// cannot go on (the client's body was not read to its end).
-    func handle(_ head: HTTPRequestHead, _ parts: inout Parts, _ outbound: Writer) async throws -> Bool {
-        guard let target = upstream.url(for: head.uri) else {
-            try await Self.skipBody(&parts)
-            try await Answer.badRequest("the request target must be a path (origin-form)").write(to: outbound, version: head.version)
+    func handle(_ head: HTTPRequestHead, _ parts: inout Parts, _ watch: BodyWatch, _ outbound: Writer) async throws -> Bool {
+        let target: String
+        switch RequestPath.normalized(head.uri) {
+        case .success(let path): target = upstream.url(for: path)
+        case .failure(let refusal):
+            try await skipBody(&parts, watch)
+            logger.warning("refused a request path", metadata: ["reason": "\(refusal.why)"])
+            try await Answer.badRequest(refusal.why).write(to: outbound, version: head.version)
             return true
         }
-        // The body, kept whole up to the limit so that a 401 can be retried.
+        // The body, kept whole up to the limit and while the budget lasts, so that a 401 can be retried.
         var kept = ByteBuffer()
+        defer { bodyBudget.give(kept.readableBytes) }
         var overflow: ByteBuffer?
         var complete = false
-        reading: while let part = try await parts.next() {
+        reading: while let part = try await watch.next(&parts) {
             switch part {
             case .body(let chunk):
-                guard kept.readableBytes + chunk.readableBytes <= bufferLimit else {
+                guard kept.readableBytes + chunk.readableBytes <= bufferLimit, bodyBudget.take(chunk.readableBytes) else {
                     overflow = chunk
                     break reading
                 }
                 kept.writeImmutableBuffer(chunk)
             case .end:
                 complete = true
+                watch.finish()
                 break reading
             case .head:
                 throw ProxyProtocolError()
             }
         }
+        if !complete && overflow == nil { throw ClientGone() }  // never a truncated body upstream
         let token: AccessToken
         let cookieHeader: String
         do {
@@ -44,7 +51,7 @@ extension Proxy {
                 return (token, try await client.cookies(session: self.session, url: target).header)
             }
         } catch {
-            if !complete { try await Self.skipBody(&parts) }  // read and dropped: the connection stays usable
+            if !complete { try await skipBody(&parts, watch) }
             logger.error("no token from tokend", metadata: ["problem": "\(error)"])
             try await Answer.tokendFailed(error).write(to: outbound, version: head.version)
             return true
@@ -58,7 +65,7 @@ extension Proxy {
                 request.body = .bytes(kept)
                 response = try await sendRetryingOn401(request, token: token)
             } else {
-                response = try await sendStreaming(request, head: head, first: kept, overflow, &parts)
+                response = try await sendStreaming(request, head: head, first: kept, overflow, &parts, watch)
             }
         } catch let failure as UpstreamFailure {
             logger.error("upstream failed", metadata: ["target": "\(target)", "problem": "\(failure.reason)"])
@@ -88,7 +95,7 @@ extension Proxy {
     /// A body over the limit streams to the upstream as it arrives; a 401 goes back to the client.
     func sendStreaming(
         _ request: HTTPClientRequest, head: HTTPRequestHead, first: ByteBuffer, _ overflow: ByteBuffer?,
-        _ parts: inout Parts
+        _ parts: inout Parts, _ watch: BodyWatch
     ) async throws -> HTTPClientResponse {
         let pipe = BodyPipe()
         var request = request
@@ -99,12 +106,23 @@ extension Proxy {
             defer { pipe.close() }
             return try await self.execute(prepared)
         }
-        var sending = await pipe.send(first)
-        if let overflow, sending { sending = await pipe.send(overflow) }
-        while let part = try await parts.next() {
-            if case .body(let chunk) = part, sending { sending = await pipe.send(chunk) }
-            if case .end = part { break }
+        do {
+            var sending = await pipe.send(first)
+            if let overflow, sending { sending = await pipe.send(overflow) }
+            reading: while true {
+                switch try await watch.next(&parts) {
+                case .body(let chunk)?: if sending { sending = await pipe.send(chunk) }
+                case .end?: break reading
+                case .head?: throw ProxyProtocolError()
+                case nil: throw ClientGone()
+                }
+            }
+        } catch {
+            pipe.abort()  // the upstream request fails: it never takes a cut body for a whole one
+            upstream.cancel()
+            throw error
         }
+        watch.finish()
         pipe.end()
         return try await upstream.value
     }
@@ -171,3 +189,6 @@ extension Proxy {
 }
 
 struct ProxyProtocolError: Error {}
+
+/// The client closed its connection before its request was whole.
+struct ClientGone: Error {}

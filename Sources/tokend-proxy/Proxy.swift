@@ -20,16 +20,23 @@ final class Proxy: Sendable {
     let session: String?
     let tokendSocket: String?
     let bufferLimit: Int
+    let bodyBudget: BodyBudget
+    let bodyTimeout: Duration
     let timeout: Duration
     let logger: Logger
     let http: HTTPClient
     private let tokend = Mutex<TokendClient?>(nil)
 
-    init(upstream: Upstream, session: String?, tokendSocket: String?, bufferLimit: Int, timeout: Duration, logger: Logger) {
+    init(
+        upstream: Upstream, session: String?, tokendSocket: String?, bufferLimit: Int, bodyBudget: Int,
+        bodyTimeout: Duration, timeout: Duration, logger: Logger
+    ) {
         self.upstream = upstream
         self.session = session
         self.tokendSocket = tokendSocket
         self.bufferLimit = bufferLimit
+        self.bodyBudget = BodyBudget(limit: bodyBudget)
+        self.bodyTimeout = bodyTimeout
         self.timeout = timeout
         self.logger = logger
         var configuration = HTTPClient.Configuration()
@@ -42,6 +49,10 @@ final class Proxy: Sendable {
         http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }
 
+    /// What one connection may hold before the proxy takes it: a few parts of at most 64 KiB
+    /// (NIO's largest read), not NIO's default ten; reading stops until the proxy takes them.
+    static let connectionBuffer = HTTPConnection.Configuration(backPressureStrategy: .init(lowWatermark: 1, highWatermark: 2))
+
     func run(on address: ListenAddress) async throws {
         let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 1024)
@@ -49,7 +60,7 @@ final class Proxy: Sendable {
         let initializer: @Sendable (Channel) -> EventLoopFuture<HTTPConnection> = { channel in
             channel.eventLoop.makeCompletedFuture {
                 try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-                return try HTTPConnection(wrappingChannelSynchronously: channel)
+                return try HTTPConnection(wrappingChannelSynchronously: channel, configuration: Self.connectionBuffer)
             }
         }
         let server: NIOAsyncChannel<HTTPConnection, Never>
@@ -62,37 +73,56 @@ final class Proxy: Sendable {
         case .inherited(let fd):
             server = try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
         }
-        logger.notice("listening", metadata: ["address": "\(address)", "upstream": "\(upstream.base)\(upstream.prefix)"])
+        // What the socket is, from the socket: a passed one may be either kind, a port may be 0.
+        let local = server.channel.localAddress
+        let pages = WebPages(listeningOn: local)
+        let unix = pages.hosts == nil
+        logger.notice("listening", metadata: ["address": "\(local.map { "\($0)" } ?? "\(address)")", "upstream": "\(upstream.base)\(upstream.prefix)"])
         try await withThrowingDiscardingTaskGroup { group in
             try await server.executeThenClose { connections in
                 for try await connection in connections {
-                    group.addTask { await self.serve(connection, unix: address.isUnix) }
+                    group.addTask { await self.serve(connection, unix: unix, pages: pages) }
                 }
             }
         }
     }
 
     /// One client connection: its requests one after another (HTTP/1.1 keep-alive).
-    func serve(_ connection: HTTPConnection, unix: Bool) async {
+    func serve(_ connection: HTTPConnection, unix: Bool, pages: WebPages) async {
         let allowed = unix ? await Self.peerIsThisUser(connection.channel) : true
         do {
             try await connection.executeThenClose { inbound, outbound in
                 var parts = inbound.makeAsyncIterator()
                 while let part = try await parts.next() {
                     guard case .head(let head) = part else { continue }
-                    guard allowed else {
-                        try await Self.skipBody(&parts)
-                        logger.warning("refused a request from another user")
-                        try await Answer.forbidden.write(to: outbound, version: head.version)
-                        return
+                    let keepAlive = try await watching(head, connection.channel, outbound) { watch in
+                        if let refusal = allowed ? pages.refusal(for: head) : .forbidden {
+                            try await skipBody(&parts, watch)
+                            logger.warning("refused a request", metadata: ["reason": "\(refusal.message)"])
+                            try await refusal.write(to: outbound, version: head.version, close: true)
+                            return false
+                        }
+                        return try await handle(head, &parts, watch, outbound)
                     }
-                    let keepAlive = try await handle(head, &parts, outbound)
                     if !keepAlive || !head.isKeepAlive { return }
                 }
             }
         } catch {
             logger.debug("connection ended", metadata: ["reason": "\(error)"])
         }
+    }
+
+    /// `body` with a watch on the request's body: 408 and the connection closed if it stalls.
+    func watching<T>(
+        _ head: HTTPRequestHead, _ channel: Channel, _ outbound: Writer, _ body: (BodyWatch) async throws -> T
+    ) async throws -> T {
+        let watch = BodyWatch(timeout: bodyTimeout)
+        let timer = Task { await watch.run(on: channel, outbound, version: head.version) }
+        defer {
+            watch.finish()
+            timer.cancel()
+        }
+        return try await body(watch)
     }
 
     /// The connecting process's uid (SO_PEERCRED) is this process's: one
@@ -110,10 +140,12 @@ final class Proxy: Sendable {
         return credentials.uid == getuid()
     }
 
-    static func skipBody(_ parts: inout NIOAsyncChannelInboundStream<HTTPServerRequestPart>.AsyncIterator) async throws {
-        while let part = try await parts.next() {
+    /// The rest of a request's body, read and dropped: the connection stays usable.
+    func skipBody(_ parts: inout Parts, _ watch: BodyWatch) async throws {
+        while let part = try await watch.next(&parts) {
             if case .end = part { return }
         }
+        throw ClientGone()
     }
 
     /// tokend, connected once and again after it restarts (one retry on a new connection).
@@ -142,11 +174,6 @@ final class Proxy: Sendable {
 }
 
 extension ListenAddress: CustomStringConvertible {
-    var isUnix: Bool {
-        if case .tcp = self { return false }
-        return true
-    }
-
     var description: String {
         switch self {
         case .unix(let path, _): "unix:\(path)"

@@ -15,7 +15,10 @@ struct TokendProxy: AsyncParsableCommand {
             On a 401 the proxy asks tokend to refresh (naming the token that was refused) and retries \
             once; bodies up to --buffer-limit are kept for that retry, larger ones stream through. \
             On a Unix socket only this user's processes are served (others get 403): run one proxy per \
-            user, as that user, and tokend's own access policy decides whether that user gets a token.
+            user, as that user, and tokend's own access policy decides whether that user gets a token. \
+            No web page may use the proxy: a request whose Host is not the address it listens on gets \
+            421, one with another origin's Origin or a Sec-Fetch-Site other than same-origin or none \
+            gets 403.
             """)
 
     @Option(help: "The tokend session (default: default).")
@@ -30,8 +33,19 @@ struct TokendProxy: AsyncParsableCommand {
     var mode: String = "0600"
     @Option(help: "Request bodies up to this many bytes are kept so that a 401 can be retried.")
     var bufferLimit: Int = 1 << 20
+    @Option(help: "Bytes of request bodies kept across all connections; beyond, bodies stream through.")
+    var bodyBudget: Int = 16 << 20
+    @Option(help: "Seconds a request body may stall before the client gets 408 and the connection closes.")
+    var bodyTimeout: Int = 30
     @Option(help: "Seconds the upstream may take to answer (504 after).")
     var timeout: Int = 60
+
+    func validate() throws {
+        guard bufferLimit >= 0, bodyBudget >= 0 else { throw ValidationError("--buffer-limit and --body-budget must be 0 or more") }
+        guard (1...86_400).contains(bodyTimeout), (1...86_400).contains(timeout) else {
+            throw ValidationError("--body-timeout and --timeout must be 1 to 86400 seconds")
+        }
+    }
 
     func run() async throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
@@ -55,8 +69,8 @@ struct TokendProxy: AsyncParsableCommand {
             logger.warning("listening on TCP: any local user can use this proxy, and so the session's token")
         }
         let proxy = Proxy(
-            upstream: base, session: session, tokendSocket: socket, bufferLimit: bufferLimit,
-            timeout: .seconds(Int64(timeout)), logger: logger)
+            upstream: base, session: session, tokendSocket: socket, bufferLimit: bufferLimit, bodyBudget: bodyBudget,
+            bodyTimeout: .seconds(Int64(bodyTimeout)), timeout: .seconds(Int64(timeout)), logger: logger)
         try await proxy.run(on: address)
     }
 }

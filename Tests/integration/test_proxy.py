@@ -1,7 +1,10 @@
 """tokend-proxy in front of a test API on loopback, with the built tokend and
 the real authorization server (rotation, reuse protection)."""
+import http.client
+import http.server
 import json
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -9,21 +12,51 @@ import time
 
 import pytest
 
-from conftest import BIN, login, varlink_call, wait_for
+from conftest import BIN, ROOT, free_port, login, varlink_call, wait_for
 from testapi import TestAPI
 
 B = "io.tokend.Broker."
 
 
 class ProxyProcess:
-    def __init__(self, daemon, upstream, workdir, *extra, mode="0600"):
+    """The built tokend-proxy on a Unix socket in `workdir`, or with `port` on tcp:127.0.0.1:port."""
+
+    def __init__(self, daemon, upstream, workdir, *extra, mode="0600", port=None):
         self.path = os.path.join(workdir, "api.sock")
+        self.port = port
         self.log_path = os.path.join(workdir, "proxy.log")
+        listen = f"tcp:127.0.0.1:{port}" if port else f"unix:{self.path}"
         self.process = subprocess.Popen(
-            [os.path.join(BIN, "tokend-proxy"), "--socket", daemon.socket, "--listen", f"unix:{self.path}",
+            [os.path.join(BIN, "tokend-proxy"), "--socket", daemon.socket, "--listen", listen,
              "--upstream", upstream, "--mode", mode, *extra],
             stdout=subprocess.DEVNULL, stderr=open(self.log_path, "w"))
-        wait_for(lambda: os.path.exists(self.path), 20, "the proxy's socket")
+        wait_for(self.listening, 20, "the proxy's socket")
+
+    def listening(self):
+        if self.process.poll() is not None:
+            raise AssertionError(f"tokend-proxy exited with {self.process.returncode}: {self.logs()}")
+        if not self.port:
+            return os.path.exists(self.path)
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def request(self, method, target, headers, body=None):
+        """One request over TCP exactly as given (Host included, the target not normalized):
+        the status and the body."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+            for name, value in headers.items():
+                connection.putheader(name, value)
+            connection.putheader("Content-Length", str(len(body or b"")))
+            connection.endheaders(body)
+            response = connection.getresponse()
+            return response.status, response.read().decode()
+        finally:
+            connection.close()
 
     def curl(self, path, *args, timeout=120):
         return subprocess.run(["curl", "-sS", "--unix-socket", self.path, "-o", "-", "-w", "\n%{http_code}", *args,
@@ -194,3 +227,183 @@ def test_bad_input_gets_a_clear_status_and_the_proxy_goes_on(setup, workdir, ser
         refusing.stop()
         hanging.stop()
         hanging_socket.close()
+
+
+class RecordingAPI:
+    """An upstream that notes every request (method, target as received, bearer token) as its head
+    arrives, before reading its body, and answers 200 with what it saw."""
+
+    def __init__(self):
+        self.seen = []
+        self.lock = threading.Lock()
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_any(self):
+                authorization = self.headers.get("Authorization", "")
+                token = authorization[7:] if authorization.startswith("Bearer ") else None
+                with api.lock:
+                    api.seen.append((self.command, self.path, token))
+                length, received = int(self.headers.get("Content-Length", 0)), 0
+                while received < length:
+                    piece = self.rfile.read(min(1 << 16, length - received))
+                    if not piece:
+                        return
+                    received += len(piece)
+                body = json.dumps({"path": self.path, "token": token, "bytes": received}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_any
+
+        class Server(http.server.ThreadingHTTPServer):
+            request_queue_size = 1024
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def recording():
+    instance = RecordingAPI()
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture
+def tcp_proxy(server, make_tokend, recording, workdir):
+    """A logged-in tokend and tokend-proxy on tcp:127.0.0.1 in front of the recording API under /api."""
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    proxy = ProxyProcess(daemon, recording.url + "/api", workdir, "--timeout", "30", "--body-timeout", "3",
+                         port=free_port())
+    yield daemon, proxy
+    proxy.stop()
+
+
+def test_on_tcp_no_web_page_gets_a_request_through(recording, tcp_proxy):
+    daemon, proxy = tcp_proxy
+    port, other = proxy.port, free_port()
+    own = f"127.0.0.1:{port}"
+    refused = [
+        (421, {"Host": f"rebind.attacker.example:{port}"}),  # what a page sends after rebinding its name
+        (421, {"Host": "rebind.attacker.example"}),
+        (421, {"Host": f"127.0.0.1:{other}"}),
+        (421, {"Host": "127.0.0.1"}),  # the port may be left out only for 80
+        (403, {"Host": own, "Origin": "https://evil.example"}),  # a cross-site no-cors POST
+        (403, {"Host": own, "Origin": f"http://127.0.0.1:{other}"}),  # another loopback port: same-site, another origin
+        (403, {"Host": own, "Origin": "null"}),
+        (403, {"Host": own, "Sec-Fetch-Site": "cross-site"}),
+        (403, {"Host": own, "Sec-Fetch-Site": "same-site"}),
+    ]
+    for status, headers in refused:
+        code, body = proxy.request("POST", "/data", {"Content-Type": "text/plain", **headers}, b"x=1")
+        assert code == status and "tokend-proxy:" in body, (headers, code, body)
+    assert recording.seen == [], "no refused request reached the upstream"
+    served = [
+        {"Host": own},
+        {"Host": f"localhost:{port}", "Origin": f"http://localhost:{port}", "Sec-Fetch-Site": "same-origin"},
+        {"Host": own, "Origin": f"http://{own}", "Sec-Fetch-Site": "same-origin"},
+        {"Host": own, "Sec-Fetch-Site": "none"},  # the user typed the address
+    ]
+    token = token_of(daemon)["accessToken"]
+    for headers in served:
+        code, body = proxy.request("POST", "/data", headers, b"x=1")
+        assert code == 200 and json.loads(body) == {"path": "/api/data", "token": token, "bytes": 3}, (headers, body)
+    assert len(recording.seen) == len(served)
+
+
+def test_on_a_unix_socket_a_web_page_is_refused_too(server, make_tokend, recording, workdir):
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    proxy = ProxyProcess(daemon, recording.url, workdir)
+    try:
+        for header in ("Origin: https://evil.example", "Sec-Fetch-Site: cross-site"):
+            run = proxy.curl("/data", "-H", header)
+            assert run.stdout.endswith("403") and "only the proxy's own origin" in run.stdout, run.stdout
+        assert recording.seen == []
+        assert proxy.status("/data") == 200, "a program (no Origin) is served"
+    finally:
+        proxy.stop()
+
+
+def test_a_path_that_leaves_the_upstream_prefix_is_refused(recording, tcp_proxy):
+    daemon, proxy = tcp_proxy
+    host = {"Host": f"127.0.0.1:{proxy.port}"}
+    for target in ["/../secret", "/%2e%2e/secret", "/%2E%2e/secret", "/.%2e/secret", "/a/../../secret",
+                   "/a/%2e%2e/%2E%2E/secret", "/..%2fsecret", "/..%5Csecret", "/a\\..\\..\\secret", "/%zz/data",
+                   "/../secret?x=/../"]:
+        code, body = proxy.request("GET", target, host)
+        assert code == 400 and "path" in body, (target, code, body)
+    assert recording.seen == [], "nothing reached the upstream"
+    for target, forwarded in [("/a/./b/../data", "/api/a/data"), ("/a/%2e%2e/data?q=/../x", "/api/data?q=/../x"),
+                              ("/a//../b", "/api/a/b"), ("/a/.", "/api/a/"), ("/a/..", "/api/"),
+                              ("/group%2Fproject/files", "/api/group%2Fproject/files")]:
+        code, body = proxy.request("GET", target, host)
+        assert code == 200 and json.loads(body)["path"] == forwarded, (target, body)
+    assert [path for _, path, _ in recording.seen] == [
+        "/api/a/data", "/api/data?q=/../x", "/api/a/b", "/api/a/", "/api/", "/api/group%2Fproject/files"]
+
+
+def vm_rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("VmRSS")).split()[1])
+
+
+def test_stalled_bodies_are_bounded_and_timed_out(recording, tcp_proxy):
+    daemon, proxy = tcp_proxy
+    assert proxy.request("GET", "/data", {"Host": f"127.0.0.1:{proxy.port}"})[0] == 200  # warmed up
+    before = vm_rss_kib(proxy.process.pid)
+    count, almost = 400, b"x" * ((1 << 20) - 1)
+    head = (f"POST /upload HTTP/1.1\r\nHost: 127.0.0.1:{proxy.port}\r\nContent-Length: {1 << 20}\r\n\r\n").encode()
+    connections = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", proxy.port))
+        s.sendall(head + almost)  # a 1 MiB body (one the proxy would keep) stalls one byte short of its end
+        connections.append(s)
+    stalled = time.monotonic()
+    answers = []
+    for s in connections:  # each answered within the 3 s timeout (and 10 s for a slow box) of the last send
+        s.settimeout(max(0.1, stalled + 3 + 10 - time.monotonic()))
+        data = b""
+        try:
+            while chunk := s.recv(65536):
+                data += chunk
+        except OSError:
+            pass
+        answers.append(data)
+        s.close()
+    late = time.monotonic() - stalled
+    grown = (vm_hwm_kib(proxy.process.pid) - before) / 1024
+    print(f"{count} stalled 1 MiB bodies: peak RSS {grown:+.1f} MiB; answered within {late:.1f} s of the last send")
+    assert all(a.startswith(b"HTTP/1.1 408") and b"stalled" in a for a in answers), \
+        {a[:40] for a in answers if not a.startswith(b"HTTP/1.1 408")}
+    assert late < 3 + 10
+    # 400 MiB of bodies sent: the proxy keeps at most --body-budget (16 MiB) of them; the rest stream, each
+    # connection holding a few 64 KiB reads and its upstream request, a cost that does not grow with the body.
+    assert grown < 16 + count * 0.32, f"peak RSS grew {grown:.1f} MiB"
+    assert proxy.request("GET", "/data", {"Host": f"127.0.0.1:{proxy.port}"})[0] == 200, "it goes on"
+
+
+def test_every_option_is_in_the_manual():
+    usage = subprocess.run([os.path.join(BIN, "tokend-proxy"), "--help"], capture_output=True, text=True).stdout
+    options = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", usage))
+    assert {"--body-budget", "--body-timeout", "--buffer-limit", "--listen"} <= options, usage
+    page = subprocess.run(["groff", "-mandoc", "-Tutf8", "-rLL=200n", "-rHY=0",
+                           os.path.join(ROOT, "man", "tokend-proxy.1")],
+                          capture_output=True, text=True).stdout
+    page = re.sub(r".\x08", "", page)
+    assert [o for o in sorted(options) if o != "--help" and o not in page] == []
