@@ -109,10 +109,8 @@ final class Bridge: Sendable {
             guard let origin else { throw VarlinkError.permissionDenied }
             allowed = { $0.contains(origin) }
         } else if Self.cookieMethods.contains(method) {
-            guard let url = parameters["url"]?.stringValue, let host = URLComponents(string: url)?.host else {
-                throw VarlinkError.permissionDenied
-            }
-            allowed = { origins in origins.contains { URLComponents(string: $0)?.host == host } }
+            guard let url = parameters["url"]?.stringValue else { throw VarlinkError.permissionDenied }
+            allowed = { CookieImportRule(webOrigins: $0).allows(url: url) }
         } else {
             return
         }

@@ -6,7 +6,8 @@ cookies reach tokend. Against tokend and the real authorization server
 import json
 import os
 import signal
-import time
+import threading
+import urllib.parse
 
 import pytest
 
@@ -29,24 +30,27 @@ def cookie_dict(header):
 
 
 class App:
-    """A logged-in tokend session whose web-origins is the test app, and the app in tokend-webview."""
+    """A logged-in tokend session whose web-origins is the test app, and the app in tokend-webview.
+    `host`: a name for the app's loopback address (it resolves in the web view only)."""
 
-    def __init__(self, display, server, make_tokend, workdir):
+    def __init__(self, display, server, make_tokend, workdir, host=None, other_names=()):
         self.display = display
         self.server = server
         self.app = WebApp()
-        self.daemon = make_tokend(server, **{"web-origins": json.dumps([self.app.origin])}).start()
+        self.origin = f"http://{host}:{self.app.server.server_address[1]}" if host else self.app.origin
+        self.daemon = make_tokend(server, **{"web-origins": json.dumps([self.origin])}).start()
         self.refresh_token = login(self.daemon, server)
         self.home = os.path.join(workdir, "home")
-        self.view = WebView(display, self.daemon.socket, self.app.origin + "/remote", os.path.join(workdir, "webview.log"),
-                            self.home)
+        names = (host, *other_names) if host else ()
+        self.view = WebView(display, self.daemon.socket, self.origin + "/remote", os.path.join(workdir, "webview.log"),
+                            self.home, loopback_names=names)
         wait_for(lambda: any(path == "/ready" for path, _ in self.app.requests), 30, "the page running in the web view")
 
     def js(self, expression, timeout=30):
         return self.app.run(expression, timeout)
 
     def tokend_cookies(self, url=None):
-        reply = self.daemon.call(B + "GetCookies", url=url or self.app.origin + "/")[1]["parameters"]
+        reply = self.daemon.call(B + "GetCookies", url=url or self.origin + "/")[1]["parameters"]
         return {c["name"]: c["value"] for c in reply["cookies"]}
 
     def sent_cookies(self):
@@ -54,18 +58,20 @@ class App:
         return cookie_dict(self.js("fetch('/echo').then(r => r.json()).then(j => j.cookie)"))
 
     def navigate(self, path):
-        """Navigates the page (a main-frame navigation) and waits until the new page runs."""
+        """Navigates the page (a main-frame navigation) and waits until the new page runs.
+        `path` may be a URL on another origin (the same app under another name)."""
         loads = len([r for r in self.app.requests if r[0] == "/ready"])
         loaded = lambda: len([r for r in self.app.requests if r[0] == "/ready"]) > loads
+        here = "location.href" if "://" in path else "location.pathname + location.search"
         for _ in range(5):  # a command can be lost with a poll the network process dropped
             target = json.dumps(path)
-            self.app.commands.put({"id": 0, "js": f"location.pathname + location.search === {target} || location.assign({target})"})
+            self.app.commands.put({"id": 0, "js": f"{here} === {target} || location.assign({target})"})
             try:
                 wait_for(loaded, 5, f"navigation to {path}")
                 break
             except AssertionError:
                 continue
-        assert self.js("Promise.resolve(location.pathname + location.search)") == path
+        assert self.js(f"Promise.resolve({here})") == path
 
     def close(self):
         self.view.close()
@@ -138,11 +144,13 @@ def test_site_cookies_reach_tokend_without_echo(app):
     wait_for(lambda: "app" not in app.tokend_cookies(), 10, "the site's deletion in tokend's jar")
     app.js("Promise.resolve(document.cookie = 'script=; path=/; max-age=0')")
     wait_for(lambda: "script" not in app.tokend_cookies(), 10, "the script's deletion in tokend's jar")
-    # No echo: with nothing more happening, the jar's version settles.
+    # No echo: with nothing more happening, the jar's version settles. A navigation waits for a
+    # reconcile queued behind every operation before it, so each one is a full turn of the web view.
     version = lambda: app.daemon.call(B + "GetStatus")[1]["parameters"]["status"]["cookieVersion"]
-    time.sleep(1)
+    app.navigate("/remote?settled")
     settled = version()
-    time.sleep(2)
+    app.navigate("/remote?still-settled")
+    app.navigate("/remote?settled")
     assert version() == settled
     assert app.sent_cookies() == app.tokend_cookies()
 
@@ -257,7 +265,68 @@ def test_page_to_token_latency_and_screenshot(app, display):
     app.navigate("/remote?show")
     wait_for(lambda: app.js("Promise.resolve(document.querySelector('h1')?.textContent)") == "Signed in through tokend",
              10, "the signed-in page")
-    time.sleep(0.5)  # painted
+    app.js("new Promise((painted) => requestAnimationFrame(() => requestAnimationFrame(painted)))")
     path = os.environ.get("TOKEND_SCREENSHOT") or os.path.join(app.home, "screenshot.png")
     display.screenshot(path)
     assert os.path.getsize(path) > 10_000
+
+
+def test_a_site_clearing_its_own_cookies_stays_cleared(app):
+    """The site's logout clears both cookies its scripts can reach in one go: the store is empty,
+    which is the site's doing, not a lost store. They leave tokend's jar and are not put back."""
+    app.js("Promise.resolve(document.cookie = 'pref=1; path=/')")
+    wait_for(lambda: "pref" in app.tokend_cookies(), 10, "the script's cookie in tokend's jar")
+    for name in ("csrf", "sid"):  # out of a script's reach: csrf's path is /o/token, sid is HttpOnly
+        app.daemon.call(B + "DeleteCookies", name=name)
+    wait_for(lambda: "sid" not in app.sent_cookies(), 10, "tokend's deletions in the web view")  # in order: csrf's first
+    assert app.sent_cookies().keys() == {"tracker", "pref"}
+    app.js("Promise.resolve([document.cookie = 'tracker=; path=/; max-age=0', document.cookie = 'pref=; path=/; max-age=0'])")
+    wait_for(lambda: not {"tracker", "pref"} & app.tokend_cookies().keys(), 10, "the site's deletions in tokend's jar")
+    app.navigate("/remote?logged-out")  # every reconcile queued before it has run
+    assert app.sent_cookies() == {} and app.tokend_cookies() == {}
+    assert "emptied" not in app.view.logs()
+
+
+def test_cookies_tokend_changes_while_the_web_view_writes_its_store_are_kept(app):
+    """tokend changes cookies while the web view is writing other changes of tokend into its store:
+    none of them is read back as the site's change or deletion (and sent back to tokend, which would
+    undo it for every client) by a later reconcile."""
+    def change(names, turns):
+        for turn in range(turns):
+            app.daemon.call(B + "ImportCookies", url=app.origin + "/", setCookie=[f"{name}={turn}; Path=/" for name in names])
+    writers = [threading.Thread(target=change, args=([f"w{writer}x{i}" for i in range(3)], 30)) for writer in range(3)]
+    for writer in writers:
+        writer.start()
+    change([f"b{i}" for i in range(20)], 30)
+    for writer in writers:
+        writer.join()
+    last = {f"b{i}": "29" for i in range(20)} | {f"w{writer}x{i}": "29" for writer in range(3) for i in range(3)}
+    wait_for(lambda: last.items() <= app.sent_cookies().items(), 20, "tokend's last values in the web view")
+    app.navigate("/remote?settled")
+    assert last.items() <= app.tokend_cookies().items()
+    assert last.items() <= app.sent_cookies().items()
+
+
+@pytest.fixture
+def named_app(display, server, make_tokend, workdir):
+    """The app as http://app.example.test:PORT (the session's web origin); evil.example.test is the
+    same loopback app under a name that is no web origin's host."""
+    instance = App(display, server, make_tokend, workdir, host="app.example.test", other_names=["evil.example.test"])
+    yield instance
+    instance.close()
+
+
+def test_a_page_on_another_host_cannot_put_parent_domain_cookies_into_tokend(named_app):
+    app = named_app
+    app.navigate(f"http://evil.example.test:{app.app.server.server_address[1]}/remote")
+    app.js("Promise.resolve(document.cookie = 'tossed=script; domain=example.test; path=/')")
+    header_value = urllib.parse.quote("header; Domain=example.test")  # the test app's Set-Cookie line, with a Domain
+    app.js(f"fetch('/set?name=tossed2&value={header_value}')")
+    for name in ("tossed", "tossed2"):
+        wait_for(lambda: f"refused the site's cookie {name} for example.test" in app.view.logs(), 10, f"{name} refused")
+    app.navigate(app.origin + "/remote")
+    assert not {"tossed", "tossed2"} & app.tokend_cookies().keys()
+    assert not {"tossed", "tossed2"} & app.sent_cookies().keys()  # nor does the web view send them to the app
+    # The web origin's own host still gets its cookies to tokend.
+    app.js("Promise.resolve(document.cookie = 'own=1; path=/')")
+    wait_for(lambda: app.tokend_cookies().get("own") == "1", 10, "the app's own cookie in tokend's jar")

@@ -4,7 +4,6 @@ no WebDriver here), and the app records the Cookie header of every request."""
 import os
 import signal
 import subprocess
-import time
 
 from conftest import ROOT, wait_for
 
@@ -53,13 +52,17 @@ class Display:
 
 
 class WebView:
-    """tokend-webview showing `url`, bound to the tokend listening on `socket`."""
+    """tokend-webview showing `url`, bound to the tokend listening on `socket`.
+    `loopback_names`: host names that resolve to 127.0.0.1 for the web view only
+    (its own mount namespace, with an /etc/hosts of its own)."""
 
-    def __init__(self, display, socket, url, log_path, home, session=None):
+    def __init__(self, display, socket, url, log_path, home, session=None, loopback_names=()):
         self.log_path = log_path
         self.home = home  # HOME and XDG directories: everything the web view writes is under it
         self.log = open(log_path, "a")
         command = [WEBVIEW, "--socket", socket, url] + (["--session", session] if session else [])
+        if loopback_names:
+            command = self.resolving(loopback_names, home) + command
         env = dict(os.environ, DISPLAY=display.name, NO_AT_BRIDGE="1", GTK_A11Y="none",
                    WEBKIT_DISABLE_COMPOSITING_MODE="1", LIBGL_ALWAYS_SOFTWARE="1", HOME=home,
                    XDG_CACHE_HOME=os.path.join(home, "cache"), XDG_DATA_HOME=os.path.join(home, "data"),
@@ -68,6 +71,16 @@ class WebView:
             os.makedirs(os.path.join(home, name), mode=0o700, exist_ok=True)
         env.pop("TOKEND_SOCKET", None)
         self.process = subprocess.Popen(command, stdout=self.log, stderr=self.log, env=env, start_new_session=True)
+
+    @staticmethod
+    def resolving(names, home):
+        """A command prefix that runs a program with `names` in its /etc/hosts as 127.0.0.1."""
+        hosts = os.path.join(home, "hosts")
+        os.makedirs(home, exist_ok=True)
+        with open("/etc/hosts") as system, open(hosts, "w") as f:
+            f.write(system.read() + "\n127.0.0.1 " + " ".join(names) + "\n")
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                'mount --bind "$0" /etc/hosts && exec "$@"', hosts]
 
     def descendants(self, name=None):
         """Pids of every process below this one (WebKit's web processes run under bwrap),

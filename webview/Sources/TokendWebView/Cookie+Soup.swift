@@ -87,11 +87,13 @@ extension BrokerInterface.Cookie {
 }
 
 /// Which cookies a session's web view mirrors: those sent to its web origins' hosts.
+/// Of those, the site's changes go to tokend only where the import rule allows.
 struct WebHosts {
-    var hosts: Set<String> = []
+    let rule: CookieImportRule
+    var hosts: Set<String> { rule.hosts }
 
     init(origins: [String]) {
-        hosts = Set(origins.compactMap { URLComponents(string: $0)?.host })
+        rule = CookieImportRule(webOrigins: origins)
     }
 
     func mirrors(_ cookie: Cookie) -> Bool {
@@ -100,6 +102,6 @@ struct WebHosts {
     }
 
     func contains(url: String) -> Bool {
-        URLComponents(string: url)?.host.map(hosts.contains) ?? false
+        rule.allows(url: url)
     }
 }

@@ -4,8 +4,8 @@ import Varlink
 
 /// The web view's cookies kept in line with tokend's jar, both ways. One
 /// operation at a time: tokend's events, navigations and the store's own
-/// changes all meet in `reconcile`, which first takes what the site changed
-/// (store against baseline) to tokend, then makes the store match the jar.
+/// changes all meet in the queue, where a reconcile first takes what the site
+/// changed (store against baseline) to tokend, then makes the store match the jar.
 extension TokendWebView {
     func enqueue(_ operation: @escaping @MainActor (@escaping @MainActor () -> Void) -> Void) {
         operations.append(operation)
@@ -19,6 +19,16 @@ extension TokendWebView {
         operation { [weak self] in
             self?.operating = false
             self?.runNext()
+        }
+    }
+
+    /// Changes the jar as tokend's event says, then makes the store match: in the queue,
+    /// so the jar never moves under a reconcile that is halfway through.
+    func update(_ change: @escaping @MainActor (inout [CookieKey: Cookie]) -> Void) {
+        enqueue { [weak self] done in
+            guard let self else { return done() }
+            change(&self.cookies.jar)
+            self.readStore { store in self.settle(store, done) }
         }
     }
 
@@ -64,23 +74,26 @@ extension TokendWebView {
     }
 
     /// What changed in the store since we last looked, and was not our doing,
-    /// is the site's (its Set-Cookie or a script): it goes to tokend's jar.
-    /// Then the store is made to hold exactly the jar's cookies for the web hosts.
+    /// is the site's (its Set-Cookie or a script): it goes to tokend's jar, if
+    /// the import rule lets it. Then the store is made to hold exactly the
+    /// jar's cookies for the web hosts.
     private func settle(_ store: [CookieKey: Cookie], _ done: @escaping @MainActor () -> Void) {
-        let work = CookieReconciliation(store: store, baseline: baseline, jar: jar, storeLost: storeLost)
-        storeLost = false
-        if work.storeWasEmptied { log("the web view's cookie store was emptied (\(baseline.count) cookies); restoring tokend's") }
-        jar = work.jar
+        let lost = cookies.baseline.count
+        let work = cookies.reconcile(store: store, rule: hosts.rule)
+        if work.storeWasEmptied { log("the web view's cookie store was emptied (\(lost) cookies); restoring tokend's") }
+        for cookie in work.refused {
+            log("refused the site's cookie \(cookie.name) for \(cookie.domain): not the host of one of session \(session)'s web-origins")
+        }
         for (url, setCookie) in work.imports { importCookies(url: url, setCookie: setCookie) }
         var left = work.removals.count + work.additions.count
         guard left > 0 else {
-            baseline = jar
+            cookies.settled(work)
             return done()
         }
         let finished: @MainActor () -> Void = { [weak self] in
             left -= 1
             guard left == 0 else { return }
-            if let self { self.baseline = self.jar }
+            self?.cookies.settled(work)
             done()
         }
         for cookie in work.removals { change(cookie, add: false, finished) }

@@ -98,12 +98,13 @@ extension TokendWebView {
             }
         case "cookies":
             let changes = (event.changes ?? []).filter { hosts.mirrors($0.cookie) }
-            if event.snapshot == true { jar.removeAll() }
-            for change in changes {
-                if change.action == "delete" { jar[change.cookie.key] = nil } else { jar[change.cookie.key] = change.cookie }
+            update { jar in
+                if event.snapshot == true { jar.removeAll() }
+                for change in changes {
+                    jar[change.cookie.key] = change.action == "delete" ? nil : change.cookie
+                }
             }
             if let eventVersion = event.version { version = eventVersion }
-            reconcile()
             if !ready {
                 ready = true
                 releaseHeldNavigations(why: nil)
@@ -116,8 +117,7 @@ extension TokendWebView {
             }
         case "loggedOut", "loginRequired":
             log("session \(session) \(event.event): clearing its cookies from the web view")
-            jar.removeAll()
-            reconcile()
+            update { $0.removeAll() }
             enqueue { [weak self] done in
                 self?.tellPages(["event": "loggedOut", "generation": .int(event.generation)])
                 done()

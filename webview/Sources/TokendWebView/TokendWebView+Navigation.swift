@@ -98,7 +98,7 @@ extension TokendWebView {
                 attachment.log("WebKit's network process ended; its cookie store is gone")
                 if let watch = attachment.networkProcessWatch { close(watch.fd) }
                 attachment.networkProcessWatch = nil  // the source ends by returning 0
-                attachment.storeLost = true
+                attachment.cookies.storeLost = true
                 attachment.reconcile()
             }
             return 0

@@ -54,10 +54,9 @@ public final class TokendWebView {
     var ready = false
 
     // cookies
-    /// tokend's cookies for the web hosts, as last heard (and as the site has changed them since).
-    var jar: [CookieKey: Cookie] = [:]
-    /// What the web view's store held after our last look or change.
-    var baseline: [CookieKey: Cookie] = [:]
+    /// tokend's cookies for the web hosts, as last heard (and as the site has changed them since),
+    /// and what the store was made to hold. Changed only by operations in the queue.
+    var cookies = CookieMirror()
     /// The jar's version the web view has caught up to (Subscribe's sinceVersion after a reconnect).
     var version = 0
     /// The newest generation whose events (cookies first) are in the web view.
@@ -66,8 +65,6 @@ public final class TokendWebView {
     var operations: [@MainActor (@escaping @MainActor () -> Void) -> Void] = []
     var operating = false
     var reconcileQueued = false
-    /// Set when WebKit's network process ended: its store, and our cookies in it, are gone.
-    var storeLost = false
     var networkProcessWatch: (fd: Int32, source: guint)?
     /// Navigations waiting for tokend's first answer.
     var heldNavigations: [UnsafeMutablePointer<WebKitPolicyDecision>] = []

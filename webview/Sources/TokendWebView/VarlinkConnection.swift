@@ -99,13 +99,22 @@ final class VarlinkConnection {
 
     // MARK: The socket on the main loop
 
+    /// Watches the socket for `condition`. The source holds the connection, retained
+    /// from here until GLib removes the source: a connection its owner drops while a
+    /// source waits lives on until it is closed (by `close()` or by tokend), and is
+    /// never called after it is freed.
+    private func watch(_ condition: UInt32, _ ready: GUnixFDSourceFunc) -> guint {
+        g_unix_fd_add_full(G_PRIORITY_DEFAULT, fd, GIOCondition(condition), ready, Unmanaged.passRetained(self).toOpaque()) { data in
+            Unmanaged<VarlinkConnection>.fromOpaque(data!).release()
+        }
+    }
+
     private func watchInput() {
-        let this = Unmanaged.passUnretained(self).toOpaque()
-        readSource = g_unix_fd_add(fd, GIOCondition(G_IO_IN.rawValue | G_IO_HUP.rawValue | G_IO_ERR.rawValue), { _, _, data in
+        readSource = watch(G_IO_IN.rawValue | G_IO_HUP.rawValue | G_IO_ERR.rawValue) { _, _, data in
             MainActor.assumeIsolated {
                 Unmanaged<VarlinkConnection>.fromOpaque(data!).takeUnretainedValue().readable()
             }
-        }, this)
+        }
     }
 
     /// Reads what there is; returns whether to keep watching.
@@ -174,14 +183,13 @@ final class VarlinkConnection {
 
     private func watchOutput() {
         guard writeSource == 0 else { return }
-        let this = Unmanaged.passUnretained(self).toOpaque()
-        writeSource = g_unix_fd_add(fd, GIOCondition(G_IO_OUT.rawValue), { _, _, data in
+        writeSource = watch(G_IO_OUT.rawValue) { _, _, data in
             MainActor.assumeIsolated {
                 let connection = Unmanaged<VarlinkConnection>.fromOpaque(data!).takeUnretainedValue()
                 connection.writeSource = 0
                 connection.flush()
             }
             return 0
-        }, this)
+        }
     }
 }

@@ -13,6 +13,15 @@ func keyed(_ cookies: Cookie...) -> [CookieKey: Cookie] {
     Dictionary(uniqueKeysWithValues: cookies.map { ($0.key, $0) })
 }
 
+/// The session's web origin in these tests: https://app.test.
+let appTest = CookieImportRule(webOrigins: ["https://app.test"])
+
+extension CookieReconciliation {
+    init(store: [CookieKey: Cookie], baseline: [CookieKey: Cookie], jar: [CookieKey: Cookie], storeLost: Bool = false) {
+        self.init(store: store, baseline: baseline, jar: jar, rule: appTest, storeLost: storeLost)
+    }
+}
+
 @Suite struct CookieReconciliationTests {
     @Test func aStoreThatMatchesNeedsNothing() {
         let all = keyed(cookie("sid", "1", httpOnly: true), cookie("pref", "a"))
@@ -42,9 +51,20 @@ func keyed(_ cookies: Cookie...) -> [CookieKey: Cookie] {
         #expect(work.additions.isEmpty && work.removals.isEmpty)
     }
 
-    @Test func anEmptiedStoreIsRestoredNotTakenAsDeletions() {
+    @Test func aSiteClearingAllItsCookiesIsTakenAsDeletionsNotAsALostStore() {
+        // The site's logout clears both its cookies: the store is empty, and stays so.
         let all = keyed(cookie("sid", "1"), cookie("tracker", "1"))
         let work = CookieReconciliation(store: [:], baseline: all, jar: all)
+        #expect(!work.storeWasEmptied)
+        #expect(work.imports["https://app.test/"]?.sorted() == [
+            "sid=1; Path=/; Secure; SameSite=Lax; Max-Age=0", "tracker=1; Path=/; Secure; SameSite=Lax; Max-Age=0",
+        ])
+        #expect(work.additions.isEmpty && work.jar.isEmpty)
+    }
+
+    @Test func aStoreLostWithTheNetworkProcessIsRestoredNotTakenAsDeletions() {
+        let all = keyed(cookie("sid", "1"), cookie("tracker", "1"))
+        let work = CookieReconciliation(store: [:], baseline: all, jar: all, storeLost: true)
         #expect(work.storeWasEmptied)
         #expect(work.imports.isEmpty)
         #expect(work.additions.count == 2)
