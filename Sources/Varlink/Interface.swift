@@ -1,74 +1,76 @@
-/// A Varlink interface declaration: its text, as served by
-/// `org.varlink.service.GetInterfaceDescription`, and the names read from it.
+/// A Varlink interface declaration (varlink.org, "Interface Definition"):
+/// its text, as served by `org.varlink.service.GetInterfaceDescription`, and
+/// the model parsed from that text, which checks every call before dispatch.
+/// The text is the single source: nothing is served or accepted that it does
+/// not declare.
 public struct VarlinkInterface: Sendable {
     public let name: String
     public let description: String
-    public let methods: Set<String>
-    public let errors: Set<String>
+    /// `type X (...)`: a struct or an enum.
+    public let types: [String: VarlinkType]
+    public let methods: [String: VarlinkMethod]
+    /// `error E (...)`: each error's parameters.
+    public let errors: [String: [VarlinkField]]
+    /// The declaration compiled once for checking calls and replies.
+    let checks: InterfaceChecks
 
-    /// Reads the interface name and its method and error names from the
-    /// declaration. The declaration is the single source: the method table is
-    /// checked against it, so nothing can be served that is not declared.
-    public init(description: String) throws(VarlinkProtocolError) {
-        var words: [Substring] = []
-        for line in description.split(separator: "\n", omittingEmptySubsequences: false) {
-            let code = line.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-            words += code.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "(" || $0 == ")" })
-        }
-        var name: String?
-        var methods: Set<String> = []
-        var errors: Set<String> = []
-        for (position, word) in words.enumerated() where position + 1 < words.count {
-            switch word {
-            case "interface": name = String(words[position + 1])
-            case "method": methods.insert(String(words[position + 1]))
-            case "error": errors.insert(String(words[position + 1]))
-            default: break
-            }
-        }
-        guard let name, !name.isEmpty else { throw VarlinkProtocolError("interface declaration has no name") }
-        self.name = name
+    /// Parses the declaration; a malformed one is refused with its line and column.
+    public init(description: String) throws(VarlinkInterfaceError) {
+        var parser = InterfaceParser(description)
+        let parsed = try parser.interface()
+        self.name = parsed.name
         self.description = description
-        self.methods = methods
-        self.errors = errors
+        self.types = parsed.types
+        self.methods = parsed.methods
+        self.errors = parsed.errors
+        self.checks = InterfaceChecks(types: parsed.types, methods: parsed.methods)
     }
 }
 
-extension VarlinkInterface {
-    /// The service interface every Varlink server implements.
-    public static let service: VarlinkInterface = try! VarlinkInterface(description: """
-        # The Varlink service interface, answered by every Varlink server.
-        interface org.varlink.service
+/// A type of the interface definition language.
+public indirect enum VarlinkType: Sendable, Equatable {
+    case bool, int, float, string
+    /// A foreign, untyped JSON object.
+    case object
+    /// `?T`: absent or null allowed.
+    case nullable(VarlinkType)
+    /// `[]T`
+    case array(VarlinkType)
+    /// `[string]T`; `[string]()` is a set.
+    case map(VarlinkType)
+    /// `(a, b, c)`
+    case enumeration([String])
+    /// `(name: T, ...)`
+    case structure([VarlinkField])
+    /// A `type` of the same interface.
+    case named(String)
+}
 
-        # Who made the service, which version it is, and which interfaces it serves.
-        method GetInfo() -> (
-          vendor: string,
-          product: string,
-          version: string,
-          url: string,
-          interfaces: []string
-        )
+/// A member of a struct, of a method's input or output, or of an error.
+public struct VarlinkField: Sendable, Equatable {
+    public let name: String
+    public let type: VarlinkType
 
-        # The declaration of one of the served interfaces.
-        method GetInterfaceDescription(interface: string) -> (description: string)
+    public init(name: String, type: VarlinkType) {
+        self.name = name
+        self.type = type
+    }
 
-        # The interface is not served here.
-        error InterfaceNotFound (interface: string)
+    /// A nullable member may be left out.
+    public var isOptional: Bool { if case .nullable = type { true } else { false } }
+}
 
-        # The interface has no such method.
-        error MethodNotFound (method: string)
+/// `method M(input) -> (output)`
+public struct VarlinkMethod: Sendable, Equatable {
+    public let name: String
+    public let input: [VarlinkField]
+    public let output: [VarlinkField]
+}
 
-        # The method is declared but not implemented here.
-        error MethodNotImplemented (method: string)
-
-        # A parameter is missing or of the wrong type.
-        error InvalidParameter (parameter: string)
-
-        # The caller may not call this method.
-        error PermissionDenied ()
-
-        # The method must be called with "more": true.
-        error ExpectedMore ()
-
-        """)
+/// Why a declaration is not one, and where (1-based line and column).
+public struct VarlinkInterfaceError: Error, Equatable, CustomStringConvertible {
+    public let line: Int
+    public let column: Int
+    public let reason: String
+    public var description: String { "line \(line), column \(column): \(reason)" }
 }

@@ -80,7 +80,7 @@ public struct VarlinkImplementation: Sendable {
     /// Every handler must name a method the declaration has.
     public init(interface: VarlinkInterface, methods: [String: MethodHandler]) {
         for name in methods.keys {
-            precondition(interface.methods.contains(name), "\(interface.name).\(name) is not declared")
+            precondition(interface.methods[name] != nil, "\(interface.name).\(name) is not declared")
         }
         self.interface = interface
         self.methods = methods
@@ -156,7 +156,7 @@ public final class VarlinkService: Sendable {
         let interface = String(error.name[..<separator])
         if interface == VarlinkInterface.service.name { return error }
         if let declaration = implementations[interface]?.interface,
-            declaration.errors.contains(String(error.name[error.name.index(after: separator)...]))
+            declaration.errors[String(error.name[error.name.index(after: separator)...])] != nil
         {
             return error
         }
@@ -164,14 +164,40 @@ public final class VarlinkService: Sendable {
         return internalError
     }
 
+    /// The error a call gets before any implementation runs, as sd-varlink
+    /// answers it: an interface or method not declared, or a parameter the
+    /// declaration does not accept. Nil for a call that may be dispatched.
+    /// Cheap (a lookup per declared member): a server's fast path can ask it.
+    public func refusal(of call: VarlinkCall) -> VarlinkError? {
+        do {
+            _ = try declaration(of: call)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    /// The call's interface and member, once the declaration accepts the call.
+    func declaration(of call: VarlinkCall) throws(VarlinkError) -> (interface: VarlinkInterface, member: String) {
+        guard let (name, member) = call.interfaceAndMember else { throw .methodNotFound(call.method) }
+        let interface: VarlinkInterface
+        if name == VarlinkInterface.service.name {
+            interface = .service
+        } else {
+            guard let implementation = implementations[name] else { throw .interfaceNotFound(name) }
+            interface = implementation.interface
+        }
+        guard interface.methods[member] != nil else { throw .methodNotFound(call.method) }
+        if let parameter = interface.invalidParameter(call.parameters, method: member) { throw .invalidParameter(parameter) }
+        return (interface, member)
+    }
+
     func lookUp(_ call: VarlinkCall) throws(VarlinkError) -> MethodHandler {
-        guard let (interface, member) = call.interfaceAndMember else { throw .methodNotFound(call.method) }
-        if interface == VarlinkInterface.service.name {
+        let (interface, member) = try declaration(of: call)
+        if interface.name == VarlinkInterface.service.name {
             return try serviceMethod(member, call.method)
         }
-        guard let implementation = implementations[interface] else { throw .interfaceNotFound(interface) }
-        guard implementation.interface.methods.contains(member) else { throw .methodNotFound(call.method) }
-        guard let handler = implementation.methods[member] else { throw .methodNotImplemented(call.method) }
+        guard let handler = implementations[interface.name]?.methods[member] else { throw .methodNotImplemented(call.method) }
         return handler
     }
 

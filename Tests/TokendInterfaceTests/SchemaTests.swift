@@ -4,12 +4,14 @@ import Varlink
 
 @testable import TokendInterface
 
-/// The Codable wire types against io.tokend.Broker.varlink, member by member:
-/// for every type and every method's parameters and reply, an object built
-/// from the declaration decodes into the Swift type and encodes back to the
-/// same members; a declared optional may be left out, a required one may not.
+/// The Codable wire types against io.tokend.Broker.varlink, read by the one
+/// parser the server checks calls with, member by member: for every type and
+/// every method's parameters and reply, an object built from the declaration
+/// decodes into the Swift type and encodes back to the same members, which the
+/// declaration accepts; a declared optional may be left out, a required one
+/// may not.
 @Suite struct SchemaTests {
-    let declaration = Declaration(BrokerInterface.declaration.description)
+    let declaration = BrokerInterface.declaration
 
     @Test func everyMethodIsDeclaredAndEveryDeclaredMethodHasItsTypes() {
         #expect(Set(BrokerInterface.methods.keys) == Set(declaration.methods.keys))
@@ -19,8 +21,10 @@ import Varlink
     @Test func methodParametersAndRepliesMatchTheDeclaration() throws {
         for (name, method) in declaration.methods.sorted(by: { $0.key < $1.key }) {
             let types = try #require(BrokerInterface.methods[name])
-            try check(types.parameters, against: method.parameters, what: "\(name) parameters")
-            try check(types.reply, against: method.reply, what: "\(name) reply")
+            let parameters = try check(types.parameters, against: method.input, what: "\(name) parameters")
+            #expect(declaration.invalidParameter(parameters, method: name) == nil, "\(name): the server accepts what clients send")
+            let reply = try check(types.reply, against: method.output, what: "\(name) reply")
+            #expect(declaration.invalidReplyParameter(reply, method: name) == nil, "\(name): the reply is as declared")
         }
     }
 
@@ -31,19 +35,25 @@ import Varlink
             "CookieChange": BrokerInterface.CookieChange.self,
         ]
         #expect(Set(swift.keys) == Set(declaration.types.keys))
-        for (name, members) in declaration.types {
+        for (name, type) in declaration.types {
+            guard case .structure(let members) = type else {
+                Issue.record("type \(name) is not a struct")
+                continue
+            }
             try check(try #require(swift[name]), against: members, what: "type \(name)")
         }
     }
 
     @Test func theErrorsAreTheDeclaredOnes() {
-        let declared = Set(declaration.errors.map { "\(BrokerInterface.name).\($0)" })
+        let declared = Set(declaration.errors.keys.map { "\(BrokerInterface.name).\($0)" })
         #expect(Set(BrokerInterface.Error.all) == declared)
     }
 
-    /// The three properties above, for one Swift type and one declared member list.
-    func check(_ type: any Codable.Type, against members: [Member], what: String) throws {
-        let full = declaration.example(of: members)
+    /// The three properties above, for one Swift type and one declared member
+    /// list; returns what the Swift type encodes from the full example.
+    @discardableResult
+    func check(_ type: any Codable.Type, against members: [VarlinkField], what: String) throws -> JSONObject {
+        let full = example(of: members)
         let decoded = try decode(type, full)
         let encoded = try JSONValue(encoding: decoded).objectValue ?? [:]
         #expect(Set(encoded.keys) == Set(members.map(\.name)), "\(what): members")
@@ -52,65 +62,35 @@ import Varlink
             var without = full
             without[member.name] = nil
             let decodes = (try? decode(type, without)) != nil
-            #expect(decodes == member.optional, "\(what): \(member.name) is \(member.optional ? "" : "not ")optional")
+            #expect(decodes == member.isOptional, "\(what): \(member.name) is \(member.isOptional ? "" : "not ")optional")
         }
+        return encoded
     }
 
     func decode(_ type: any Codable.Type, _ object: JSONObject) throws -> any Encodable {
         try JSONValue.object(object).decode(type)
     }
-}
-
-struct Member {
-    let name: String
-    let type: String
-    var optional: Bool { type.hasPrefix("?") }
-}
-
-/// Just enough of the Varlink interface grammar for this file: types,
-/// methods and errors with flat member lists.
-struct Declaration {
-    var types: [String: [Member]] = [:]
-    var methods: [String: (parameters: [Member], reply: [Member])] = [:]
-    var errors: [String] = []
-
-    init(_ text: String) {
-        let code = text.split(separator: "\n").map { $0.split(separator: "#", maxSplits: 1).first.map(String.init) ?? "" }
-            .joined(separator: " ")
-        let pattern = #/(type|method|error)\s+(\w+)\s*\(([^)]*)\)(?:\s*->\s*\(([^)]*)\))?/#
-        for match in code.matches(of: pattern) {
-            let (kind, name) = (String(match.1), String(match.2))
-            let parameters = Self.members(String(match.3))
-            switch kind {
-            case "type": types[name] = parameters
-            case "method": methods[name] = (parameters, Self.members(String(match.4 ?? "")))
-            default: errors.append(name)
-            }
-        }
-    }
-
-    static func members(_ list: String) -> [Member] {
-        list.split(separator: ",").compactMap { item in
-            let parts = item.split(separator: ":", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
-            return parts.count == 2 ? Member(name: parts[0], type: parts[1]) : nil
-        }
-    }
 
     /// An object with every member set to a value of its declared type.
-    func example(of members: [Member]) -> JSONObject {
+    func example(of members: [VarlinkField]) -> JSONObject {
         var object: JSONObject = [:]
         for member in members { object[member.name] = value(of: member.type) }
         return object
     }
 
-    func value(of type: String) -> JSONValue {
-        if type.hasPrefix("?") { return value(of: String(type.dropFirst())) }
-        if type.hasPrefix("[]") { return .array([value(of: String(type.dropFirst(2)))]) }
+    func value(of type: VarlinkType) -> JSONValue {
         switch type {
-        case "string": return "text"
-        case "int": return 7
-        case "bool": return true
-        default: return .object(example(of: types[type] ?? []))
+        case .bool: true
+        case .int: 7
+        case .float: 0.5
+        case .string: "text"
+        case .object: ["any": "thing"]
+        case .nullable(let inner): value(of: inner)
+        case .array(let element): .array([value(of: element)])
+        case .map(let element): .object(["key": value(of: element)])
+        case .enumeration(let names): .string(names[0])
+        case .structure(let members): .object(example(of: members))
+        case .named(let name): value(of: declaration.types[name]!)
         }
     }
 }

@@ -1,7 +1,9 @@
 // org.varlink.certification for the reference suite: it checks every
 // argument a client sends against what the previous answer implies, and
-// answers with the values the next step expects. Test-only: it is built with
-// the tests, never by a user's `swift build`.
+// answers with the values the next step expects. Its calls reach these
+// handlers only once the declaration (the .varlink resource) accepted them, as
+// tokend's do. Test-only: it is built with the tests, never by a user's
+// `swift build`.
 import Foundation
 import Synchronization
 import Varlink

@@ -1,11 +1,15 @@
 """The method and event names the browser bridge uses (the extension, the page
 helper, the native host) are the ones io.tokend.Broker.varlink declares: the
-JavaScript and the host are checked against the one declaration."""
+JavaScript and the host are checked against the one declaration; and tokend
+checks every call against that declaration before it runs the method."""
 import glob
 import os
 import re
 
-from conftest import ROOT
+import pytest
+import varlink
+
+from conftest import ROOT, login, varlink_call
 
 
 def read(path):
@@ -14,7 +18,8 @@ def read(path):
 
 
 DECLARATION = read("Sources/TokendInterface/io.tokend.Broker.varlink")
-METHODS = set(re.findall(r"^method (\w+)", DECLARATION, re.M))
+# Read by the reference implementation's parser (python varlink), not by a pattern of our own.
+METHODS = {name for name, member in varlink.Interface(DECLARATION).members.items() if hasattr(member, "in_type")}
 # The Subscribe comment lists the events; "status" opens every stream and "stopped" ends it.
 EVENTS = set(re.findall(r"\b(\w+)\b", DECLARATION.split("one reply per event (")[1].split(")")[0])) | {"status", "stopped"}
 
@@ -47,3 +52,45 @@ def test_the_native_host_relays_only_declared_methods():
         relayed |= set(re.findall(r'"(\w+)"', group))
     assert {"GetToken", "Refresh", "Subscribe"} <= relayed, relayed
     assert relayed - METHODS == set()
+
+
+# (method, parameters, the parameter named): a typo, a member the method does
+# not have, a value of the wrong type, nested and in org.varlink.service itself.
+REFUSED = [
+    ("io.tokend.Broker.GetStatus", {"sesion": "default"}, "sesion"),
+    ("io.tokend.Broker.GetToken", {"minValidSeconds": 30, "fresh": True}, "fresh"),
+    ("io.tokend.Broker.ListSessions", {"session": 7}, "session"),
+    ("io.tokend.Broker.GetToken", {"minValidSeconds": "soon"}, "minValidSeconds"),
+    ("io.tokend.Broker.GetToken", {"session": ["default"]}, "session"),
+    ("io.tokend.Broker.Refresh", {"staleGeneration": 1.5}, "staleGeneration"),
+    ("io.tokend.Broker.Logout", {"revoke": "no"}, "revoke"),
+    ("io.tokend.Broker.ImportCookies", {"url": "https://a.example/", "setCookie": ["a=1", 2]}, "setCookie"),
+    ("io.tokend.Broker.Login", {}, "refreshToken"),
+    ("org.varlink.service.GetInterfaceDescription", {"interface": 1}, "interface"),
+    ("org.varlink.service.GetInfo", {"verbose": True}, "verbose"),
+]
+
+
+@pytest.fixture
+def logged_in(server, make_tokend):
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    return daemon
+
+
+def test_a_call_the_declaration_refuses_gets_invalid_parameter_naming_it(logged_in):
+    for method, parameters, named in REFUSED:
+        _, reply = varlink_call(logged_in.socket, method, parameters)
+        assert reply.get("error") == "org.varlink.service.InvalidParameter", (method, parameters, reply)
+        assert reply["parameters"] == {"parameter": named}, (method, parameters, reply)
+    status = logged_in.call("io.tokend.Broker.GetStatus")[1]["parameters"]["status"]
+    assert status["state"] == "active", "no refused call logged out or refreshed anything"
+
+
+def test_declared_calls_pass_and_null_says_nothing(logged_in):
+    # A member sent as null is the same as one left out, declared or not: a
+    # client built against a newer declaration sends its new optionals so.
+    for parameters in ({}, {"session": None, "minValidSeconds": None}, {"minValidSeconds": 5.0}, {"later": None}):
+        _, reply = varlink_call(logged_in.socket, "io.tokend.Broker.GetToken", parameters)
+        assert "error" not in reply, (parameters, reply)
+        assert reply["parameters"]["token"]["accessToken"]
