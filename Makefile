@@ -101,6 +101,7 @@ bench: venv release
 	gcc -O2 -Wall -o $(BENCH_DIR)/limit_server bench/limit_server.c
 	gcc -O2 -Wall -o $(BENCH_DIR)/load bench/load.c -lpthread
 	$(PY) bench/bench.py .build/release $(BENCH_DIR)/load $(BENCH_DIR)/limit_server bench/RESULTS.md
+	$(PY) bench/hostile.py .build/release --results bench/HOSTILE.md
 
 # Where tokend's CPU goes under cached GetToken load (perf, software sampling).
 bench-profile: venv release

@@ -21,11 +21,10 @@ extension Daemon {
         }
     }
 
-    /// Reads /etc/subuid again, for the server's budgets and the forced-refresh limit alike.
+    /// Reads /etc/subuid again: the server puts each new peer's person on its
+    /// credentials, which the server's budgets and the forced-refresh limit key by.
     func reloadSubordinateIDs(server: VarlinkServer) {
-        let ids = SubordinateIDs.load()
-        subordinateIDs.withLock { $0 = ids }
-        server.reloadSubordinateIDs(ids)
+        server.reloadSubordinateIDs(SubordinateIDs.load())
     }
 
     func reload() async {

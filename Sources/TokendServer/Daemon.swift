@@ -36,9 +36,6 @@ public final class Daemon: Service, CustomStringConvertible {
     let cookiePolicy: CookiePolicy
     /// When answers the server loop gives again may no longer hold (see ReuseStamp).
     let reuse = ReuseStamp()
-    /// Whose subordinate uids are whose (/etc/subuid, read again on SIGHUP): one
-    /// person, one budget, for the server's limits and forced refreshes alike.
-    let subordinateIDs = Mutex(SubordinateIDs.load())
 
     public var description: String { "tokend" }
 
@@ -241,9 +238,7 @@ public final class Daemon: Service, CustomStringConvertible {
             implementations: [
                 brokerImplementation(
                     broker, policy: { self.access.withLock { $0 } },
-                    limiter: ForcedRefreshLimiter(
-                        perMinute: configuration.withLock { $0.daemon.forcedRefreshesPerMinute },
-                        person: { uid in self.subordinateIDs.withLock { $0.person(of: uid) } }),
+                    limiter: ForcedRefreshLimiter(perMinute: configuration.withLock { $0.daemon.forcedRefreshesPerMinute }),
                     tokenReplies: tokenReplies, logger: logger)
             ],
             internalError: VarlinkError(BrokerInterface.Error.internalError),
@@ -265,7 +260,7 @@ public final class Daemon: Service, CustomStringConvertible {
             fastPath: FastGetToken(broker: broker, policy: { self.access.withLock { $0 } }, tokenReplies: tokenReplies)
                 .handler, fastPathStamp: { [reuse] in reuse.value },
             admission: { peer in self.access.withLock { $0 }.standing(of: peer) },
-            subordinateIDs: subordinateIDs.withLock { $0 })
+            subordinateIDs: SubordinateIDs.load())
     }
 
     /// Test builds with TOKEND_TEST_HOOKS=1: the kill -9 campaign's crash point.

@@ -10,9 +10,9 @@ import Varlink
 /// Refresh with an older staleGeneration (answered with the current token),
 /// joining a refresh in flight and GetToken are never limited.
 ///
-/// The key is the person (the uid a subordinate uid belongs to, see
-/// SubordinateIDs), not the caller's uid: one user entering a user namespace
-/// has many uids and still one budget.
+/// The key is the peer's person (the uid a subordinate uid belongs to, set by
+/// the server at accept), not the caller's uid: one user entering a user
+/// namespace has many uids and still one budget.
 final class ForcedRefreshLimiter: Sendable {
     struct Key: Hashable {
         var person: UInt32
@@ -20,24 +20,18 @@ final class ForcedRefreshLimiter: Sendable {
     }
 
     let perMinute: Int
-    /// The person a uid counts as (SubordinateIDs.person(of:) in tokend).
-    private let person: @Sendable (UInt32) -> UInt32
     private let buckets = Mutex<[Key: (tokens: Double, at: Double)]>([:])
     private let now: @Sendable () -> Double
 
-    init(
-        perMinute: Int, person: @escaping @Sendable (UInt32) -> UInt32 = { $0 },
-        now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }
-    ) {
+    init(perMinute: Int, now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) {
         self.perMinute = perMinute
-        self.person = person
         self.now = now
     }
 
     /// nil when allowed (and counted against the peer's person); otherwise the
     /// seconds until the next one is. A peer without credentials is one person.
     func take(for peer: PeerCredentials?, session: String) -> Int? {
-        let person = peer.map { self.person($0.uid) } ?? UInt32.max
+        let person = peer?.person ?? UInt32.max
         let time = now()
         let capacity = Double(perMinute)
         let rate = capacity / 60

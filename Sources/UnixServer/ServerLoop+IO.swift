@@ -6,6 +6,14 @@ import Glibc
 #endif
 
 /// Reading, answering and writing on the loop's thread.
+///
+/// What a connection holds is bounded before work is done for it: calls are
+/// taken one frame at a time while its waiting replies stay under the high
+/// watermark (checked before each frame is parsed); calls read and not yet
+/// taken, unfinished messages and waiting replies count in its person's
+/// budget; waiting replies past `maximumUnwrittenBytes` close it. Nothing of
+/// a served call stays with the connection but a small frame the fast path
+/// may answer again.
 extension ServerLoop {
     func ready(_ connection: Connection, flags: UInt32) {
         if connection.refused { return closeRefused(connection) }  // its first message, or its end
@@ -13,7 +21,7 @@ extension ServerLoop {
             flush(connection)
             if connection.gone { return }
         }
-        if flags & EPOLLIN.rawValue != 0, !connection.busy {
+        if flags & EPOLLIN.rawValue != 0, !connection.busy, !connection.readEnded {
             readable(connection)
         } else if flags & (EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
             close(connection)
@@ -22,20 +30,23 @@ extension ServerLoop {
 
     func readable(_ connection: Connection) {
         let count = read(connection.fd, input.baseAddress, input.count)
-        if count <= 0 {
-            if count < 0, errno == EAGAIN || errno == EINTR { return }
-            return close(connection)  // end of stream or a reset
+        if count < 0 {
+            if errno == EAGAIN || errno == EINTR { return }
+            return close(connection)  // a reset
+        }
+        guard count > 0 else {
+            // The client sends no more (it may have only shut down its side):
+            // what it sent is still answered, and the connection closes once
+            // every reply is written.
+            connection.readEnded = true
+            return settle(connection)
         }
         connection.lastActive = now
-        output.removeAll(keepingCapacity: true)
         let bytes = UnsafeRawBufferPointer(rebasing: input[0..<count])
         if connection.unprocessed.isEmpty {
             let taken = take(bytes, on: connection)
             if connection.gone { return }
-            if taken < count {
-                connection.unprocessed.append(contentsOf: bytes[taken...])
-                connection.frameStarted = now
-            }
+            if taken < count { connection.unprocessed.append(contentsOf: bytes[taken...]) }
         } else {
             connection.unprocessed.append(contentsOf: bytes)
             takeUnprocessed(connection)
@@ -49,12 +60,7 @@ extension ServerLoop {
         connection.busy = false
         connection.stream = nil
         connection.lastActive = now
-        output.removeAll(keepingCapacity: true)
         output.append(contentsOf: replies)
-        if !connection.unprocessed.isEmpty {
-            takeUnprocessed(connection)
-            if connection.gone { return }
-        }
         settle(connection)
     }
 
@@ -70,79 +76,100 @@ extension ServerLoop {
     /// asks to be told when it is writable); `then` completes once they are on
     /// the socket, or at once, unwritten, if the connection is gone.
     func transmit(_ bytes: [UInt8], to connection: Connection, then delivery: Delivery?) {
-        output.removeAll(keepingCapacity: true)
         output.append(contentsOf: bytes)
         send(connection)
         if connection.gone { return delivery?.complete(written: false) ?? () }
         guard connection.sent < connection.queued else { return delivery?.complete(written: true) ?? () }
         if let delivery { connection.deliveries.append((connection.queued, delivery)) }
+        guard withinLimits(connection) else { return }  // closed: the delivery learns it was not written
         updateInterest(connection)
     }
 
-    /// After a read or an answer: an unfinished message over the limit is
-    /// answered and the connection closed; replies are written.
-    private func settle(_ connection: Connection) {
-        if !connection.busy, connection.unprocessed.count > limits.maximumFrameLength { return tooLarge(connection) }
-        guard account(connection, holding: connection.unprocessed.count) else {
-            logger.notice(
-                "closing connection: too many unfinished bytes from one user",
-                metadata: ["limit": "\(limits.maximumUnfinishedBytesPerUser)", "peer.uid": "\(connection.peer?.uid ?? 0)"])
-            return answerAndClose(connection, errors.oversized)
+    /// After a read, an answer or a write: replies are written, and calls
+    /// waiting in `unprocessed` are taken for as long as the replies stay
+    /// under the watermark; then the limits, and the end of a connection
+    /// whose client sends no more.
+    func settle(_ connection: Connection) {
+        while true {
+            send(connection)
+            if connection.gone { return }
+            guard !connection.busy, connection.scanned < connection.unprocessed.count,
+                connection.unwritten.count < limits.writeBufferHighWatermark
+            else { break }
+            takeUnprocessed(connection)
+            if connection.gone { return }
         }
-        if connection.unprocessed.isEmpty {
-            connection.frameStarted = nil
-        } else if connection.frameStarted == nil {
-            connection.frameStarted = now
+        guard withinLimits(connection) else { return }
+        if connection.readEnded, !connection.busy, connection.unwritten.isEmpty,
+            connection.scanned >= connection.unprocessed.count
+        {
+            return close(connection)  // all answered; an unfinished message is never finished
         }
-        send(connection)
-        if !connection.gone { updateInterest(connection) }
+        updateInterest(connection)
     }
 
     private func takeUnprocessed(_ connection: Connection) {
-        let bytes = connection.unprocessed
-        connection.unprocessed = []
-        let taken = bytes.withUnsafeBytes { take($0, on: connection) }
-        guard !connection.gone, taken < bytes.count else { return }
-        connection.unprocessed = taken == 0 ? bytes : Array(bytes[taken...])  // a message still arriving: no copy
-        if taken > 0 { connection.frameStarted = now }  // the unfinished message is a later one
+        let taken = connection.unprocessed.withUnsafeBytes { take($0, on: connection) }
+        guard !connection.gone, taken > 0 else { return }
+        releasedBytes += connection.unprocessed.removeFirst(taken)
     }
 
-    /// Takes the complete messages at the start of `bytes` until a call goes
-    /// to the service; returns how many bytes it took.
+    /// Takes complete messages from the start of `bytes` while no call is with
+    /// the service and the replies waiting stay under the high watermark;
+    /// returns how many bytes it took. Leaves in `connection.scanned` how much
+    /// of the rest is known to hold no NUL, so that a message arriving in
+    /// many reads is searched once.
     private func take(_ bytes: UnsafeRawBufferPointer, on connection: Connection) -> Int {
         var start = 0
         while !connection.busy, start < bytes.count,
-            let found = memchr(bytes.baseAddress! + start, 0, bytes.count - start)
+            output.count + connection.unwritten.count < limits.writeBufferHighWatermark
         {
-            let end = bytes.baseAddress!.distance(to: UnsafeRawPointer(found))
-            let frame = UnsafeRawBufferPointer(rebasing: bytes[start..<end])
-            start = end + 1
-            guard frame.count <= limits.maximumFrameLength else {
+            let rest = UnsafeRawBufferPointer(rebasing: bytes[start...])
+            switch NULFraming.scan(rest, scanned: connection.scanned, limit: limits.maximumFrameLength) {
+            case .tooLarge:
                 tooLarge(connection)
                 return bytes.count
-            }
-            guard let (call, repeated) = parse(frame, on: connection) else {
-                logger.notice("closing connection: malformed message")
-                answerAndClose(connection, errors.malformed)
-                return bytes.count
-            }
-            if call.upgrade {
-                if !call.oneway { VarlinkReply(errors.upgrade).encode(into: &output) }
-            } else if repeated, let again = connection.lastFast, now < again.until, again.stamp == fastPathStamp() {
-                output.append(contentsOf: again.bytes)
-            } else if let fastPath, case let stamp = fastPathStamp(), let reply = fastPath(call, connection.peer) {
-                output.append(contentsOf: reply.bytes)
-                connection.lastFast = reply.reusableFor > .zero ? (reply.bytes, now + reply.reusableFor.nanoseconds, stamp) : nil
-            } else {
-                dispatch(call, on: connection)
+            case .incomplete(let scanned):
+                connection.scanned = scanned
+                if connection.frameStarted == nil { connection.frameStarted = now }
+                return start
+            case .frame(let length):
+                connection.scanned = 0
+                connection.frameStarted = nil
+                start += length + 1
+                guard serve(UnsafeRawBufferPointer(rebasing: rest[0..<length]), on: connection) else { return bytes.count }
             }
         }
         return start
     }
 
+    /// Answers one frame here (fast path, upgrade) or hands it to the
+    /// service; false if it was malformed and the connection closed.
+    private func serve(_ frame: UnsafeRawBufferPointer, on connection: Connection) -> Bool {
+        guard let (call, repeated) = parse(frame, on: connection) else {
+            logger.notice("closing connection: malformed message")
+            answerAndClose(connection, errors.malformed)
+            return false
+        }
+        if repeated, let again = connection.lastFast, bootNow < again.until, again.stamp == fastPathStamp() {
+            output.append(contentsOf: again.bytes)
+        } else if !call.upgrade, let fastPath, case let stamp = fastPathStamp(), let reply = fastPath(call, connection.peer) {
+            output.append(contentsOf: reply.bytes)
+            remember(frame, call: call, reply: reply, stamp: stamp, on: connection)
+        } else {
+            connection.forgetLastCall()
+            if call.upgrade {
+                if !call.oneway { VarlinkReply(errors.upgrade).encode(into: &output) }
+            } else {
+                dispatch(call, on: connection)
+            }
+        }
+        return true
+    }
+
     /// The frame's call, or nil if it is not one, and whether it repeats the
-    /// previous frame (most clients ask for their token the same way every
-    /// time): a repeat is not parsed again.
+    /// frame the fast path answered last (most clients ask for their token
+    /// the same way every time): a repeat is not parsed again.
     private func parse(_ frame: UnsafeRawBufferPointer, on connection: Connection) -> (VarlinkCall, repeated: Bool)? {
         guard frame.count > 0 else { return nil }
         if let last = connection.lastCall, connection.lastFrame.count == frame.count,
@@ -151,10 +178,25 @@ extension ServerLoop {
             return (last, true)
         }
         guard let call = try? VarlinkCall(frame: frame) else { return nil }
-        connection.lastFrame = Array(frame)
-        connection.lastCall = call
-        connection.lastFast = nil
         return (call, false)
+    }
+
+    /// Keeps a fast reply to be given again, with its frame and call, only
+    /// while they are small: no connection holds a large message once served.
+    private func remember(
+        _ frame: UnsafeRawBufferPointer, call: VarlinkCall, reply: VarlinkServer.FastReply, stamp: UInt64,
+        on connection: Connection
+    ) {
+        guard reply.reusableFor > .zero, frame.count <= Connection.rememberedFrame else {
+            return connection.forgetLastCall()
+        }
+        if connection.lastCall == nil || connection.lastFrame.count != frame.count
+            || !connection.lastFrame.elementsEqual(frame)
+        {
+            connection.lastFrame = Array(frame)
+            connection.lastCall = call
+        }
+        connection.lastFast = (reply.bytes, bootNow.addingSaturating(reply.reusableFor.nanoseconds), stamp)
     }
 
     private func tooLarge(_ connection: Connection) {
@@ -163,31 +205,65 @@ extension ServerLoop {
     }
 
     /// Writes what is owed and the error, then closes: the client learns why.
-    private func answerAndClose(_ connection: Connection, _ error: VarlinkError) {
+    func answerAndClose(_ connection: Connection, _ error: VarlinkError) {
         VarlinkReply(error).encode(into: &output)
         connection.unwritten.append(contentsOf: output)
-        output.removeAll(keepingCapacity: true)
+        resetOutput()
         _ = connection.unwritten.withUnsafeBytes {
             Glibc.send(connection.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
         }
         close(connection)
     }
 
+    /// False, with the connection closed, if its waiting replies pass the
+    /// hard cap or its person's connections hold more than their budget.
+    private func withinLimits(_ connection: Connection) -> Bool {
+        if connection.unwritten.count > limits.maximumUnwrittenBytes {
+            logger.notice(
+                "closing connection: too many replies not read",
+                metadata: ["limit": "\(limits.maximumUnwrittenBytes)", "peer.uid": "\(connection.peer?.uid ?? 0)"])
+            close(connection)
+            return false
+        }
+        guard account(connection, holding: connection.unprocessed.count + connection.unwritten.count) else {
+            logger.notice(
+                "closing connection: one person's connections hold too many bytes",
+                metadata: [
+                    "limit": "\(limits.maximumBufferedBytesPerPerson)", "peer.uid": "\(connection.peer?.uid ?? 0)",
+                    "person": "\(connection.person)",
+                ])
+            answerAndClose(connection, errors.oversized)
+            return false
+        }
+        return true
+    }
+
     // MARK: Writing
 
+    /// Writes `output` (what the socket does not take waits in `unwritten`),
+    /// leaving `output` empty.
     func send(_ connection: Connection) {
         guard !output.isEmpty else { return }
+        defer { resetOutput() }
         connection.queued += output.count
-        guard connection.unwritten.isEmpty else {
-            connection.unwritten.append(contentsOf: output)
-            return
-        }
+        guard connection.unwritten.isEmpty else { return connection.unwritten.append(contentsOf: output) }
         let written = output.withUnsafeBytes { Glibc.send(connection.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         if written < 0, errno != EAGAIN, errno != EINTR { return close(connection) }
         connection.sent += max(0, written)
         if written == output.count { return }
-        connection.unwritten = Array(output[max(0, written)...])
-        connection.unwritableSince = now
+        connection.unwritten.append(contentsOf: output[max(0, written)...])
+        connection.lastProgress = now
+    }
+
+    /// The loop's scratch for replies: emptied, and given back if a large reply grew it.
+    func resetOutput() {
+        if output.capacity > 256 * 1024 {
+            releasedBytes += output.capacity
+            output = []
+            output.reserveCapacity(64 * 1024)
+        } else {
+            output.removeAll(keepingCapacity: true)
+        }
     }
 
     private func flush(_ connection: Connection) {
@@ -200,27 +276,35 @@ extension ServerLoop {
                 return close(connection)
             }
             connection.sent += written
-            connection.unwritten.removeFirst(written)
-            if connection.unwritten.isEmpty { connection.unwritableSince = nil }
+            if written > 0 { connection.lastProgress = now }  // the write timeout runs from the last progress
+            releasedBytes += connection.unwritten.removeFirst(written)
             while let first = connection.deliveries.first, first.end <= connection.sent {
                 connection.deliveries.removeFirst()
                 first.delivery.complete(written: true)
             }
         }
-        updateInterest(connection)
+        settle(connection)  // calls held back by the watermark are taken now
     }
 
-    /// Reads while no call is with the service and the replies waiting to be
-    /// written stay under the high watermark; asks to be told when the socket
-    /// is writable while any wait. Hang-ups are reported whatever is asked.
+    /// Reads while the client may send, no call is with the service and the
+    /// replies waiting to be written stay under the high watermark; asks to be
+    /// told when the socket is writable while any wait. Hang-ups are reported
+    /// whatever is asked.
     func updateInterest(_ connection: Connection) {
         var wanted: UInt32 = 0
-        if !connection.busy, connection.unwritten.count < limits.writeBufferHighWatermark {
+        if !connection.busy, !connection.readEnded, connection.unwritten.count < limits.writeBufferHighWatermark {
             wanted |= EPOLLIN.rawValue
         }
         if !connection.unwritten.isEmpty { wanted |= EPOLLOUT.rawValue }
         guard wanted != connection.interest else { return }
         connection.interest = wanted
         if !watch(connection.fd, events: wanted, operation: EPOLL_CTL_MOD) { close(connection) }
+    }
+}
+
+extension Int64 {
+    func addingSaturating(_ other: Int64) -> Int64 {
+        let (sum, overflow) = addingReportingOverflow(other)
+        return overflow ? (other > 0 ? .max : .min) : sum
     }
 }

@@ -19,12 +19,18 @@ struct Mailbox {
         case publish(Broadcast, [UInt8], (@Sendable () -> Void)?)
         /// The broadcast ends its members' calls with this reply.
         case finish(Broadcast, [UInt8])
+        #if TOKEND_TEST_HOOKS
+        /// Test builds only: runs on the loop's thread, to look at its state.
+        case inspect(@Sendable (ServerLoop) -> Void)
+        #endif
     }
     var items: [(fd: CInt, connection: UInt64, item: Item)] = []
     /// Health checks waiting for the loop to come round.
-    var pings: [CheckedContinuation<Void, Never>] = []
+    var pings: [CheckedContinuation<Void, Error>] = []
     /// False once the loop has ended: nothing more is delivered.
     var open = true
+    /// Why the loop ended, for health checks that come after.
+    var failure: Error?
     /// Test builds: the loop stops for good when it reads this.
     var hang = false
 
@@ -74,16 +80,17 @@ extension ServerLoop {
     }
 
     /// Returns once the loop has come round to it: a hung loop never returns
-    /// (the watchdog's health check). Returns at once if the loop has ended.
-    func ping() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let waiting = mailbox.withLock { mailbox -> Bool in
-                guard mailbox.open else { return false }
+    /// (the watchdog's health check). Throws if the loop has ended, or ends
+    /// before it comes round: a loop that is not turning is never healthy.
+    func ping() async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+            let ended = mailbox.withLock { mailbox -> Error? in
+                guard mailbox.open else { return mailbox.failure ?? ServerLoopFailed(reason: "stopped") }
                 if mailbox.isEmpty { ring() }
                 mailbox.pings.append(continuation)
-                return true
+                return nil
             }
-            if !waiting { continuation.resume() }
+            if let ended { continuation.resume(throwing: ended) }
         }
     }
 
@@ -94,6 +101,23 @@ extension ServerLoop {
             guard mailbox.open else { return }
             if mailbox.isEmpty { ring() }
             mailbox.hang = true
+        }
+    }
+    #endif
+
+    #if TOKEND_TEST_HOOKS
+    /// Test builds only: `body`'s result, computed on the loop's thread between events.
+    func inspectForTesting<T: Sendable>(_ body: @escaping @Sendable (ServerLoop) -> T) async throws -> T {
+        let result = Mutex<T?>(nil)
+        let (done, finished) = AsyncStream<Void>.makeStream()
+        guard post(.inspect({ loop in
+            result.withLock { $0 = body(loop) }
+            finished.finish()
+        }), fd: -1, connection: 0) else { throw ServerLoopFailed(reason: "stopped") }
+        for await _ in done {}
+        return try result.withLock { value in
+            guard let value else { throw ServerLoopFailed(reason: "stopped") }
+            return value
         }
     }
     #endif
@@ -129,6 +153,11 @@ extension ServerLoop {
             case .finish(let broadcast, let reply):
                 finished(broadcast, reply: reply)
                 continue
+            #if TOKEND_TEST_HOOKS
+            case .inspect(let body):
+                body(self)
+                continue
+            #endif
             default:
                 break
             }
@@ -140,22 +169,24 @@ extension ServerLoop {
             case .finished(let replies): answered(connection, replies: replies)
             case .streamed(let reply, let written): streamed(connection, reply: reply, written: written)
             case .join(let broadcast, let first): joined(connection, to: broadcast, first: first)
-            case .publish, .finish: break
+            default: break
             }
         }
     }
 
-    /// After the loop ends: nothing more is taken, and waiting pings return.
-    func closeMailbox() {
+    /// After the loop ends: nothing more is taken, and waiting pings fail.
+    func closeMailbox(failure: Error?) {
+        let ended = failure ?? ServerLoopFailed(reason: "stopped")
         let (pings, items) = mailbox.withLock { mailbox in
             mailbox.open = false
+            mailbox.failure = ended
             defer {
                 mailbox.pings = []
                 mailbox.items = []
             }
             return (mailbox.pings, mailbox.items)
         }
-        for ping in pings { ping.resume() }
+        for ping in pings { ping.resume(throwing: ended) }
         for (_, _, item) in items {
             switch item {
             case .streamed(_, let written): written.resume(returning: false)

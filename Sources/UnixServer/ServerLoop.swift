@@ -25,7 +25,11 @@ import Glibc
 ///   `upgrade` is answered with an error.
 /// - A connection over the limit, or from a peer the admission check turns
 ///   away, is answered and closed here: no task, and no slot.
-/// Frame, idle and write timeouts are checked once a second.
+/// - Slots and bytes are budgeted per person: the uid, or the owner of the
+///   subordinate range (/etc/subuid) the uid is in.
+/// Frame, idle and write timeouts are checked once a second. An epoll
+/// failure ends the loop and `ended` is given the error: a server that
+/// cannot turn its loop is not kept half alive.
 final class ServerLoop: @unchecked Sendable {
     let listener: CInt
     let limits: VarlinkServer.Limits
@@ -33,9 +37,11 @@ final class ServerLoop: @unchecked Sendable {
     let fastPath: VarlinkServer.FastPath?
     let fastPathStamp: VarlinkServer.FastPathStamp
     let admission: VarlinkServer.Admission?
+    let subordinateIDs: SubordinateIDsBox
     let service: VarlinkService
     let logger: Logger
-    let ended: @Sendable () -> Void
+    /// Called once when the loop ends: with nil after `stop()`, else with why.
+    let ended: @Sendable (Error?) -> Void
     let epoll: CInt
     /// Written once by `stop()`.
     let wake: CInt
@@ -51,10 +57,10 @@ final class ServerLoop: @unchecked Sendable {
     /// Admitted connections (refused ones are kept apart, briefly).
     var admitted = 0
     var refusedHeld = 0
-    /// Connections per caller uid (admins are not counted here).
-    var perUser: [UInt32: Int] = [:]
-    /// Unread bytes (unfinished messages, calls waiting behind a busy one) per uid.
-    var unfinishedPerUser: [UInt32: Int] = [:]
+    /// Connections per caller person (admins are not counted here).
+    var perPerson: [UInt32: Int] = [:]
+    /// Bytes held per person: unfinished messages, calls not yet taken, replies not yet written.
+    var bufferedPerPerson: [UInt32: Int] = [:]
     /// The most connections held since memory was last handed back.
     var peakConnections = 0
     /// This many connections gone since that peak is a burst that has ended.
@@ -65,15 +71,25 @@ final class ServerLoop: @unchecked Sendable {
     let input = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     /// Replies made during one read, written with one call.
     var output: [UInt8] = []
+    /// CLOCK_MONOTONIC, for timeouts: a suspended machine's clients do not time out for it.
     var now: Int64 = 0
+    /// CLOCK_BOOTTIME, for reusing a fast reply: a token's life goes on while the machine sleeps.
+    var bootNow: Int64 = 0
     var lastCheck: Int64 = 0
     var acceptPausedUntil: Int64?
+    var lastAcceptFailureLog: Int64 = .min / 2
+    /// Buffer capacity given back to the allocator since the last check;
+    /// past `trimAfter` the check hands the freed memory back to the system.
+    var releasedBytes = 0
+    static let trimAfter = 1 << 20
 
     init(
         listener: CInt, limits: VarlinkServer.Limits, errors: VarlinkServer.Errors, fastPath: VarlinkServer.FastPath?,
-        fastPathStamp: @escaping VarlinkServer.FastPathStamp, admission: VarlinkServer.Admission?, service: VarlinkService, logger: Logger,
-        ended: @escaping @Sendable () -> Void
+        fastPathStamp: @escaping VarlinkServer.FastPathStamp, admission: VarlinkServer.Admission?,
+        subordinateIDs: SubordinateIDsBox, service: VarlinkService, logger: Logger,
+        ended: @escaping @Sendable (Error?) -> Void
     ) throws {
+        self.subordinateIDs = subordinateIDs
         self.listener = listener
         self.limits = limits
         self.errors = errors
@@ -124,15 +140,22 @@ final class ServerLoop: @unchecked Sendable {
     private func run() {
         var events = [epoll_event](repeating: epoll_event(), count: 1024)
         let interval = limits.checkInterval.nanoseconds
+        var failure: Error?
         loop: while true {
+            // Accepting again after a shortage of descriptors is not left to the check.
+            let wait = acceptPausedUntil.map { min(interval, max(0, $0 - now)) } ?? interval
             let count = events.withUnsafeMutableBufferPointer {
-                epoll_wait(epoll, $0.baseAddress, 1024, Int32(interval / 1_000_000))
+                epoll_wait(epoll, $0.baseAddress, 1024, Int32(clamping: (wait + 999_999) / 1_000_000))
             }
             if count < 0, errno != EINTR {
-                logger.critical("server loop failed", metadata: ["error": "\(String(cString: strerror(errno)))"])
+                let reason = "failed: epoll_wait: \(String(cString: strerror(errno)))"
+                logger.critical("server loop failed", metadata: ["error": "\(reason)"])
+                failure = ServerLoopFailed(reason: reason)
                 break
             }
-            now = Self.monotonicNow()
+            now = Self.clock(CLOCK_MONOTONIC)
+            bootNow = Self.clock(CLOCK_BOOTTIME)
+            if let until = acceptPausedUntil, now >= until { resumeAccepting() }
             var accepting = false
             for index in 0..<max(0, Int(count)) {
                 let fd = events[index].data.fd
@@ -153,11 +176,11 @@ final class ServerLoop: @unchecked Sendable {
                 check()
             }
         }
-        closeMailbox()
+        closeMailbox(failure: failure)
         for connection in Array(connections.values) { close(connection) }
         for fd in [listener, epoll, wake, mail] { Glibc.close(fd) }
         input.deallocate()
-        ended()
+        ended(failure)
     }
 
     // MARK: Accepting
@@ -170,30 +193,35 @@ final class ServerLoop: @unchecked Sendable {
                 case EAGAIN, EINTR: return
                 case ECONNABORTED, EPROTO: continue
                 default:
-                    // Out of descriptors or memory: stop accepting for a moment
-                    // rather than spin on a listener that stays readable.
-                    logger.warning(
-                        "cannot accept connections", metadata: ["error": "\(String(cString: strerror(errno)))"])
+                    // Out of descriptors or memory: stop accepting until a
+                    // connection closes or `acceptRetry` passes, rather than
+                    // spin on a listener that stays readable.
+                    if now - lastAcceptFailureLog >= 1_000_000_000 {
+                        logger.warning(
+                            "cannot accept connections", metadata: ["error": "\(String(cString: strerror(errno)))"])
+                        lastAcceptFailureLog = now
+                    }
                     _ = watch(listener, events: 0, operation: EPOLL_CTL_DEL)
-                    acceptPausedUntil = now + 100_000_000
+                    acceptPausedUntil = now.addingSaturating(limits.acceptRetry.nanoseconds)
                     return
                 }
             }
-            let peer = PeerCredentials.of(socket: fd)
+            var peer = PeerCredentials.of(socket: fd)
+            let person = person(of: peer)
+            peer?.person = person
             switch admission?(peer) ?? .caller {
             case .refused(let error):
                 refuse(fd, peer: peer, with: error, reason: "peer may call nothing")
             case .admin where admitted < limits.maximumConnections + limits.adminConnections:
                 register(fd, peer: peer, refused: false)
             case .caller where admitted < limits.maximumConnections:
-                let uid = peer?.uid ?? UInt32.max
-                guard perUser[uid, default: 0] < limits.maximumConnectionsPerUser else {
+                guard perPerson[person, default: 0] < limits.maximumConnectionsPerUser else {
                     refuse(fd, peer: peer, with: errors.overloaded, reason: "too many connections from one user")
                     continue
                 }
                 if let connection = register(fd, peer: peer, refused: false) {
-                    perUser[uid, default: 0] += 1
-                    connection.countedUID = uid
+                    perPerson[person, default: 0] += 1
+                    connection.holdsSlot = true
                 }
             default:
                 refuse(fd, peer: peer, with: errors.overloaded, reason: "too many connections")
@@ -208,7 +236,8 @@ final class ServerLoop: @unchecked Sendable {
             return nil
         }
         nextConnection += 1
-        let connection = Connection(fd: fd, id: nextConnection, peer: peer, now: now, refused: refused)
+        let connection = Connection(
+            fd: fd, id: nextConnection, peer: peer, person: person(of: peer), now: now, refused: refused)
         connections[fd] = connection
         if refused { refusedHeld += 1 } else { admitted += 1 }
         return connection
@@ -240,6 +269,17 @@ final class ServerLoop: @unchecked Sendable {
         connection.refusal = error
     }
 
+    /// Whose budgets a peer counts in; read at accept only (the table may be reloaded).
+    func person(of peer: PeerCredentials?) -> UInt32 {
+        guard let peer else { return UInt32.max }
+        return subordinateIDs.value.withLock { $0.person(of: peer.uid) }
+    }
+
+    private func resumeAccepting() {
+        acceptPausedUntil = nil
+        _ = watch(listener, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
+    }
+
     static func answer(_ fd: CInt, _ error: VarlinkError) {
         var frame: [UInt8] = []
         VarlinkReply(error).encode(into: &frame)
@@ -250,16 +290,15 @@ final class ServerLoop: @unchecked Sendable {
 
     /// Closes connections that hold resources without using them.
     private func check() {
-        if let until = acceptPausedUntil, now >= until {
-            acceptPausedUntil = nil
-            _ = watch(listener, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
-        }
-        // A burst of clients has come and gone (a worker pool, a stampede): the
-        // memory it took goes back to the system rather than staying with tokend.
+        // A burst of clients has come and gone (a worker pool, a stampede), or
+        // connections' buffers have given back a megabyte or more (large
+        // messages, backlogs): the memory goes back to the system rather than
+        // staying with tokend. At most once a check, so a trim costs little.
         peakConnections = max(peakConnections, admitted)
-        if peakConnections - admitted >= Self.burst {
+        if peakConnections - admitted >= Self.burst || releasedBytes >= Self.trimAfter {
             malloc_trim(0)
             peakConnections = admitted
+            releasedBytes = 0
         }
         let frameTimeout = limits.frameTimeout.nanoseconds
         let writeTimeout = limits.writeTimeout.nanoseconds
@@ -270,7 +309,7 @@ final class ServerLoop: @unchecked Sendable {
                 continue
             }
             var reason: String?
-            if let since = connection.unwritableSince, now - since > writeTimeout {
+            if !connection.unwritten.isEmpty, now - connection.lastProgress > writeTimeout {
                 reason = "replies not read for \(writeTimeout / 1_000_000_000) s"
             } else if connection.busy {
                 continue  // a call in progress or a subscriber waiting for events is not idle
@@ -298,30 +337,34 @@ final class ServerLoop: @unchecked Sendable {
         connections[connection.fd] = nil
         connection.gone = true
         Glibc.close(connection.fd)
+        if acceptPausedUntil != nil { resumeAccepting() }  // a descriptor is free again
         if connection.refused { refusedHeld -= 1 } else { admitted -= 1 }
-        if let uid = connection.countedUID { release(uid) }
+        if connection.holdsSlot { release(connection.person) }
         account(connection, holding: 0)
+        releasedBytes += connection.unprocessed.capacity + connection.unwritten.capacity
         connection.stream?.cancel()
         leave(connection)
         for waiting in connection.deliveries { waiting.delivery.complete(written: false) }
         connection.deliveries = []
     }
 
-    /// Records how many unread bytes the connection holds; false when its
-    /// uid's connections together hold more than they may.
+    /// Records how many bytes the connection holds (read and not taken,
+    /// written and not sent); false when its person's connections together
+    /// hold more than they may.
     @discardableResult
     func account(_ connection: Connection, holding bytes: Int) -> Bool {
-        guard bytes != connection.accounted else { return true }
-        let uid = connection.peer?.uid ?? UInt32.max
-        let total = unfinishedPerUser[uid, default: 0] - connection.accounted + bytes
-        unfinishedPerUser[uid] = total > 0 ? total : nil
+        let previous = connection.accounted
+        guard bytes != previous else { return true }
+        let total = bufferedPerPerson[connection.person, default: 0] - previous + bytes
+        bufferedPerPerson[connection.person] = total > 0 ? total : nil
         connection.accounted = bytes
-        return total <= limits.maximumUnfinishedBytesPerUser
+        // A connection that holds less than before is not the one to blame.
+        return bytes < previous || total <= limits.maximumBufferedBytesPerPerson
     }
 
-    private func release(_ uid: UInt32) {
-        let left = perUser[uid, default: 1] - 1
-        perUser[uid] = left > 0 ? left : nil
+    private func release(_ person: UInt32) {
+        let left = perPerson[person, default: 1] - 1
+        perPerson[person] = left > 0 ? left : nil
     }
 
     func watch(_ fd: CInt, events: UInt32, operation: Int32) -> Bool {
@@ -331,9 +374,9 @@ final class ServerLoop: @unchecked Sendable {
         return epoll_ctl(epoll, operation, fd, &event) == 0
     }
 
-    static func monotonicNow() -> Int64 {
+    static func clock(_ id: clockid_t) -> Int64 {
         var time = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &time)
+        clock_gettime(id, &time)
         return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
     }
 }
@@ -344,51 +387,67 @@ final class Connection {
     /// Tells this connection from a later one that reuses its descriptor.
     let id: UInt64
     let peer: PeerCredentials?
+    /// Whose budgets the connection counts in (see `SubordinateIDs`), set at accept.
+    let person: UInt32
     /// Over the limit or turned away: answered, read once, closed.
     let refused: Bool
     /// What a refused connection is answered.
     var refusal: VarlinkError?
-    /// The caller uid whose per-user count this connection is in.
-    var countedUID: UInt32?
+    /// Counted in its person's connection slots.
+    var holdsSlot = false
     /// The last read, or the last answer.
     var lastActive: Int64
     /// When the first byte of the unfinished message at the end of
-    /// `unprocessed` arrived; nil when no message is unfinished.
+    /// `unprocessed` arrived; nil when no message is known to be unfinished.
     var frameStarted: Int64?
     /// Bytes read and not yet taken: the start of an unfinished message, or
-    /// the calls that came after one the service is handling.
-    var unprocessed: [UInt8] = []
-    /// `unprocessed.count` as last counted against the uid's total.
+    /// calls held back (a call with the service, or replies past the watermark).
+    var unprocessed = ByteQueue()
+    /// How much of `unprocessed` is known to hold no NUL.
+    var scanned = 0
+    /// `unprocessed.count + unwritten.count` as last counted against the person's total.
     var accounted = 0
-    var unwritten: [UInt8] = []
-    var unwritableSince: Int64?
+    var unwritten = ByteQueue()
+    /// When the socket last took bytes of `unwritten` (or it began to fill).
+    var lastProgress: Int64 = 0
     /// Bytes handed to the kernel, and bytes queued, since the connection began.
     var sent = 0
     var queued = 0
     /// A call is with the service; the connection is not read until it answers.
     var busy = false
+    /// The client sends no more: the connection closes once all is answered.
+    var readEnded = false
     /// The task of the `more` call in progress, cancelled if the connection closes.
     var stream: Task<Void, Never>?
     /// Streamed replies queued and not yet on the socket, oldest first.
     var deliveries: [(end: Int, delivery: Delivery)] = []
     /// The broadcast whose member this connection's `more` call is.
     var member: ObjectIdentifier?
-    /// Answered a protocol error: closes once that answer is written.
-    var closing = false
     var gone = false
     /// The epoll events asked for.
     var interest = EPOLLIN.rawValue
-    /// The last frame parsed, and its call.
+    /// The last frame the fast path answered, its call, and the answer while
+    /// it may be given again (`until` on CLOCK_BOOTTIME). Kept only for
+    /// frames up to `rememberedFrame` bytes.
     var lastFrame: [UInt8] = []
     var lastCall: VarlinkCall?
-    /// The fast path's answer to `lastCall`, while it may be given again.
     var lastFast: (bytes: [UInt8], until: Int64, stamp: UInt64)?
+    /// GetToken with a session name is well under this.
+    static let rememberedFrame = 1024
 
-    init(fd: CInt, id: UInt64, peer: PeerCredentials?, now: Int64, refused: Bool) {
+    init(fd: CInt, id: UInt64, peer: PeerCredentials?, person: UInt32, now: Int64, refused: Bool) {
         self.fd = fd
         self.id = id
         self.peer = peer
+        self.person = person
         self.lastActive = now
         self.refused = refused
+    }
+
+    func forgetLastCall() {
+        guard lastCall != nil else { return }
+        lastFrame = []
+        lastCall = nil
+        lastFast = nil
     }
 }

@@ -29,23 +29,34 @@ public struct VarlinkServer: Sendable {
         public var maximumFrameLength = 1 << 20
         /// Connections served at once; more are answered `overloadedError` and closed.
         public var maximumConnections = 512
-        /// Connections one uid (not an admin) may hold.
+        /// Connections one person (not an admin) may hold: a uid, with the
+        /// subordinate uids it owns (`SubordinateIDs`).
         public var maximumConnectionsPerUser = 256
         /// Slots beyond `maximumConnections` that only admins may take, so
         /// that a caller holding every slot cannot lock out Login and Logout.
         public var adminConnections = 16
         /// A connection with no call in progress and no data for this long is closed.
         public var idleTimeout = Duration.seconds(300)
-        /// Bytes of messages begun and not finished that one uid's
-        /// connections may hold together (slow senders cannot pile up memory).
-        public var maximumUnfinishedBytesPerUser = 4 << 20
+        /// Bytes one person's connections may hold together: messages begun
+        /// and not finished, calls read and not yet taken, and replies not yet
+        /// written. The connection whose bytes pass it is closed (slow senders
+        /// and readers that never read cannot pile up memory, however many
+        /// connections or subordinate uids they use).
+        public var maximumBufferedBytesPerPerson = 4 << 20
         /// A message not finished this long after its first byte closes the connection.
         public var frameTimeout = Duration.seconds(10)
-        /// Replies the client does not read for this long (socket buffer and
-        /// the write buffer full) close the connection.
+        /// A connection whose replies wait and whose socket takes none of them
+        /// for this long (since the last write that made progress) is closed.
         public var writeTimeout = Duration.seconds(30)
-        /// Outbound bytes buffered per connection before the loop stops reading it.
+        /// Replies waiting per connection before the loop takes no further
+        /// call from it: checked before each call is parsed.
         public var writeBufferHighWatermark = 64 * 1024
+        /// Replies waiting on one connection beyond this close it (a stream
+        /// or a large reply to a client that does not read).
+        public var maximumUnwrittenBytes = 4 << 20
+        /// After accept fails for want of descriptors or memory, it is tried
+        /// again once a connection closes, or after this long.
+        var acceptRetry = Duration.milliseconds(50)
         /// How long a refused connection is kept (to read its first call, so
         /// that the client sees the answer rather than a reset).
         var refusedLinger = Duration.milliseconds(500)
@@ -80,7 +91,7 @@ public struct VarlinkServer: Sendable {
     public enum Standing: Sendable {
         /// Answered this error and closed: a peer that may call nothing holds no slot.
         case refused(VarlinkError)
-        /// Shares the slots, at most `maximumConnectionsPerUser` of them per uid.
+        /// Shares the slots, at most `maximumConnectionsPerUser` of them per person.
         case caller
         /// Also has `adminConnections` slots beyond the limit, which no caller can take.
         case admin
@@ -94,8 +105,10 @@ public struct VarlinkServer: Sendable {
     let fastPath: FastPath?
     let fastPathStamp: FastPathStamp
     let admission: Admission?
-    /// The running loop, for `ping`.
+    /// The running loop, for `healthCheck`.
     let running = RunningLoop()
+    /// Whose subordinate uids are whose; replaced by `reloadSubordinateIDs`.
+    let subordinateIDs: SubordinateIDsBox
 
     /// What the server itself answers, outside any method.
     struct Errors: Sendable {
@@ -109,8 +122,10 @@ public struct VarlinkServer: Sendable {
         service: VarlinkService, source: ListenSource, limits: Limits = Limits(), logger: Logger,
         oversizedFrameError: VarlinkError = .invalidParameter("message"),
         overloadedError: VarlinkError = VarlinkError("org.varlink.service.InternalError"),
-        fastPath: FastPath? = nil, fastPathStamp: @escaping FastPathStamp = { 0 }, admission: Admission? = nil
+        fastPath: FastPath? = nil, fastPathStamp: @escaping FastPathStamp = { 0 }, admission: Admission? = nil,
+        subordinateIDs: SubordinateIDs = .load()
     ) {
+        self.subordinateIDs = SubordinateIDsBox(subordinateIDs)
         self.fastPath = fastPath
         self.fastPathStamp = fastPathStamp
         self.admission = admission
@@ -122,20 +137,23 @@ public struct VarlinkServer: Sendable {
     }
 
     /// Binds (or adopts) the socket; `onListening` runs once it accepts
-    /// connections. Returns when the task is cancelled or the loop fails.
+    /// connections. Returns when the task is cancelled; throws
+    /// `SocketSetupError` if the socket cannot be bound or listened on, and
+    /// `ServerLoopFailed` if the loop ends on an error (the server then
+    /// serves nobody, and its process should end).
     public func run(onListening: @Sendable () async -> Void = {}) async throws {
         let listener: CInt
         switch source {
         case .path(let path, let mode): listener = try Self.listen(path: path, mode: mode)
         case .fileDescriptor(let fd): listener = fd
         }
-        let (ended, endedContinuation) = AsyncStream<Void>.makeStream()
+        let (ended, endedContinuation) = AsyncThrowingStream<Void, Error>.makeStream()
         let loop: ServerLoop
         do {
             loop = try ServerLoop(
                 listener: listener, limits: limits, errors: errors, fastPath: fastPath, fastPathStamp: fastPathStamp,
-                admission: admission,
-                service: service, logger: logger, ended: { endedContinuation.finish() })
+                admission: admission, subordinateIDs: subordinateIDs, service: service, logger: logger,
+                ended: { endedContinuation.finish(throwing: $0) })
         } catch {
             close(listener)
             throw error
@@ -143,17 +161,26 @@ public struct VarlinkServer: Sendable {
         loop.start()
         running.loop.withLock { $0 = loop }
         await onListening()
-        await withTaskCancellationHandler {
-            for await _ in ended {}
+        try await withTaskCancellationHandler {
+            for try await _ in ended {}
         } onCancel: {
             loop.stop()
         }
     }
 
-    /// Returns once the server's loop has come round (at once if it is not
-    /// running); never, if it is stuck.
-    public func ping() async {
-        await running.loop.withLock { $0 }?.ping()
+    /// Returns once the server's loop has come round; a stuck loop never
+    /// returns. Throws `ServerLoopFailed` if no loop is turning (not
+    /// started, stopped, or ended on an error): the watchdog must not be fed.
+    public func healthCheck() async throws {
+        guard let loop = running.loop.withLock({ $0 }) else { throw ServerLoopFailed(reason: "not running") }
+        try await loop.ping()
+    }
+
+    /// Replaces whose subordinate uids are whose (the daemon rereads
+    /// /etc/subuid on SIGHUP). Connections already open keep the person they
+    /// were counted as; new ones are counted by the new table.
+    public func reloadSubordinateIDs(_ ids: SubordinateIDs) {
+        subordinateIDs.value.withLock { $0 = ids }
     }
 
     #if TOKEND_TEST_HOOKS
@@ -180,9 +207,21 @@ public struct VarlinkServer: Sendable {
             raw[path.utf8.count] = 0
         }
         var existing = stat()
-        if lstat(path, &existing) == 0, existing.st_mode & S_IFMT == S_IFSOCK {
-            guard !answers(address) else { throw SocketSetupError(path: path, operation: "bind", errno: EADDRINUSE) }
-            unlink(path)
+        if lstat(path, &existing) == 0 {
+            guard existing.st_mode & S_IFMT == S_IFSOCK else {
+                throw SocketSetupError(path: path, operation: "bind", errno: EEXIST, reason: "a file that is not a socket is there")
+            }
+            switch connectionOutcome(address) {
+            case 0:
+                throw SocketSetupError(
+                    path: path, operation: "bind", errno: EADDRINUSE, reason: "another program already listens there")
+            case ECONNREFUSED:
+                unlink(path)  // left by a server that is gone
+            case let failure:
+                throw SocketSetupError(
+                    path: path, operation: "connect", errno: failure,
+                    reason: "cannot tell whether another program listens there")
+            }
         }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SocketSetupError(path: path, operation: "socket", errno: errno) }
@@ -200,18 +239,21 @@ public struct VarlinkServer: Sendable {
         return fd
     }
 
-    /// Something accepts connections at `address`: a socket that answers is
-    /// never unlinked, whoever owns it.
-    static func answers(_ address: sockaddr_un) -> Bool {
+    /// 0 if something accepts connections at `address`, else connect's
+    /// errno: only ECONNREFUSED (nobody listens) lets a socket file be
+    /// unlinked, whoever owns it.
+    static func connectionOutcome(_ address: sockaddr_un) -> Int32 {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return false }
+        guard fd >= 0 else { return errno }
         defer { close(fd) }
         var address = address
-        return withUnsafePointer(to: &address) {
+        let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
             }
         }
+        // A listener whose queue is full (EAGAIN) is still a listener.
+        return connected == 0 || errno == EAGAIN ? 0 : errno
     }
 
     /// net.core.somaxconn: listen() silently caps any larger backlog to it.
@@ -230,16 +272,48 @@ final class RunningLoop: Sendable {
     let loop = Mutex<ServerLoop?>(nil)
 }
 
+final class SubordinateIDsBox: Sendable {
+    let value: Mutex<SubordinateIDs>
+    init(_ ids: SubordinateIDs) { value = Mutex(ids) }
+}
+
+/// The socket could not be set up: `description` names the path and the reason.
 public struct SocketSetupError: Error, CustomStringConvertible {
     public let path: String
     public let operation: String
     public let errno: Int32
-    public var description: String { "\(operation) \(path): \(String(cString: strerror(errno)))" }
+    /// What the error means here, when errno alone would mislead.
+    public let reason: String?
+
+    public init(path: String, operation: String, errno: Int32, reason: String? = nil) {
+        self.path = path
+        self.operation = operation
+        self.errno = errno
+        self.reason = reason
+    }
+
+    public var description: String {
+        let cause = String(cString: strerror(errno))
+        let explained =
+            reason
+            ?? (errno == ENOTDIR ? "a part of its directory path is not a directory" : nil)
+        return "cannot \(operation) socket \(path): \(explained.map { "\($0) (\(cause))" } ?? cause)"
+    }
+}
+
+/// The server's loop is not turning: it ended on an error, stopped, or never started.
+public struct ServerLoopFailed: Error, CustomStringConvertible {
+    public let reason: String
+    public var description: String { "server loop \(reason)" }
 }
 
 extension Duration {
+    /// Whole nanoseconds, saturating at Int64's bounds (~292 years) rather than trapping.
     var nanoseconds: Int64 {
         let (seconds, attoseconds) = components
-        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        guard !overflow else { return seconds < 0 ? .min : .max }
+        let (sum, past) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000)
+        return past ? (seconds < 0 ? .min : .max) : sum
     }
 }

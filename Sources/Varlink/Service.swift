@@ -20,12 +20,16 @@ public struct PeerCredentials: Sendable, Equatable {
     public var gid: UInt32
     /// Supplementary groups of the peer process when it connected (SO_PEERGROUPS).
     public var groups: [UInt32]
+    /// Whose budgets the peer counts in: its uid, or the owner of the
+    /// /etc/subuid range the uid lies in. The server sets it at accept.
+    public var person: UInt32
 
-    public init(pid: Int32, uid: UInt32, gid: UInt32, groups: [UInt32] = []) {
+    public init(pid: Int32, uid: UInt32, gid: UInt32, groups: [UInt32] = [], person: UInt32? = nil) {
         self.pid = pid
         self.uid = uid
         self.gid = gid
         self.groups = groups
+        self.person = person ?? uid
     }
 }
 

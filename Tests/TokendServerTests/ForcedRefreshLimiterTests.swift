@@ -18,11 +18,11 @@ import Varlink
     }
 
     func limiter(perMinute: Int, at time: Time) -> ForcedRefreshLimiter {
-        let ids = self.ids
-        return ForcedRefreshLimiter(perMinute: perMinute, person: { ids.person(of: $0) }, now: { time.now.withLock { $0 } })
+        ForcedRefreshLimiter(perMinute: perMinute, now: { time.now.withLock { $0 } })
     }
 
-    func peer(_ uid: UInt32) -> PeerCredentials { PeerCredentials(pid: 1, uid: uid, gid: uid) }
+    /// A peer as the server admits it: its person from the subordinate ranges.
+    func peer(_ uid: UInt32) -> PeerCredentials { PeerCredentials(pid: 1, uid: uid, gid: uid, person: ids.person(of: uid)) }
 
     @Test func twoUidsOfOnePersonShareOneBudget() {
         let time = Time(1000)

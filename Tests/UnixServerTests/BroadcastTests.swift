@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import TestSupport
 import Varlink
 
 @testable import UnixServer
@@ -18,7 +19,8 @@ extension ServerLoopTests {
         harness.broadcast.publish(VarlinkReply(parameters: ["event": .string(event)], continues: true)) {
             done.withLock { $0 = .now }
         }
-        return await eventually(seconds) { done.withLock { $0 } != nil } ? done.withLock { $0! } - start : nil
+        guard (try? await eventually(within: seconds) { done.withLock { $0 } != nil }) != nil else { return nil }
+        return done.withLock { $0! } - start
     }
 
     @Test func membersGetTheirFirstRepliesThenEveryPublishedOne() async throws {

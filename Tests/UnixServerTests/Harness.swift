@@ -31,7 +31,7 @@ final class Harness: Sendable {
 
     init(
         limits: VarlinkServer.Limits = Harness.quickLimits(), admission: VarlinkServer.Admission? = nil,
-        fastReusableFor: Duration = .zero
+        fastReusableFor: Duration = .zero, fastReplyPadding: Int = 0, subordinateIDs: SubordinateIDs = SubordinateIDs()
     ) async throws {
         path = NSTemporaryDirectory() + "unixserver-\(UUID().uuidString.prefix(8)).sock"
         let publisher = self.publisher
@@ -75,7 +75,10 @@ final class Harness: Sendable {
             ])
         let fastReply: [UInt8] = {
             var bytes: [UInt8] = []
-            VarlinkReply(parameters: ["fast": true]).encode(into: &bytes)
+            // Padded to the size of a real token reply where a test needs one.
+            var parameters: JSONObject = ["fast": true]
+            if fastReplyPadding > 0 { parameters["padding"] = .string(String(repeating: "x", count: fastReplyPadding)) }
+            VarlinkReply(parameters: parameters).encode(into: &bytes)
             return bytes
         }()
         var logger = Logger(label: "test")
@@ -90,7 +93,7 @@ final class Harness: Sendable {
                 return .init(bytes: fastReply, reusableFor: fastReusableFor)
             },
             fastPathStamp: { [fast] in fast.stamp.load(ordering: .acquiring) },
-            admission: admission)
+            admission: admission, subordinateIDs: subordinateIDs)
         let (ready, readyContinuation) = AsyncStream<Void>.makeStream()
         let server = self.server
         task = Task { try await server.run { readyContinuation.finish() } }
@@ -111,6 +114,12 @@ final class Harness: Sendable {
         var small: CInt = 4096
         setsockopt(client.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<CInt>.size))
         return client
+    }
+
+    /// Test builds: `body` runs on the loop's thread, between events.
+    func onLoop<T: Sendable>(_ body: @escaping @Sendable (ServerLoop) -> T) async throws -> T {
+        guard let loop = server.running.loop.withLock({ $0 }) else { throw TestFailure("no loop") }
+        return try await loop.inspectForTesting(body)
     }
 
     func stop() async {
@@ -156,14 +165,4 @@ final class Publisher: Sendable {
 
     var outcomes: (delivered: Int, failed: Int, ended: Int) { state.withLock { ($0.delivered, $0.failed, $0.ended) } }
     var subscriberCount: Int { state.withLock { $0.subscribers.count } }
-}
-
-/// Polls `condition` until it holds or `seconds` pass.
-func eventually(_ seconds: Double = 5, _ condition: () -> Bool) async -> Bool {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        if condition() { return true }
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    return condition()
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Testing
+import TestSupport
 import Varlink
 
 @testable import UnixServer
@@ -146,12 +147,11 @@ import Varlink
             #expect(extra.closedByServer())
         }
         held.removeFirst()  // closes it: its slot is free again
-        #expect(
-            await eventually {
-                guard let client = try? harness.client() else { return false }
-                client.send(self.fast)
-                return client.reply()?.parameters["fast"] == true
-            })
+        try await eventually {
+            guard let client = try? harness.client() else { return false }
+            client.send(self.fast)
+            return client.reply()?.parameters["fast"] == true
+        }
         await harness.stop()
     }
 
@@ -204,7 +204,7 @@ import Varlink
         let big = String(repeating: "z", count: 16 * 1024)
         for _ in 0..<20 { harness.publisher.publish(big) }
         for _ in 0..<20 { #expect(reader.reply()?.parameters["event"]?.stringValue == big) }
-        #expect(await eventually { harness.publisher.outcomes.failed >= 1 }, "the stuck subscriber's delivery failed")
+        try await eventually { harness.publisher.outcomes.failed >= 1 }  // the stuck subscriber's delivery failed
         #expect(stuck.closedByServer())
         reader.send(fast)
         harness.publisher.publish("after")
@@ -218,7 +218,7 @@ import Varlink
         client?.send(TestClient.frame("org.example.test.Watch", more: true))
         #expect(client?.reply() != nil)
         client = nil
-        #expect(await eventually { harness.publisher.outcomes.ended == 1 }, "its handler was cancelled with no event")
+        try await eventually { harness.publisher.outcomes.ended == 1 }  // its handler was cancelled with no event
         await harness.stop()
     }
 
