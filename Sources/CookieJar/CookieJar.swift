@@ -60,6 +60,9 @@ public struct CookieJar: Sendable {
         if lowered.hasPrefix("__host-") && (!parsed.secure || !hostOnly || parsed.path != "/") {
             return .failure(.prefix)
         }
+        if !request.secure && shadowsSecureCookie(name: parsed.name, domain: domain, path: path) {
+            return .failure(.shadowsSecure)
+        }
         return .success(
             Cookie(
                 name: parsed.name, value: parsed.value, domain: domain, hostOnly: hostOnly, path: path,

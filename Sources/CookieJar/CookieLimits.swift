@@ -41,6 +41,8 @@ public struct CookieRejection: Error, Sendable, Equatable, CustomStringConvertib
     static let publicSuffix = CookieRejection("Domain is a public suffix")
     static let domainMismatch = CookieRejection("Domain does not match the request host")
     static let insecureOrigin = CookieRejection("Secure cookie from a non-secure origin")
+    static let shadowsSecure = CookieRejection(
+        "a non-secure origin may not replace or shadow a Secure cookie of the same name")
     static let prefix = CookieRejection("__Secure-/__Host- prefix requirements not met")
     static let sameSiteNone = CookieRejection("SameSite=None without Secure")
     static let acceptNever = CookieRejection("the session does not accept cookies (accept-cookies = \"never\")")

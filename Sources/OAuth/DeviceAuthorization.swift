@@ -24,11 +24,15 @@ public struct DeviceAuthorization: Sendable {
         self.interval = interval
     }
 
-    public static func parse(status: Int, body: [UInt8]) throws(TokenEndpointError) -> DeviceAuthorization {
+    /// `redactor` holds the request's secrets (the client secret): the
+    /// provider's text is redacted of them before it is shortened.
+    public static func parse(
+        status: Int, body: [UInt8], redactor: Redactor = .none
+    ) throws(TokenEndpointError) -> DeviceAuthorization {
         let json = providerObject(body)
         if let code = json?["error"]?.stringValue {
-            let description = json?["error_description"]?.stringValue.map { ": \(TokenResponse.sanitize($0))" } ?? ""
-            let reason = "device authorization endpoint answered \(TokenResponse.sanitize(code))\(description)"
+            let description = json?["error_description"]?.stringValue.map { ": \(redactor.clean($0))" } ?? ""
+            let reason = "device authorization endpoint answered \(redactor.clean(code))\(description)"
             // A refused client or scope is a configuration problem: retrying cannot help.
             if ["invalid_client", "unauthorized_client", "invalid_scope", "invalid_request"].contains(code) {
                 throw .rejected(code: code, reason: reason)

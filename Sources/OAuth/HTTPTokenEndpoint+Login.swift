@@ -4,8 +4,17 @@ import Secrets
 
 extension HTTPTokenEndpoint {
     /// Tries OpenID Connect discovery, then RFC 8414; the first document that
-    /// names the configured issuer and only safe endpoints is used.
+    /// names the configured issuer and only safe endpoints is used. What the
+    /// provider said is redacted of the client secret.
     public func discover() async throws(DiscoveryError) -> ProviderMetadata {
+        do {
+            return try await findDocument()
+        } catch {
+            throw DiscoveryError(clientRedactor.redact(error.description))
+        }
+    }
+
+    func findDocument() async throws(DiscoveryError) -> ProviderMetadata {
         guard let issuer = configured.issuer else { throw DiscoveryError("no issuer is configured") }
         var problems: [String] = []
         for url in ProviderMetadata.discoveryURLs(issuer: issuer) {
@@ -49,8 +58,13 @@ extension HTTPTokenEndpoint {
 
     public func deviceAuthorization() async throws(TokenEndpointError) -> DeviceAuthorization {
         guard let url = current.deviceAuthorization else { throw unknownEndpoint("device authorization") }
-        let answer = try await post(FormRequest.deviceAuthorization(scope: scope, credentials: credentials), to: url)
-        return try DeviceAuthorization.parse(status: answer.status, body: answer.body)
+        let form = FormRequest.deviceAuthorization(scope: scope, credentials: credentials)
+        do {
+            let answer = try await post(form, to: url)
+            return try DeviceAuthorization.parse(status: answer.status, body: answer.body, redactor: form.redactor)
+        } catch {
+            throw error.redacting(form.redactor)
+        }
     }
 
     public func authorizationURL(for login: AuthorizationCodeLogin) throws(TokenEndpointError) -> URL {
@@ -84,7 +98,7 @@ extension HTTPTokenEndpoint {
             do {
                 keys = try await get(jwks)
             } catch {
-                throw IDTokenError("the issuer's JWKS could not be read: \(error.reason)")
+                throw IDTokenError("the issuer's JWKS could not be read: \(error.redacting(clientRedactor).reason)")
             }
             guard keys.status == 200 else { throw IDTokenError("the issuer's JWKS answered HTTP \(keys.status)") }
             return try await IDTokenVerifier(issuer: issuer, clientID: credentials.clientID, jwks: keys.body)
@@ -96,7 +110,8 @@ extension HTTPTokenEndpoint {
         do {
             answer = try await get(userinfo, bearer: response.accessToken)
         } catch {
-            throw IDTokenError("the userinfo endpoint could not be read: \(error.reason)", refusesLogin: false)
+            let redactor = Redactor([response.accessToken.reveal(), credentials.secret?.reveal() ?? ""])
+            throw IDTokenError("the userinfo endpoint could not be read: \(error.redacting(redactor).reason)", refusesLogin: false)
         }
         guard answer.status == 200, let identity = Identity.fromUserInfo(answer.body) else {
             throw IDTokenError("the userinfo endpoint answered HTTP \(answer.status) without a subject", refusesLogin: false)

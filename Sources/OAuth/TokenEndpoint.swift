@@ -114,7 +114,12 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
     public func revoke(token: Secret) async throws(TokenEndpointError) {
         guard let revocationURL = current.revocation else { return }
         let form = FormRequest.revoke(token: token, hint: "refresh_token", credentials: credentials)
-        let status = try await post(form, to: revocationURL).status
+        let status: Int
+        do {
+            status = try await post(form, to: revocationURL).status
+        } catch {
+            throw error.redacting(form.redactor)
+        }
         // RFC 7009 §2.2: 200 whether or not the token was valid.
         guard (200..<300).contains(status) else {
             throw .transient("revocation endpoint answered HTTP \(status)")
@@ -128,10 +133,11 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         if !cookieHeader.isEmpty { form.headers.append(("Cookie", cookieHeader)) }
         do {
             let answer = try await post(form, to: tokenURL)
-            let result = TokenResponse.classify(status: answer.status, retryAfterHeader: answer.retryAfter, body: answer.body)
-            return RefreshAnswer(result: result.mapError { $0.redacting(form.secrets) }, setCookie: answer.setCookie)
+            let result = TokenResponse.classify(
+                status: answer.status, retryAfterHeader: answer.retryAfter, body: answer.body, redactor: form.redactor)
+            return RefreshAnswer(result: result.mapError { $0.redacting(form.redactor) }, setCookie: answer.setCookie)
         } catch {
-            return RefreshAnswer(result: .failure(error.redacting(form.secrets)), setCookie: [])
+            return RefreshAnswer(result: .failure(error.redacting(form.redactor)), setCookie: [])
         }
     }
 
@@ -156,27 +162,6 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         for (name, value) in form.headers { request.headers.add(name: name, value: value) }
         request.body = .bytes(ByteBuffer(string: form.body.reveal()))
         return try await send(request)
-    }
-
-    /// A GET; a redirect is followed (at most 3) only without a bearer
-    /// token, only to https (or http to a loopback literal), never from
-    /// https down to http.
-    func get(_ url: URL, bearer: Secret? = nil) async throws(TokenEndpointError) -> HTTPAnswer {
-        var target = url
-        for _ in 0...3 {
-            var request = HTTPClientRequest(url: target.absoluteString)
-            request.headers.add(name: "Accept", value: "application/json")
-            if let bearer { request.headers.add(name: "Authorization", value: "Bearer \(bearer.reveal())") }
-            let answer = try await send(request)
-            guard [301, 302, 303, 307, 308].contains(answer.status), bearer == nil else { return answer }
-            guard let location = answer.location, let next = URL(string: location, relativeTo: target)?.absoluteURL,
-                isSafeEndpoint(next), !(target.scheme == "https" && next.scheme?.lowercased() != "https")
-            else {
-                throw .transient("\(target) redirected to an unsafe or missing location; not followed")
-            }
-            target = next
-        }
-        throw .transient("\(url) redirected more than 3 times")
     }
 
     func send(_ request: HTTPClientRequest) async throws(TokenEndpointError) -> HTTPAnswer {

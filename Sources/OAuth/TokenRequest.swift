@@ -32,6 +32,9 @@ public struct FormRequest: Sendable {
     /// secret...): whatever the provider answers is redacted of them.
     public var secrets: [String] = []
 
+    /// What every answer to this request is cleaned with.
+    public var redactor: Redactor { Redactor(secrets) }
+
     static let secretFields: Set<String> = [
         "refresh_token", "client_secret", "code", "code_verifier", "device_code", "token",
     ]

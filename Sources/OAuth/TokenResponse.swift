@@ -57,29 +57,27 @@ public struct TokenEndpointError: Error, Sendable, Equatable, CustomStringConver
 
     public var description: String { reason }
 
-    /// The same error with every secret (as sent, and form-encoded) cut out
-    /// of its reason: a provider that echoes what it received leaks nothing.
-    public func redacting(_ secrets: [String]) -> TokenEndpointError {
-        var text = reason
-        for secret in secrets where !secret.isEmpty {
-            for form in [secret, FormRequest.formEncode(secret)] {
-                text = text.replacingOccurrences(of: form, with: "[redacted]")
-            }
-        }
-        return TokenEndpointError(kind: kind, code: code, reason: text, retryAfter: retryAfter)
+    /// The same error with every secret the request carried cut out of its
+    /// reason and code, in every form (Redactor).
+    public func redacting(_ redactor: Redactor) -> TokenEndpointError {
+        guard !redactor.isEmpty else { return self }
+        return TokenEndpointError(
+            kind: kind, code: code.map(redactor.redact), reason: redactor.redact(reason), retryAfter: retryAfter)
     }
 }
 
 extension TokenResponse {
-    /// Turns an HTTP answer from the token endpoint into a token or a classified error.
+    /// Turns an HTTP answer from the token endpoint into a token or a
+    /// classified error, the provider's text redacted of the request's secrets
+    /// before it is shortened.
     public static func classify(
-        status: Int, retryAfterHeader: String?, body: [UInt8], now: Date = Date()
+        status: Int, retryAfterHeader: String?, body: [UInt8], now: Date = Date(), redactor: Redactor = .none
     ) -> Result<TokenResponse, TokenEndpointError> {
         let retryAfter = retryAfterHeader.flatMap { parseRetryAfter($0, now: now) }
         let json = providerObject(body)
         if let code = json?["error"]?.stringValue {
             return .failure(classifyError(code: code, description: json?["error_description"]?.stringValue,
-                status: status, retryAfter: retryAfter))
+                status: status, retryAfter: retryAfter, redactor: redactor))
         }
         switch status {
         case 200..<300:
@@ -92,15 +90,17 @@ extension TokenResponse {
         }
     }
 
-    static func classifyError(code: String, description: String?, status: Int, retryAfter: Int?) -> TokenEndpointError {
-        let detail = description.map { ": \(sanitize($0))" } ?? ""
+    static func classifyError(
+        code: String, description: String?, status: Int, retryAfter: Int?, redactor: Redactor = .none
+    ) -> TokenEndpointError {
+        let detail = description.map { ": \(redactor.clean($0))" } ?? ""
         switch code {
         case "invalid_grant", "invalid_client":
             return .rejected(code: code, reason: "token endpoint refused the refresh (\(code)\(detail))")
         default:
+            let shown = redactor.clean(code)
             return .transient(
-                "token endpoint answered \(status) with error \(sanitize(code))\(detail)", code: code,
-                retryAfter: retryAfter)
+                "token endpoint answered \(status) with error \(shown)\(detail)", code: shown, retryAfter: retryAfter)
         }
     }
 
@@ -132,9 +132,9 @@ extension TokenResponse {
         return CookieDate.parse(text).map(Double.init)
     }
 
-    /// Server-provided text, shortened and stripped of control characters so it
-    /// is safe to log and return.
+    /// Server-provided text that answers no request carrying a secret,
+    /// shortened and stripped of control characters so it is safe to log and return.
     static func sanitize(_ text: String) -> String {
-        String(text.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }.prefix(200).map(Character.init))
+        Redactor.none.clean(text)
     }
 }

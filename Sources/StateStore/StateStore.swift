@@ -29,12 +29,15 @@ public struct StateStore: Sendable {
     public let key: StateKey?
 
     /// Opens (creating if needed) the state directory and tightens its mode.
+    /// Refuses one that another user owns or that a group or other users may
+    /// write (UnsafeOwnershipError): its mode is changed only when it is tokend's.
     public init(directory: String, key: StateKey? = nil) throws {
         self.directory = directory
         self.key = key
         if mkdir(directory, 0o700) != 0, errno != EEXIST {
             throw AtomicFile.WriteError(step: "mkdir", path: directory, errno: errno)
         }
+        try Ownership.check(directory, fixMode: "0700")
         guard chmod(directory, 0o700) == 0 else {
             throw AtomicFile.WriteError(step: "chmod", path: directory, errno: errno)
         }
@@ -73,7 +76,7 @@ public final class SessionFile: Sendable {
     /// when a key is configured. Throws `refusesStart` errors for a file that
     /// needs a key tokend does not have; leaves corrupt files to `load`.
     public func prepare() throws(StateLoadError) -> Preparation {
-        guard let envelope = readEnvelope() else { return .none }
+        guard let envelope = try readEnvelope() else { return .none }
         switch envelope.encryption {
         case SealedRecord.algorithm:
             _ = try record(in: envelope)
@@ -92,7 +95,8 @@ public final class SessionFile: Sendable {
     }
 
     /// The envelope, when the file exists and decodes; nil otherwise (load reports why).
-    func readEnvelope() -> Envelope? {
+    func readEnvelope() throws(StateLoadError) -> Envelope? {
+        try checkOwnership()
         guard let data = FileManager.default.contents(atPath: path) else { return nil }
         guard let envelope = try? JSONDecoder().decode(Envelope.self, from: data),
             envelope.format == Envelope.format, envelope.version == Envelope.currentVersion, envelope.session == session
@@ -126,6 +130,17 @@ public final class SessionFile: Sendable {
         }
     }
 
+    /// A state file another user owns or may write is refused, left as it is.
+    func checkOwnership() throws(StateLoadError) {
+        do {
+            try Ownership.check(path, fixMode: "0600")
+        } catch {
+            var refused = StateLoadError(path: path, problem: "\(error.problem): refused; fix: \(error.fix)", movedTo: nil)
+            refused.refusesStart = true
+            throw refused
+        }
+    }
+
     private func refusal(_ problem: String) -> StateLoadError {
         var error = StateLoadError(path: path, problem: problem + "; the file was left as it is", movedTo: nil)
         error.refusesStart = true
@@ -135,6 +150,7 @@ public final class SessionFile: Sendable {
     /// The stored record, nil when there is none. An unreadable file is moved
     /// aside (never overwritten) and reported.
     public func load() throws(StateLoadError) -> SessionRecord? {
+        try checkOwnership()
         guard let data = FileManager.default.contents(atPath: path) else {
             if access(path, F_OK) == 0 { throw moveAside("cannot be read") }
             return nil

@@ -16,7 +16,14 @@ public struct TokenFile: Sendable, Equatable {
         self.mode = mode
     }
 
+    /// Refuses a mode that lets a group or other users write: a reader that
+    /// could write the file could hand every other reader a token of its own.
     public func write(_ token: String) throws {
+        if mode & 0o022 != 0 {
+            throw UnsafeOwnershipError(
+                path: path, problem: "would be writable by its group or by other users (mode 0\(String(mode, radix: 8)))",
+                fix: "give token-files a mode without write for group or others, such as \"0640\"")
+        }
         try makeDirectories()
         try AtomicFile.write(Array((token + "\n").utf8), to: path, mode: mode, group: group)
     }

@@ -17,6 +17,8 @@ module() {  # module NAME FILES...: a module to link into the targets below
     quiet swiftc "${flags[@]}" -wmo -module-name "$name" -I "$out/modules" -emit-module \
         -emit-module-path "$out/modules/$name.swiftmodule" -c "$@" -o "$out/modules/$name.o"
 }
+quiet swiftc "${flags[@]}" -module-name Secrets "$root"/Sources/Secrets/*.swift "$root/Tests/Fuzz/RedactorFuzz.swift" \
+    -o "$out/fuzz-redactor"
 module Loopback "$root"/Sources/Loopback/*.swift
 module Secrets "$root"/Sources/Secrets/*.swift
 module Varlink "$root"/Sources/Varlink/*.swift
@@ -24,6 +26,6 @@ module CookieJar "$root"/Sources/CookieJar/*.swift
 quiet swiftc "${flags[@]}" -module-name CookieJar -I "$out/modules" "$root"/Sources/CookieJar/*.swift \
     "$root/Tests/Fuzz/SetCookieFuzz.swift" "$out/modules/Loopback.o" -o "$out/fuzz-set-cookie"
 quiet swiftc "${flags[@]}" -module-name OAuth -I "$out/modules" "$root/Sources/OAuth/TokenResponse.swift" \
-    "$root/Sources/OAuth/TokenRequest.swift" "$root/Sources/OAuth/ProviderJSON.swift" \
+    "$root/Sources/OAuth/TokenRequest.swift" "$root/Sources/OAuth/ProviderJSON.swift" "$root/Sources/StateStore/SessionRecord.swift" \
     "$root/Tests/Fuzz/TokenResponseFuzz.swift" "$out/modules/Secrets.o" "$out/modules/CookieJar.o" \
     "$out/modules/Loopback.o" "$out/modules/Varlink.o" -o "$out/fuzz-token-response"

@@ -9,7 +9,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 export SWIFT_BACKTRACE=enable=no
 mkdir -p "$out/artifacts"
 status=0
-for target in varlink set-cookie token-response; do
+for target in varlink set-cookie token-response redactor; do
     mkdir -p "$out/work-$target"
     log="$out/$target.log"
     timeout $((seconds + 60)) "$out/fuzz-$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
