@@ -1,5 +1,5 @@
-/// Finding NUL-terminated frames in received bytes: the pure half of the
-/// frame decoder (no NIO), shared with the fuzzer.
+/// Finding NUL-terminated frames in received bytes: the one frame scanner,
+/// used by the server's loop, the clients' decoders and the fuzzer (no I/O).
 public enum NULFraming {
     public enum Scan: Equatable, Sendable {
         /// A whole frame of this many bytes (the NUL follows it).
