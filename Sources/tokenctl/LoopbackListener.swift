@@ -109,8 +109,9 @@ final class LoopbackListener: @unchecked Sendable {
     }
 
     /// The uid owning the other end of an accepted loopback TCP connection:
-    /// its socket is the /proc/net/tcp entry whose local address is our
-    /// peer and whose remote address is us. nil if not found.
+    /// its socket is the entry of /proc/net/tcp (or, for an IPv6 socket
+    /// speaking to 127.0.0.1, /proc/net/tcp6) whose local address is our peer
+    /// and whose remote address is us. nil if not found.
     static func ownerUID(of connection: Int32) -> uid_t? {
         var peer = sockaddr_in()
         var local = sockaddr_in()
@@ -122,20 +123,34 @@ final class LoopbackListener: @unchecked Sendable {
         let ours = withUnsafeMutablePointer(to: &local) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(connection, $0, &length) }
         }
-        // Read to the end: procfs reports a size of 0, which Foundation's file readers trust.
-        guard named == 0, ours == 0, let file = FileHandle(forReadingAtPath: "/proc/net/tcp"),
-            let data = try? file.readToEnd()
-        else { return nil }
-        let table = String(decoding: data, as: UTF8.self)
-        // The kernel prints the address as the 32-bit value in memory and the port in host order.
-        let format = { (address: sockaddr_in) in
-            String(format: "%08X:%04X", address.sin_addr.s_addr, UInt16(bigEndian: address.sin_port))
+        guard named == 0, ours == 0 else { return nil }
+        // The kernel prints an address as its 32-bit words in memory and the port in host order;
+        // an IPv4 address seen by an IPv6 socket is ::ffff:a.b.c.d.
+        let format = { (address: sockaddr_in, prefix: String) in
+            prefix + String(format: "%08X:%04X", address.sin_addr.s_addr, UInt16(bigEndian: address.sin_port))
         }
-        let (theirs, mine) = (format(peer), format(local))
+        for (path, prefix) in [("/proc/net/tcp", ""), ("/proc/net/tcp6", "0000000000000000FFFF0000")] {
+            // Read to the end: procfs reports a size of 0, which Foundation's file readers trust.
+            guard let file = FileHandle(forReadingAtPath: path), let data = try? file.readToEnd() else { continue }
+            let table = String(decoding: data, as: UTF8.self)
+            if let uid = ownerUID(in: table, local: format(peer, prefix), remote: format(local, prefix)) { return uid }
+        }
+        return nil
+    }
+
+    /// The uid of the socket in a /proc/net/tcp or tcp6 `table` with these
+    /// addresses, counting only a connected socket that a process still holds:
+    /// ESTABLISHED (state 01) with an inode. A socket its owner has closed
+    /// (FIN_WAIT2, TIME_WAIT) is listed with uid 0 and inode 0, so a request
+    /// another user sends and closes at once would otherwise pass as root's.
+    static func ownerUID(in table: String, local: String, remote: String) -> uid_t? {
         for line in table.split(separator: "\n").dropFirst() {
+            // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
             let fields = line.split(separator: " ")
-            guard fields.count > 7, fields[1] == theirs, fields[2] == mine else { continue }
-            return uid_t(fields[7])
+            guard fields.count > 9, fields[1] == local, fields[2] == remote, fields[3] == "01", fields[9] != "0",
+                let uid = uid_t(fields[7])
+            else { continue }
+            return uid
         }
         return nil
     }

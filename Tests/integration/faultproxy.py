@@ -87,7 +87,7 @@ class FaultProxy:
                 self.close_connection = True
 
             def fault_hang(self, *_):
-                time.sleep(30)
+                time.sleep(30)  # the fault: no answer for longer than any upstream-timeout
                 self.close_connection = True
 
             def fault_slow(self, *_):
@@ -99,7 +99,7 @@ class FaultProxy:
                     for byte in payload:
                         self.wfile.write(bytes([byte]))
                         self.wfile.flush()
-                        time.sleep(1)
+                        time.sleep(1)  # the fault: one byte a second
                 except OSError:
                     pass
                 self.close_connection = True

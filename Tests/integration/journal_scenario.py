@@ -8,13 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
+
+from conftest import wait_for
 
 tokend, tokenctl, config, sock, token_file, tokens_out = sys.argv[1:7]
 process = subprocess.Popen([tokend, "--config", config])
-deadline = time.time() + 20
-while not os.path.exists(sock) and time.time() < deadline:
-    time.sleep(0.05)
+wait_for(lambda: os.path.exists(sock), 20, "tokend's socket")
 
 
 def ctl(*args, stdin=None):

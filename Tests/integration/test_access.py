@@ -5,7 +5,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -141,6 +140,18 @@ print(answered)
 """
 
 
+def traced(pid):
+    """Whether every thread of `pid` has a tracer."""
+    tracers = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                tracers.append(next(line for line in f if line.startswith("TracerPid:")).split()[1])
+        except FileNotFoundError:  # the thread ended
+            pass
+    return tracers and "0" not in tracers
+
+
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is needed")
 def test_a_group_admitted_caller_costs_no_user_or_group_database_lookup(server, make_tokend, workdir):
     # uid 4300 may read only through its supplementary group 4301. Access is
@@ -152,8 +163,7 @@ def test_a_group_admitted_caller_costs_no_user_or_group_database_lookup(server, 
     tracer = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=openat,open,connect", "-o", trace,
                                "-p", str(daemon.process.pid)], stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: os.path.exists(trace), 10, "strace attached")
-        time.sleep(0.5)
+        wait_for(lambda: traced(daemon.process.pid), 10, "strace attached to every thread")
 
         def calls(groups):
             result = subprocess.run(["setpriv", "--reuid=4300", "--regid=4300", f"--groups={groups}",
@@ -166,7 +176,7 @@ def test_a_group_admitted_caller_costs_no_user_or_group_database_lookup(server, 
         assert calls("4302") == "0", "without the group it is not admitted"
         # The trace works: a refresh writes the state file, which strace must see.
         assert "error" not in varlink_call(daemon.socket, "io.tokend.Broker.Refresh")[1]
-        time.sleep(0.5)
+        wait_for(lambda: ".session" in open(trace).read(), 10, "the state write in the trace")
     finally:
         tracer.terminate()
         tracer.wait(timeout=10)

@@ -282,9 +282,10 @@ def test_connection_handed_from_the_front_loop_to_nio_keeps_its_replies_in_order
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(daemon.socket)
         s.sendall(get * 200 + info + get * 200 + status[:20])
-        time.sleep(0.3)
+        # The rest of the split message goes once everything before it is answered.
+        replies = [json.loads(read_frame(s)) for _ in range(401)]
         s.sendall(status[20:] + get)
-        replies = [json.loads(read_frame(s)) for _ in range(403)]
+        replies += [json.loads(read_frame(s)) for _ in range(2)]
     kinds = ["token" if "token" in r["parameters"] else "product" if "product" in r["parameters"]
              else "status" if "status" in r["parameters"] else repr(r) for r in replies]
     assert kinds == ["token"] * 200 + ["product"] + ["token"] * 200 + ["status", "token"]
@@ -302,7 +303,7 @@ def test_a_client_that_reads_late_gets_every_reply(server, make_tokend):
         s.connect(daemon.socket)
         sender = threading.Thread(target=s.sendall, args=(get * count,))
         sender.start()
-        time.sleep(1)
+        time.sleep(1)  # the situation: a client that reads nothing for a second while it sends
         data = b""
         while data.count(b"\0") < count:
             chunk = s.recv(1 << 20)
@@ -343,7 +344,7 @@ def test_calls_split_at_random_points_are_answered_in_order(server, make_tokend)
             s.sendall(stream[position:cut])
             position = cut
             if chooser.random() < 0.1:
-                time.sleep(0.002)
+                time.sleep(0.002)  # a pause, so cuts also fall between reads
         replies = [json.loads(read_frame(s)) for _ in calls]
     def kind(reply):
         if reply.get("error") == "io.tokend.Broker.NoSuchSession":

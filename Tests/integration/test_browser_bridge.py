@@ -140,10 +140,10 @@ def test_cookies_set_in_the_browser_reach_tokend_and_deletions_come_back(bridge)
     deleted = bridge.daemon.ctl("cookies", "--delete", bridge.app.origin + "/", "--name", "sid")
     assert deleted.returncode == 0 and "deleted 1 cookie" in deleted.stdout, deleted.stderr
     wait_for(lambda: "sid" not in browser_cookie_values(bridge), 10, "sid removed from the browser")
-    # No loop: the jar's version settles.
-    time.sleep(1)
+    # No loop: the jar's version settles. A loop has no event to wait for; its absence is time without changes.
+    time.sleep(1)  # lets the browser's answer to the deletion, if any, reach tokend
     version = bridge.daemon.call(B + "GetCookies", url=bridge.app.origin + "/")[1]["parameters"]["version"]
-    time.sleep(1.5)
+    time.sleep(1.5)  # the situation: 1.5 s in which a loop would change the jar many times
     assert bridge.daemon.call(B + "GetCookies", url=bridge.app.origin + "/")[1]["parameters"]["version"] == version
 
 

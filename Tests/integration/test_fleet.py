@@ -216,7 +216,7 @@ def refresh_loop(path, until, outcome, lock):
         with lock:
             outcome[kind] = outcome.get(kind, 0) + 1
         if kind != "ok":
-            time.sleep(0.05)
+            time.sleep(0.05)  # pacing: a host without its store is asked again, not flooded
 
 
 def read_frame_call(path, method, parameters):
@@ -236,12 +236,14 @@ def test_postgresql_restarted_during_continuous_refreshing_loses_nothing(fleet_o
         until = time.time() + 14
         threads = [threading.Thread(target=refresh_loop, args=(fleet[name].socket, until, outcome, lock))
                    for name in "abc" for _ in range(2)]
+        started = len(server.grants("refresh_token"))
         for t in threads:
             t.start()
-        time.sleep(4)
+        wait_for(lambda: len(server.grants("refresh_token")) > started + 10, 20, "the hosts refreshing")
         grants_before_restart = len(server.grants("refresh_token"))
         pg.stop("fast")
-        time.sleep(2)
+        wait_for(lambda: all(fleet.status(name)["store"] != "connected" for name in "abc"), 20,
+                 "every host without its store")
         pg.start()
         for t in threads:
             t.join(60)

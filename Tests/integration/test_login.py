@@ -372,7 +372,7 @@ def test_ctrl_c_cancels_the_pending_login(oidc_server, make_tokend):
     wait_for(lambda: daemon.call(B + "GetStatus", session="dev")[1]["parameters"]["status"]["pendingLogins"] == 0,
              5, "the login cancelled in tokend")
     polls = len(oidc_server.grants("urn:ietf:params:oauth:grant-type:device_code"))
-    time.sleep(2.5)
+    time.sleep(2.5)  # the situation: more than two poll intervals (1 s) pass with no poll
     assert len(oidc_server.grants("urn:ietf:params:oauth:grant-type:device_code")) == polls, "tokend still polls"
 
 
@@ -420,3 +420,30 @@ def test_browser_login_serves_only_the_user_who_began_it(oidc_server, make_token
     assert "Logged in" in page and "alice" in page
     code, out, err = finish(process)
     assert code == 0 and "ignored a callback" not in err, err
+
+
+SEND_AND_CLOSE = r"""
+import socket, sys
+host, port = sys.argv[1].split("//")[1].split("/")[0].split(":")
+for _ in range(int(sys.argv[2])):
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(b"GET /callback?code=forged&state=forged HTTP/1.1\r\nHost: x\r\n\r\n")
+"""
+
+
+def test_browser_login_refuses_requests_whose_sender_already_closed(oidc_server, make_tokend, browser):
+    # A socket its owner has closed (FIN_WAIT2, TIME_WAIT) is listed in
+    # /proc/net/tcp with uid 0: another user's request that closes at once
+    # must not pass for root's.
+    daemon = make_tokend(oidc_server, sessions=login_sessions(oidc_server)).start()
+    process, start, _ = start_login(daemon, "browser", "web")
+    sent = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                           SEND_AND_CLOSE, start, "80"], capture_output=True, text=True, timeout=120)
+    assert sent.returncode == 0, sent.stderr
+    assert process.poll() is None, "the login goes on"
+    page = browser.authorize(authorization_url(start))
+    assert "Logged in" in page and "alice" in page
+    code, out, err = finish(process)
+    # The listener answers in order, so every forged request was judged before root's own.
+    assert code == 0, err
+    assert "ignored a callback" not in err, f"{err.count('ignored a callback')} of 80 forged callbacks accepted"

@@ -3,12 +3,14 @@ authorization server, with a test API that refuses the current token."""
 import asyncio
 import os
 import threading
+from types import SimpleNamespace
 
 import httpx
 import pytest
 import requests
 
 from conftest import login, wait_for
+from faultproxy import FaultProxy
 from testapi import TestAPI
 from tokend_client import AsyncTokend, NoSuchSession, Tokend, Unreachable
 from tokend_client import httpx_auth, requests_auth
@@ -17,6 +19,13 @@ from tokend_client import httpx_auth, requests_auth
 @pytest.fixture
 def api():
     instance = TestAPI()
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture
+def proxy(server):
+    instance = FaultProxy(server.base)
     yield instance
     instance.stop()
 
@@ -90,3 +99,73 @@ def test_typed_errors_cookies_and_events(server, make_tokend, workdir):
     assert kinds[0] == "status" and kinds[-1] == "refreshed" and set(kinds[1:-1]) <= {"cookies"}, kinds
     assert events[-1].generation == refreshed.generation
     assert tokend.get_token() == refreshed, "the client's other calls did not wait on the stream"
+
+
+def test_a_cancelled_call_leaves_no_reply_for_the_next(server, proxy, make_tokend):
+    # The provider is slow: a Refresh cancelled by wait_for is still answered
+    # by tokend later, on the connection it was sent on.
+    endpoint = SimpleNamespace(token_url=proxy.url + "/o/token/", base=server.base)
+    daemon = make_tokend(endpoint, **{"upstream-timeout": 2}).start()
+    login(daemon, server)
+    tokend = Tokend(socket=daemon.socket)
+    token = tokend.get_token()
+    proxy.mode = "hang"
+
+    async def main():
+        client = AsyncTokend(socket=daemon.socket)
+        await client.status()  # the call below goes on a connection already in use
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(client.refresh(stale_generation=token.generation), 0.5)
+        status = await client.status()
+        cookies = await client.cookies("https://app.example/")
+        again = await client.get_token()
+        return status, cookies, again
+    status, cookies, again = asyncio.run(main())
+    assert proxy.calls("hang"), "the refresh was at the provider when it was cancelled"
+    assert status["session"] == "default" and status["generation"] == token.generation, status
+    assert cookies.header == "" and cookies.version >= 0
+    assert again == token
+
+
+def test_a_login_that_times_out_is_sent_once(server, proxy, make_tokend):
+    # The provider hangs longer than the client waits: Login and BeginLogin
+    # fail with a timeout and are not sent again.
+    endpoint = SimpleNamespace(token_url=proxy.url + "/o/token/", base=server.base)
+    device = {"token-endpoint": server.token_url, "device-authorization-endpoint": proxy.url + "/o/device-authorization/",
+              "client-id": "tokend-device", "client-auth": "none"}
+    daemon = make_tokend(endpoint, sessions={"dev": device}, **{"upstream-timeout": 5}).start()
+    proxy.mode = "hang"
+    status, grant = server.password_grant()
+    assert status == 200, grant
+    tokend = Tokend(socket=daemon.socket, timeout=1)
+    with pytest.raises(Unreachable) as login:
+        tokend.call("Login", refreshToken=grant["refresh_token"])
+    with pytest.raises(Unreachable) as begin:
+        tokend.call("BeginLogin", session="dev", flow="device")
+    # tokend logs each login call as it reads it; a resent one came 1 s before the client gave up.
+    assert daemon.logs().count("login requested") == 2, daemon.logs()
+    assert len(proxy.calls("hang")) == 2, "one token request for the Login, one device request for the BeginLogin"
+    assert "no reply within 1 s" in str(login.value) and "no reply within 1 s" in str(begin.value)
+    # The client goes on with a new connection.
+    proxy.mode = "pass"
+    assert Tokend(socket=daemon.socket).status()["session"] == "default"
+    assert tokend.status()["session"] == "default"
+
+
+def test_a_connection_tokend_closed_while_idle_is_replaced(server, make_tokend):
+    daemon = make_tokend(server, daemon={"idle-timeout": 1}).start()
+    status, grant = server.password_grant()
+    assert status == 200, grant
+    tokend = Tokend(socket=daemon.socket)
+    assert tokend.status()["state"] == "loginRequired"
+    wait_for(lambda: "idle for 1 s" in daemon.logs(), 10, "tokend closing the idle connection")
+    assert tokend.call("Login", refreshToken=grant["refresh_token"])["status"]["state"] == "active"
+    assert daemon.logs().count("login requested") == 1
+    tokend.close()
+
+    async def main():
+        client = AsyncTokend(socket=daemon.socket)
+        await client.status()
+        wait_for(lambda: daemon.logs().count("idle for 1 s") == 2, 10, "tokend closing the idle connection")
+        return await client.status()
+    assert asyncio.run(main())["state"] == "active"

@@ -1,9 +1,16 @@
 """Varlink over tokend's Unix socket: NUL-terminated JSON messages, one
 connection per client shared by its calls (a lock keeps them in turn), and a
-connection of its own for each event stream."""
+connection of its own for each event stream.
+
+A call that does not end with its reply (it timed out, was cancelled, or the
+connection broke) discards the connection: its reply may still come, and would
+be read as the next call's. A call is sent again, once, on a new connection
+only when the old one was found closed before tokend could have read it; the
+login calls are never sent again."""
 import asyncio
 import json
 import os
+import select
 import socket
 import threading
 from typing import Any, AsyncIterator, Dict, Iterator, Optional
@@ -13,6 +20,14 @@ from .values import Cookie, CookieSet, Event, Token
 
 INTERFACE = "io.tokend.Broker"
 SYSTEM_SOCKET = "/run/tokend/io.tokend.Broker"
+# Calls that start or finish a login: sent twice, a second login would begin or a code be redeemed twice.
+NEVER_RESENT = frozenset({"Login", "BeginLogin", "FinishLogin"})
+
+
+class _Closed(Unreachable):
+    """The connection was found closed before tokend could have read the request:
+    the send failed (EPIPE, ECONNRESET), or a connection reused after idling
+    ended before any byte of the reply."""
 
 
 def default_socket(explicit: Optional[str] = None) -> str:
@@ -81,16 +96,21 @@ class Tokend:
         message = _message(method, parameters)
         with self._lock:
             for attempt in (1, 2):
-                if self._connection is None:
-                    self._connection = _Connection(self.socket, self.timeout)
-                try:
-                    self._connection.send(message)
-                    frame = self._connection.frame()
-                    break
-                except Unreachable:
+                if self._connection is not None and self._connection.closed_by_peer():
                     self._connection.close()
                     self._connection = None
-                    if attempt == 2:  # a connection tokend closed (idle) is retried once, on a new one
+                reused = self._connection is not None
+                if self._connection is None:
+                    self._connection = _Connection(self.socket, self.timeout)
+                connection = self._connection
+                try:
+                    connection.send(message)
+                    frame = connection.frame(reused)
+                    break
+                except BaseException as error:
+                    connection.close()
+                    self._connection = None
+                    if attempt == 2 or not isinstance(error, _Closed) or method in NEVER_RESENT:
                         raise
         return _answer(frame).get("parameters", {})
 
@@ -119,26 +139,49 @@ class _Connection:
             self.sock.close()
             raise Unreachable("io.tokend.Unreachable", {"reason": f"{path}: {error.strerror or error}"}) from error
 
+    def closed_by_peer(self) -> bool:
+        """Whether tokend has closed this idle connection (idle-timeout): seen before a
+        call is sent on it, so that even a login call need not be lost to it."""
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+            return bool(readable) and self.sock.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
     def send(self, data: bytes) -> None:
         try:
             self.sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError) as error:
+            raise _Closed("io.tokend.Unreachable", {"reason": f"{self.path}: {error}"}) from error
+        except socket.timeout as error:
+            raise _timed_out(self.path, self.sock.gettimeout()) from error
         except OSError as error:
             raise Unreachable("io.tokend.Unreachable", {"reason": f"{self.path}: {error}"}) from error
 
-    def frame(self) -> bytes:
+    def frame(self, reused: bool = False) -> bytes:
+        """The next reply. `reused`: the connection idled since its last call, so
+        an end before any byte means tokend closed it unread."""
         while b"\0" not in self.buffer:
             try:
                 chunk = self.sock.recv(65536)
+            except socket.timeout as error:
+                raise _timed_out(self.path, self.sock.gettimeout()) from error
             except OSError as error:
-                raise Unreachable("io.tokend.Unreachable", {"reason": f"{self.path}: {error}"}) from error
+                closed = _Closed if reused and not self.buffer and isinstance(error, ConnectionResetError) else Unreachable
+                raise closed("io.tokend.Unreachable", {"reason": f"{self.path}: {error}"}) from error
             if not chunk:
-                raise Unreachable("io.tokend.Unreachable", {"reason": f"{self.path}: tokend closed the connection"})
+                closed = _Closed if reused and not self.buffer else Unreachable
+                raise closed("io.tokend.Unreachable", {"reason": f"{self.path}: tokend closed the connection"})
             self.buffer += chunk
         frame, _, self.buffer = self.buffer.partition(b"\0")
         return frame
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _timed_out(path: str, timeout: Optional[float]) -> Unreachable:
+    return Unreachable("io.tokend.Unreachable", {"reason": f"{path}: no reply within {timeout or 0:g} s"})
 
 
 class AsyncTokend:
@@ -161,6 +204,9 @@ class AsyncTokend:
     async def cookies(self, url: str, session: Optional[str] = None) -> CookieSet:
         return _cookie_set(await self.call("GetCookies", session=session, url=url))
 
+    async def status(self, session: Optional[str] = None) -> Dict[str, Any]:
+        return (await self.call("GetStatus", session=session))["status"]
+
     async def events(self, session: Optional[str] = None, since_version: Optional[int] = None) -> AsyncIterator[Event]:
         reader, writer = await self._open()
         try:
@@ -180,19 +226,24 @@ class AsyncTokend:
         message = _message(method, parameters)
         async with self._lock:
             for attempt in (1, 2):
+                if self._streams is not None and self._streams[0].at_eof():  # closed by tokend while idle
+                    self._streams[1].close()
+                    self._streams = None
+                reused = self._streams is not None
                 if self._streams is None:
                     self._streams = await self._open()
                 reader, writer = self._streams
                 try:
-                    writer.write(message)
-                    await writer.drain()
-                    frame = await asyncio.wait_for(self._frame(reader), self.timeout)
+                    await self._send(writer, message)
+                    frame = await asyncio.wait_for(self._frame(reader, reused), self.timeout)
                     break
-                except (Unreachable, OSError):
+                except BaseException as error:  # a cancellation too: its reply would be the next call's
                     writer.close()
                     self._streams = None
-                    if attempt == 2:
-                        raise Unreachable("io.tokend.Unreachable", {"reason": f"{self.socket}: connection lost"})
+                    if isinstance(error, asyncio.TimeoutError):
+                        raise _timed_out(self.socket, self.timeout) from error
+                    if attempt == 2 or not isinstance(error, _Closed) or method in NEVER_RESENT:
+                        raise
         return _answer(frame).get("parameters", {})
 
     async def close(self) -> None:
@@ -206,12 +257,24 @@ class AsyncTokend:
         except OSError as error:
             raise Unreachable("io.tokend.Unreachable", {"reason": f"{self.socket}: {error.strerror or error}"}) from error
 
-    @staticmethod
-    async def _frame(reader: asyncio.StreamReader) -> bytes:
+    async def _send(self, writer: asyncio.StreamWriter, message: bytes) -> None:
+        try:
+            writer.write(message)
+            await writer.drain()
+        except (BrokenPipeError, ConnectionResetError) as error:
+            raise _Closed("io.tokend.Unreachable", {"reason": f"{self.socket}: {error}"}) from error
+        except OSError as error:
+            raise Unreachable("io.tokend.Unreachable", {"reason": f"{self.socket}: {error}"}) from error
+
+    async def _frame(self, reader: asyncio.StreamReader, reused: bool = False) -> bytes:
+        """The next reply; `reused` as for the synchronous client's."""
         try:
             data = await reader.readuntil(b"\0")
-        except (asyncio.IncompleteReadError, OSError) as error:
-            raise Unreachable("io.tokend.Unreachable", {"reason": "tokend closed the connection"}) from error
+        except asyncio.IncompleteReadError as error:
+            closed = _Closed if reused and not error.partial else Unreachable
+            raise closed("io.tokend.Unreachable", {"reason": f"{self.socket}: tokend closed the connection"}) from error
+        except OSError as error:
+            raise Unreachable("io.tokend.Unreachable", {"reason": f"{self.socket}: {error}"}) from error
         return data[:-1]
 
 
