@@ -301,9 +301,10 @@ def test_a_host_cut_off_from_the_database_serves_its_token_refreshes_nothing_and
         namespace.cut()
         wait_for(lambda: fleet.status("c")["store"].startswith("unavailable"), 30, "C notices the cut")
         grants = len(server.grants("refresh_token"))
-        # C serves its still-valid token and refreshes nothing without the fleet lock, even when asked to.
+        # C serves its still-valid token and refreshes nothing without the fleet lock, even when asked to:
+        # a caller whose generation was rejected is told why and when to ask again, never given it back.
         reply = fleet["c"].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1]
-        assert "error" not in reply and reply["parameters"]["token"]["accessToken"] == held["accessToken"], reply
+        assert reply["error"] == "io.tokend.Broker.StoreUnavailable" and reply["parameters"]["retryAfter"] > 0, reply
         assert fleet["c"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"] == held
         assert len(server.grants("refresh_token")) == grants, "C made an upstream call without the lock"
         # The rest of the fleet goes on: A refreshes.
