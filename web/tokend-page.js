@@ -3,6 +3,10 @@
 //   const token = await tokend.getToken();                  // { accessToken, generation, expiresAt, ... }
 //   // the API answered 401 with that token: ask for a newer one, never refresh yourself
 //   const fresh = await tokend.refresh({ staleGeneration: token.generation });
+//   // fresh is always newer than the generation named. When there is none, refresh rejects and the
+//   // page does not try again with the refused token: error.name is
+//   //   "io.tokend.Broker.UpstreamUnavailable"  wait error.parameters.retryAfter seconds
+//   //   "io.tokend.Broker.LoginRequired"        the user logs in again ("loggedOut" follows)
 //   tokend.on("refreshed", ({ generation }) => ...);        // also "loggedIn", "loggedOut"
 //
 // Wire format (usable without this file): the page posts

@@ -34,12 +34,17 @@ extension SessionActor {
         let answeredAt = ContinuousClock.now
         checkpoint?("after-response")
         let cookieChanges = receiveEndpointCookies(answer.setCookie)
+        // A bare refusal (see TokenEndpointError.Kind.refused) needs a login
+        // only when the very next attempt is refused again.
+        let confirming = refusalToConfirm
+        refusalToConfirm = false
         switch answer.result {
         case .success(let response):
             return try await adopt(
                 response, startedAt: startedAt, sentAt: sentAt, answeredAt: answeredAt, cookieChanges: cookieChanges)
-        case .failure(let error) where error.kind == .rejected:
-            var reason = error.reason
+        case .failure(let error) where error.kind == .rejected || (error.kind == .refused && confirming):
+            var reason = error.kind == .rejected
+                ? error.reason : "the token endpoint refused the refresh token twice (\(error.reason)); log in again"
             if afterCrash {
                 reason = "tokend stopped during a refresh and the server then refused the stored refresh token "
                     + "(\(error.code ?? "rejected")); the rotated token was lost. Log in again"
@@ -51,7 +56,14 @@ extension SessionActor {
                 await persist(what: "cookies")
                 await publish([event(.cookies, changes: cookieChanges)], waitForDelivery: true)
             }
-            return try await recordTransientFailure(reason: error.reason, retryAfter: error.retryAfter)
+            guard error.kind == .refused else {
+                return try await recordTransientFailure(reason: error.reason, retryAfter: error.retryAfter)
+            }
+            // Asked once more after the first backoff step, whatever failures came before.
+            refusalToConfirm = true
+            backoff.reset()
+            return try await recordTransientFailure(
+                reason: "\(error.reason); asking once more before requiring a login", retryAfter: error.retryAfter)
         }
     }
 

@@ -43,6 +43,8 @@ public actor SessionActor {
     var coalesced = 0
     var failures = 0
     var lastError: String?
+    /// The last refresh was refused without an OAuth error code; the next one confirms it or not.
+    var refusalToConfirm = false
     /// The server's subscribers, all through one hand-off (set by the first `join`).
     var fanOut: EventFanOut?
     /// Set when the last successful refresh could not be written to disk.
@@ -190,11 +192,32 @@ public actor SessionActor {
     /// current one gets the current token; otherwise the token is refreshed
     /// (joining a refresh already in flight).
     ///
+    /// A caller that names a generation said that token was refused, so it
+    /// never gets that generation or an older one back: when no newer token
+    /// comes of the refresh, it gets the reason (UpstreamUnavailable with a
+    /// retry hint, StoreUnavailable, LoginRequired). A generation above the
+    /// current one is no token this session handed out and counts as the current one.
+    ///
     /// A refresh the caller forces (no `staleGeneration`, or one at or above
     /// the current generation: nothing newer to hand out) asks `mayStart`
     /// before it makes an upstream call; joining a refresh in flight never
     /// does. `mayStart` returns nil to allow it, or the seconds to wait.
     public func refresh(staleGeneration: Int?, mayStart: @Sendable () -> Int? = { nil }) async throws -> Token {
+        let refused = staleGeneration.map { min($0, record.generation) }
+        let token = try await refreshOrCurrent(staleGeneration: staleGeneration, mayStart: mayStart)
+        guard let refused, token.generation <= refused else { return token }
+        throw noNewerToken()
+    }
+
+    /// Why a refresh that was asked for brought no newer token.
+    func noNewerToken() -> BrokerError {
+        if let storeProblem { return .storeUnavailable(name, "the shared store cannot be reached: \(storeProblem)") }
+        let now = clock.now()
+        return .upstreamUnavailable(
+            name, lastError ?? "the token endpoint gave no newer token", retryAfter: backoff.retryAfter(now: now) ?? 1)
+    }
+
+    func refreshOrCurrent(staleGeneration: Int?, mayStart: @Sendable () -> Int?) async throws -> Token {
         if announcing, let inFlight { return try await inFlight.value }
         try requireActive()
         let now = clock.now()

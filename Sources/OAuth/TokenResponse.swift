@@ -37,6 +37,10 @@ public struct TokenEndpointError: Error, Sendable, Equatable, CustomStringConver
         /// Worth retrying later: network, timeout, 5xx, 429, malformed answers,
         /// and errors that configuration can fix without losing the grant.
         case transient
+        /// A 400 or 401 without an OAuth error code (an empty body, an HTML
+        /// page): how some providers refuse a revoked grant, and how a
+        /// middlebox in trouble may answer too. A refresh confirms it once.
+        case refused
     }
 
     public let kind: Kind
@@ -53,6 +57,10 @@ public struct TokenEndpointError: Error, Sendable, Equatable, CustomStringConver
 
     public static func transient(_ reason: String, code: String? = nil, retryAfter: Int? = nil) -> TokenEndpointError {
         TokenEndpointError(kind: .transient, code: code, reason: reason, retryAfter: retryAfter)
+    }
+
+    public static func refused(_ reason: String) -> TokenEndpointError {
+        TokenEndpointError(kind: .refused, code: nil, reason: reason, retryAfter: nil)
     }
 
     public var description: String { reason }
@@ -85,6 +93,10 @@ extension TokenResponse {
             return parseSuccess(json)
         case 429:
             return .failure(.transient("token endpoint is rate limiting (429)", retryAfter: retryAfter))
+        case 400, 401:
+            let text = redactor.clean(String(decoding: body, as: UTF8.self)).trimmingCharacters(in: .whitespaces)
+            let said = text.isEmpty ? "with an empty body" : "saying: \(text)"
+            return .failure(.refused("token endpoint answered HTTP \(status) \(said)"))
         default:
             return .failure(.transient("token endpoint answered HTTP \(status)", retryAfter: retryAfter))
         }

@@ -33,7 +33,7 @@ import Secrets
         let cases: [(Int, String, String?)] = [
             (500, "oops", nil), (502, "", nil), (503, "{}", "7"), (429, "", "120"), (200, "not json", nil),
             (200, #"{"error":"temporarily_unavailable"}"#, nil), (200, #"{"token_type":"Bearer"}"#, nil),
-            (400, #"{"error":"invalid_scope"}"#, nil), (401, "", nil),
+            (400, #"{"error":"invalid_scope"}"#, nil),
         ]
         for (status, body, retryAfter) in cases {
             guard case .failure(let error) = classify(status, body, retryAfter: retryAfter) else {
@@ -43,6 +43,33 @@ import Secrets
             #expect(error.kind == .transient, "\(status) \(body)")
             if let retryAfter { #expect(error.retryAfter == Int(retryAfter)) }
         }
+    }
+
+    @Test func aBare400Or401IsARefusalWithWhatTheProviderSaid() {
+        let cases: [(Int, String, String)] = [
+            (400, "", "HTTP 400 with an empty body"), (401, " \r\n", "HTTP 401 with an empty body"),
+            (401, "<html>Unauthorized</html>", "HTTP 401 saying: <html>Unauthorized</html>"),
+            (400, #"{"message":"revoked"}"#, #"HTTP 400 saying: {"message":"revoked"}"#),
+        ]
+        for (status, body, said) in cases {
+            guard case .failure(let error) = classify(status, body) else {
+                Issue.record("\(status) \(body) should fail")
+                continue
+            }
+            #expect(error.kind == .refused && error.code == nil, "\(status) \(body)")
+            #expect(error.reason == "token endpoint answered \(said)")
+        }
+    }
+
+    @Test func aBareRefusalShowsNoSecretTheRequestCarried() {
+        let result = TokenResponse.classify(
+            status: 400, retryAfterHeader: nil, body: Array("bad token refresh-secret-123".utf8),
+            redactor: Redactor(["refresh-secret-123"]))
+        guard case .failure(let error) = result else {
+            Issue.record("expected failure")
+            return
+        }
+        #expect(error.kind == .refused && !error.reason.contains("refresh-secret-123"))
     }
 
     @Test func retryAfterAcceptsHTTPDates() {
