@@ -25,7 +25,8 @@ class LoginRequired(TokendError):
 
 
 class UpstreamUnavailable(TokendError):
-    """The token endpoint cannot be reached and no valid token is cached; retry after `retry_after`."""
+    """The token endpoint cannot be reached and no valid token is cached, or the refresh asked for
+    brought no token newer than the caller's; retry after `retry_after`."""
 
     @property
     def retry_after(self) -> Optional[int]:

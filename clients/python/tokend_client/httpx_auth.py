@@ -5,6 +5,7 @@ from typing import AsyncGenerator, Generator, Optional
 import httpx
 
 from .client import AsyncTokend, Tokend
+from .errors import LoginRequired, UpstreamUnavailable
 
 
 class TokendAuth(httpx.Auth):
@@ -24,7 +25,11 @@ class TokendAuth(httpx.Auth):
         request.headers["Authorization"] = token.authorization
         response = yield request
         if response.status_code == 401:
-            fresh = tokend.refresh(self.session, stale_generation=token.generation)
+            # tokend has nothing newer than the refused token: the 401 stands.
+            try:
+                fresh = tokend.refresh(self.session, stale_generation=token.generation)
+            except (UpstreamUnavailable, LoginRequired):
+                return
             if fresh.access_token != token.access_token:
                 request.headers["Authorization"] = fresh.authorization
                 yield request
@@ -35,7 +40,10 @@ class TokendAuth(httpx.Auth):
         request.headers["Authorization"] = token.authorization
         response = yield request
         if response.status_code == 401:
-            fresh = await tokend.refresh(self.session, stale_generation=token.generation)
+            try:
+                fresh = await tokend.refresh(self.session, stale_generation=token.generation)
+            except (UpstreamUnavailable, LoginRequired):
+                return
             if fresh.access_token != token.access_token:
                 request.headers["Authorization"] = fresh.authorization
                 yield request

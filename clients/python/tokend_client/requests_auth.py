@@ -5,6 +5,7 @@ from typing import Any, Optional
 import requests
 
 from .client import Tokend
+from .errors import LoginRequired, UpstreamUnavailable
 
 
 class TokendAuth(requests.auth.AuthBase):
@@ -21,7 +22,10 @@ class TokendAuth(requests.auth.AuthBase):
         def retry_once(response: requests.Response, **kwargs: Any) -> requests.Response:
             if response.status_code != 401:
                 return response
-            fresh = self.tokend.refresh(self.session, stale_generation=token.generation)
+            try:
+                fresh = self.tokend.refresh(self.session, stale_generation=token.generation)
+            except (UpstreamUnavailable, LoginRequired):
+                return response  # tokend has nothing newer than the refused token: the 401 stands
             if fresh.access_token == token.access_token:
                 return response  # nothing newer to try
             response.content  # read it, so that the connection can be reused
