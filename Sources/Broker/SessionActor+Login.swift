@@ -91,7 +91,7 @@ extension SessionActor {
             let code = AuthorizationCodeLogin(redirectURI: redirectURI)
             let url: URL
             do {
-                url = try endpoint.authorizationURL(for: code)
+                url = try await endpoint.beginAuthorization(for: code)
             } catch {
                 throw BrokerError.upstreamUnavailable(name, error.reason, retryAfter: nil)
             }

@@ -106,7 +106,8 @@ extension TableReader {
             "issuer", "token-endpoint", "revocation-endpoint", "authorization-endpoint", "device-authorization-endpoint",
             "client-id", "client-secret-file", "client-auth", "scope", "refresh-margin", "min-valid", "upstream-timeout",
             "default-lifetime", "access", "web-origins", "accept-cookies", "git-hosts", "git-username", "token-files",
-            "shared-store", "shared-store-password-file",
+            "shared-store", "shared-store-password-file", "client-key-file", "client-key-id", "redirect-uri",
+            "pushed-authorization",
         ])
         let issuer = try url("issuer")
         if let issuer, issuer.query != nil || issuer.fragment != nil {
@@ -172,11 +173,14 @@ extension TableReader {
             let candidate = "\(credentials)/\(name).shared-store-password"
             if FileManager.default.isReadableFile(atPath: candidate) { session.sharedStorePasswordFile = candidate }
         }
-        if session.clientAuth != .none, session.clientSecretFile == nil {
+        try clientKey(into: &session, environment: environment)
+        if session.clientAuth.usesSecret, session.clientSecretFile == nil {
             throw problem(
                 "client-auth",
                 "\"\(session.clientAuth.rawValue)\" needs a client secret: set client-secret-file, provide the systemd credential \(name).client-secret, or use client-auth = \"none\" for a public client")
         }
+        session.redirectURI = try loopbackRedirectURI("redirect-uri")
+        session.pushedAuthorization = try bool("pushed-authorization") ?? false
         return session
     }
 }
@@ -285,6 +289,10 @@ struct TableReader {
             throw problem(name, "must be between \(range.lowerBound) and \(range.upperBound)")
         }
         return value
+    }
+
+    func bool(_ name: String) throws(ConfigError) -> Bool? {
+        try typed(name, .bool, "true or false")?.bool
     }
 
     func oneOf(_ name: String, _ allowed: [String]) throws(ConfigError) -> String? {

@@ -85,8 +85,15 @@ public struct TokenFileSettings: Sendable, Equatable {
     }
 }
 
+/// How the client authenticates to the provider (RFC 6749 §2.3, RFC 7523 §2.2):
+/// the raw values are the `client-auth` settings.
 public enum ClientAuth: String, Sendable, Equatable, CaseIterable {
     case basic, post, none
+    case privateKeyJWT = "private-key-jwt"
+    case secretJWT = "secret-jwt"
+
+    /// Whether it needs the client secret (HS256 assertions are signed with it).
+    public var usesSecret: Bool { [.basic, .post, .secretJWT].contains(self) }
 }
 
 public struct SessionSettings: Sendable, Equatable {
@@ -103,6 +110,16 @@ public struct SessionSettings: Sendable, Equatable {
     /// `$CREDENTIALS_DIRECTORY/NAME.client-secret`); nil for none.
     public var clientSecretFile: String?
     public var clientAuth: ClientAuth = .basic
+    /// The private key of `private-key-jwt`, already resolved (config key or
+    /// `$CREDENTIALS_DIRECTORY/NAME.client-key`); nil for other methods.
+    public var clientKeyFile: String?
+    /// The `kid` header of the client's assertions; nil: none is sent.
+    public var clientKeyID: String?
+    /// The exact loopback redirect URI browser login uses (registered at the
+    /// provider); nil: a free port, `http://127.0.0.1:PORT/callback`.
+    public var redirectURI: String?
+    /// Push the authorization request (RFC 9126) even when the provider does not require it.
+    public var pushedAuthorization = false
     public var scope: String?
     public var refreshMargin = 60
     public var minValid = 30

@@ -28,18 +28,8 @@ public struct AuthorizationCodeLogin: Sendable {
     /// The URL the user opens: the authorization endpoint with the request's parameters.
     public func authorizationURL(endpoint: URL, clientID: String, scope: String?) -> URL? {
         guard var components = URLComponents(url: endpoint, resolvingAgainstBaseURL: false) else { return nil }
-        var items = components.queryItems ?? []
-        items += [
-            URLQueryItem(name: "response_type", value: "code"),
-            URLQueryItem(name: "client_id", value: clientID),
-            URLQueryItem(name: "redirect_uri", value: redirectURI),
-            URLQueryItem(name: "state", value: state),
-            URLQueryItem(name: "code_challenge", value: Self.challenge(for: verifier)),
-            URLQueryItem(name: "code_challenge_method", value: "S256"),
-        ]
-        if let scope { items.append(URLQueryItem(name: "scope", value: scope)) }
-        if scope.map(Self.asksForOpenID) ?? false { items.append(URLQueryItem(name: "nonce", value: nonce)) }
-        components.queryItems = items
+        components.queryItems = (components.queryItems ?? [])
+            + parameters(clientID: clientID, scope: scope).map { URLQueryItem(name: $0.0, value: $0.1) }
         // '+' is a space in form-encoded queries: encode it so the server reads it literally.
         components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
         return components.url

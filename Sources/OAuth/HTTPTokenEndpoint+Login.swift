@@ -50,6 +50,7 @@ extension HTTPTokenEndpoint {
         let urls = [
             metadata.tokenEndpoint, metadata.revocationEndpoint, metadata.authorizationEndpoint,
             metadata.deviceAuthorizationEndpoint, metadata.userinfoEndpoint, metadata.jwksURI,
+            metadata.pushedAuthorizationEndpoint,
         ].compactMap { $0 }
         for url in urls where !isSafeEndpoint(url) {
             throw DiscoveryError("the discovery document names \(url), which is neither https nor loopback http")
@@ -68,11 +69,21 @@ extension HTTPTokenEndpoint {
     }
 
     public func authorizationURL(for login: AuthorizationCodeLogin) throws(TokenEndpointError) -> URL {
+        try checkRedirect(login)
         guard let endpoint = current.authorization else { throw unknownEndpoint("authorization") }
         guard let url = login.authorizationURL(endpoint: endpoint, clientID: credentials.clientID, scope: scope) else {
             throw .transient("the authorization endpoint \(endpoint) cannot take query parameters")
         }
         return url
+    }
+
+    /// A session with a `redirect-uri` takes browser logins only there: the
+    /// provider would refuse any other after the user has signed in.
+    func checkRedirect(_ login: AuthorizationCodeLogin) throws(TokenEndpointError) {
+        guard let redirectURI, login.redirectURI != redirectURI else { return }
+        throw .rejected(
+            code: "invalid_request",
+            reason: "this session's provider takes only the redirect URI \(redirectURI) (redirect-uri): log in with tokenctl login --browser --redirect-uri \(redirectURI)")
     }
 
     public func redeem(_ grant: LoginGrant, cookieHeader: String) async -> RefreshAnswer {

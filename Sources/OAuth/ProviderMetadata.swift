@@ -13,6 +13,9 @@ public struct ProviderMetadata: Sendable, Equatable, Codable {
     public var codeChallengeMethods: [String]?
     /// RFC 9207: the server adds `iss` to authorization responses.
     public var issParameterSupported: Bool?
+    /// RFC 9126 §5.
+    public var pushedAuthorizationEndpoint: URL?
+    public var requiresPushedAuthorization: Bool?
 
     enum CodingKeys: String, CodingKey {
         case issuer
@@ -24,6 +27,8 @@ public struct ProviderMetadata: Sendable, Equatable, Codable {
         case jwksURI = "jwks_uri"
         case codeChallengeMethods = "code_challenge_methods_supported"
         case issParameterSupported = "authorization_response_iss_parameter_supported"
+        case pushedAuthorizationEndpoint = "pushed_authorization_request_endpoint"
+        case requiresPushedAuthorization = "require_pushed_authorization_requests"
     }
 
     public init(issuer: String) {
@@ -91,6 +96,9 @@ public struct ProviderEndpoints: Sendable, Equatable {
     public var userinfo: URL?
     public var jwks: URL?
     public var issParameterSupported = false
+    public var pushedAuthorization: URL?
+    /// The provider accepts no authorization request that was not pushed (RFC 9126 §5).
+    public var requiresPushedAuthorization = false
 
     public init(
         issuer: String? = nil, token: URL? = nil, revocation: URL? = nil, authorization: URL? = nil,
@@ -113,6 +121,8 @@ public struct ProviderEndpoints: Sendable, Equatable {
         merged.userinfo = userinfo ?? metadata.userinfoEndpoint
         merged.jwks = jwks ?? metadata.jwksURI
         merged.issParameterSupported = metadata.issParameterSupported ?? false
+        merged.pushedAuthorization = pushedAuthorization ?? metadata.pushedAuthorizationEndpoint
+        merged.requiresPushedAuthorization = metadata.requiresPushedAuthorization ?? false
         return merged
     }
 }

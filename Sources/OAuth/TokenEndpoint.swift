@@ -26,6 +26,9 @@ public protocol TokenEndpoint: Sendable {
     func deviceAuthorization() async throws(TokenEndpointError) -> DeviceAuthorization
     /// The URL that begins an authorization-code login in the user's browser.
     func authorizationURL(for login: AuthorizationCodeLogin) throws(TokenEndpointError) -> URL
+    /// The same, after pushing the request to the provider when it or the
+    /// session asks for that (RFC 9126); what a browser login calls.
+    func beginAuthorization(for login: AuthorizationCodeLogin) async throws(TokenEndpointError) -> URL
     /// Redeems a login grant at the token endpoint.
     func redeem(_ grant: LoginGrant, cookieHeader: String) async -> RefreshAnswer
     /// Who logged in: the verified ID token, else the userinfo endpoint; nil
@@ -50,6 +53,9 @@ extension TokenEndpoint {
     }
     public func authorizationURL(for login: AuthorizationCodeLogin) throws(TokenEndpointError) -> URL {
         throw .transient("no authorization endpoint")
+    }
+    public func beginAuthorization(for login: AuthorizationCodeLogin) async throws(TokenEndpointError) -> URL {
+        try authorizationURL(for: login)
     }
     public func redeem(_ grant: LoginGrant, cookieHeader: String) async -> RefreshAnswer {
         RefreshAnswer(result: .failure(.transient("this endpoint cannot redeem login grants")))
@@ -76,6 +82,10 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
     public let credentials: ClientCredentials
     public let scope: String?
     public let timeout: Duration
+    /// Push every authorization request (RFC 9126), also where the provider does not require it.
+    public let pushesAuthorization: Bool
+    /// The one redirect URI browser logins may use (registered exactly at the provider); nil: any loopback one.
+    public let redirectURI: String?
     /// Largest body accepted from any endpoint.
     public let maximumBodySize = 256 * 1024
     let client: HTTPClient
@@ -83,8 +93,10 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
 
     public init(
         endpoints: ProviderEndpoints, credentials: ClientCredentials, scope: String?, timeout: Duration,
-        client: HTTPClient = HTTPTokenEndpoint.sharedClient
+        pushesAuthorization: Bool = false, redirectURI: String? = nil, client: HTTPClient = HTTPTokenEndpoint.sharedClient
     ) {
+        self.pushesAuthorization = pushesAuthorization
+        self.redirectURI = redirectURI
         self.configured = endpoints
         self.endpoints = Mutex(endpoints)
         self.credentials = credentials
@@ -156,11 +168,17 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         var body: [UInt8]
     }
 
+    /// Sends a form, with a new client assertion for `url` when the client authenticates by one.
     func post(_ form: FormRequest, to url: URL) async throws(TokenEndpointError) -> HTTPAnswer {
         var request = HTTPClientRequest(url: url.absoluteString)
         request.method = .POST
         for (name, value) in form.headers { request.headers.add(name: name, value: value) }
-        request.body = .bytes(ByteBuffer(string: form.body.reveal()))
+        var body = form.body.reveal()
+        if let signer = try credentials.assertionSigner() {
+            let fields = try await signer.fields(clientID: credentials.clientID, audience: url)
+            body += (body.isEmpty ? "" : "&") + FormRequest.encode(fields)
+        }
+        request.body = .bytes(ByteBuffer(string: body))
         return try await send(request)
     }
 

@@ -1,7 +1,8 @@
 import Foundation
 import Secrets
 
-/// How the client authenticates to the token endpoint (RFC 6749 §2.3).
+/// How the client authenticates to the provider (RFC 6749 §2.3, RFC 7523 §2.2);
+/// the raw values are the configuration's `client-auth` settings.
 public enum ClientAuthentication: String, Sendable, CaseIterable {
     /// HTTP Basic with the form-encoded client id and secret.
     case basic
@@ -9,17 +10,24 @@ public enum ClientAuthentication: String, Sendable, CaseIterable {
     case post
     /// A public client: client_id in the body, no secret.
     case none
+    /// client_id and an assertion signed with the client's private key (private_key_jwt).
+    case privateKeyJWT = "private-key-jwt"
+    /// client_id and an assertion signed HS256 with the client secret (client_secret_jwt).
+    case secretJWT = "secret-jwt"
 }
 
 public struct ClientCredentials: Sendable {
     public var clientID: String
     public var secret: Secret?
     public var authentication: ClientAuthentication
+    /// The private key of `privateKeyJWT`.
+    public var key: ClientKey?
 
-    public init(clientID: String, secret: Secret?, authentication: ClientAuthentication) {
+    public init(clientID: String, secret: Secret?, authentication: ClientAuthentication, key: ClientKey? = nil) {
         self.clientID = clientID
         self.secret = secret
         self.authentication = authentication
+        self.key = key
     }
 }
 
@@ -91,13 +99,19 @@ public struct FormRequest: Sendable {
         case .post:
             fields.append(("client_id", credentials.clientID))
             if let secret = credentials.secret { fields.append(("client_secret", secret.reveal())) }
-        case .none:
+        case .none, .privateKeyJWT, .secretJWT:
+            // The assertion is made when the request is sent (HTTPTokenEndpoint.post): each one is used once.
             fields.append(("client_id", credentials.clientID))
         }
-        let body = fields.map { "\(formEncode($0.0))=\(formEncode($0.1))" }.joined(separator: "&")
+        let body = encode(fields)
         var secrets = fields.filter { secretFields.contains($0.0) && !$0.1.isEmpty }.map(\.1)
         if let secret = credentials.secret?.reveal(), !secret.isEmpty { secrets.append(secret) }
         return FormRequest(headers: headers, body: Secret(body), secrets: secrets)
+    }
+
+    /// `name=value&...`, each form-encoded.
+    static func encode(_ fields: [(String, String)]) -> String {
+        fields.map { "\(formEncode($0.0))=\(formEncode($0.1))" }.joined(separator: "&")
     }
 
     /// application/x-www-form-urlencoded: everything but unreserved characters escaped.

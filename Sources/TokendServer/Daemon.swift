@@ -312,13 +312,24 @@ extension SessionSettings {
             }
             secret = Secret(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
         }
-        let auth = OAuth.ClientAuthentication(rawValue: clientAuth.rawValue)!
+        var key: ClientKey?
+        if let clientKeyFile {
+            do {
+                key = try ClientKey(file: clientKeyFile, keyID: clientKeyID)
+            } catch {
+                throw DaemonSetupError("session \(name): client key \(error)")
+            }
+        }
+        guard let auth = OAuth.ClientAuthentication(rawValue: clientAuth.rawValue) else {
+            throw DaemonSetupError("session \(name): client-auth \(clientAuth.rawValue) is not supported")
+        }
         return HTTPTokenEndpoint(
             endpoints: ProviderEndpoints(
                 issuer: issuer, token: tokenEndpoint, revocation: revocationEndpoint,
                 authorization: authorizationEndpoint, deviceAuthorization: deviceAuthorizationEndpoint),
-            credentials: ClientCredentials(clientID: clientID, secret: secret, authentication: auth),
-            scope: scope, timeout: .seconds(upstreamTimeout))
+            credentials: ClientCredentials(clientID: clientID, secret: secret, authentication: auth, key: key),
+            scope: scope, timeout: .seconds(upstreamTimeout), pushesAuthorization: pushedAuthorization,
+            redirectURI: redirectURI)
     }
 }
 

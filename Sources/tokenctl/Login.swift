@@ -26,6 +26,10 @@ struct LoginCommand: AsyncParsableCommand {
     var browser = false
     @Flag(help: "With --browser: print the URL only, do not start a browser.")
     var noOpen = false
+    @Option(help: ArgumentHelp(
+        "With --browser: listen at this exact redirect URI, the session's redirect-uri (registered at the provider).",
+        valueName: "http://127.0.0.1:PORT/PATH"))
+    var redirectUri: String?
     @Option(help: "File holding the refresh token (default: standard input).")
     var refreshTokenFile: String?
 
@@ -33,13 +37,16 @@ struct LoginCommand: AsyncParsableCommand {
         if [device, browser, refreshTokenFile != nil].filter({ $0 }).count > 1 {
             throw ValidationError("choose one of --device, --browser and --refresh-token-file")
         }
+        if redirectUri != nil, device || refreshTokenFile != nil {
+            throw ValidationError("--redirect-uri is for --browser")
+        }
     }
 
     func run() async throws {
         let flow: String
         if device {
             flow = "device"
-        } else if browser {
+        } else if browser || redirectUri != nil {
             flow = "browser"
         } else if refreshTokenFile != nil || isatty(0) == 0 {
             return try await loginWithRefreshToken()
@@ -76,9 +83,10 @@ struct LoginCommand: AsyncParsableCommand {
     func browserLogin(_ client: TokendClient) async throws -> SessionStatus {
         let listener: LoopbackListener
         do {
-            listener = try LoopbackListener()
+            listener = try LoopbackListener(redirectURI: redirectUri)
         } catch {
-            FileHandle.standardError.write(Data("tokenctl: \(error)\n  Use --device instead.\n".utf8))
+            let hint = redirectUri == nil ? "  Use --device instead.\n" : ""
+            FileHandle.standardError.write(Data("tokenctl: \(error)\n\(hint)".utf8))
             throw ExitCode(Exit.failure)
         }
         let login = try await common.run {

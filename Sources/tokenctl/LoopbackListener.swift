@@ -1,11 +1,13 @@
 import Foundation
+import Loopback
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// The redirect target of a browser login (RFC 8252 §7.3): an HTTP listener
-/// on 127.0.0.1 at a port the system picks, for the one request the browser
+/// on 127.0.0.1 at a port the system picks, or at the exact loopback address,
+/// port and path a provider has registered, for the one request the browser
 /// makes when the provider sends it back.
 ///
 /// It serves only the user who began the login: loopback TCP carries no
@@ -17,35 +19,52 @@ import Glibc
 /// name on this listener, which redirects to it.
 final class LoopbackListener: @unchecked Sendable {
     let port: UInt16
+    /// As written in URLs: "127.0.0.1" or "[::1]".
+    let host: String
+    /// Where the provider sends the browser back.
+    let callbackPath: String
+    let redirectURI: String
     private let fd: Int32
     let startPath = "/start/" + (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
 
-    init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    /// `redirectURI`: the exact `http://127.0.0.1:PORT/PATH` or
+    /// `http://[::1]:PORT/PATH` to listen at; nil: 127.0.0.1, a free port, /callback.
+    init(redirectURI exact: String? = nil) throws {
+        var address = LoopbackAddress.ipv4(port: 0)
+        var path = "/callback"
+        if let exact {
+            guard let url = URLComponents(string: exact), url.scheme == "http", let host = url.host,
+                let port = url.port, (1...65535).contains(port), url.query == nil, url.fragment == nil,
+                url.path.hasPrefix("/"), let parsed = LoopbackAddress(host: host, port: UInt16(port))
+            else {
+                throw ListenerError("\(exact) is not a loopback redirect URI: use http://127.0.0.1:PORT/PATH or http://[::1]:PORT/PATH")
+            }
+            address = parsed
+            path = url.path
+        }
+        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw ListenerError("cannot create a socket: \(String(cString: strerror(errno)))") }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, listen(fd, 8) == 0 else {
+        var on: Int32 = 1
+        if address.family == AF_INET6 { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &on, socklen_t(MemoryLayout<Int32>.size)) }
+        guard address.bind(fd) == 0, listen(fd, 8) == 0 else {
+            let problem = errno
             close(fd)
-            throw ListenerError("cannot listen on 127.0.0.1: \(String(cString: strerror(errno)))")
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+            if problem == EADDRINUSE, let exact {
+                throw ListenerError(
+                    "port \(address.port) of \(address.host) is in use, and the redirect URI \(exact) needs it: another login or another program holds it (`ss -ltnp 'sport = :\(address.port)'` names it)")
+            }
+            throw ListenerError("cannot listen on \(address.host): \(String(cString: strerror(problem)))")
         }
         self.fd = fd
-        port = UInt16(bigEndian: address.sin_port)
+        port = LoopbackAddress.of(fd, getsockname)?.port ?? address.port
+        host = address.host
+        callbackPath = path
+        redirectURI = exact ?? "http://127.0.0.1:\(port)/callback"
     }
 
     deinit { close(fd) }
 
-    var redirectURI: String { "http://127.0.0.1:\(port)/callback" }
-    var startURL: String { "http://127.0.0.1:\(port)\(startPath)" }
+    var startURL: String { "http://\(host):\(port)\(startPath)" }
 
     /// The next request for /callback from this user, with the connection to
     /// answer it on; `startPath` redirects to `authorizationURL`; other
@@ -80,11 +99,11 @@ final class LoopbackListener: @unchecked Sendable {
                 Self.redirect(connection, to: authorizationURL)
                 continue
             }
-            guard target.hasPrefix("/callback") else {
+            guard target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)[0] == callbackPath else {
                 Self.respond(connection, status: "404 Not Found", title: "Not found", message: "")
                 continue
             }
-            return ("http://127.0.0.1:\(port)\(target)", connection)
+            return ("http://\(host):\(port)\(target)", connection)
         }
     }
 
@@ -113,27 +132,16 @@ final class LoopbackListener: @unchecked Sendable {
     /// speaking to 127.0.0.1, /proc/net/tcp6) whose local address is our peer
     /// and whose remote address is us. nil if not found.
     static func ownerUID(of connection: Int32) -> uid_t? {
-        var peer = sockaddr_in()
-        var local = sockaddr_in()
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let named = withUnsafeMutablePointer(to: &peer) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(connection, $0, &length) }
-        }
-        length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let ours = withUnsafeMutablePointer(to: &local) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(connection, $0, &length) }
-        }
-        guard named == 0, ours == 0 else { return nil }
-        // The kernel prints an address as its 32-bit words in memory and the port in host order;
-        // an IPv4 address seen by an IPv6 socket is ::ffff:a.b.c.d.
-        let format = { (address: sockaddr_in, prefix: String) in
-            prefix + String(format: "%08X:%04X", address.sin_addr.s_addr, UInt16(bigEndian: address.sin_port))
-        }
-        for (path, prefix) in [("/proc/net/tcp", ""), ("/proc/net/tcp6", "0000000000000000FFFF0000")] {
+        guard let peer = LoopbackAddress.of(connection, getpeername), let local = LoopbackAddress.of(connection, getsockname)
+        else { return nil }
+        // An IPv4 address seen by an IPv6 socket is ::ffff:a.b.c.d.
+        let tables = local.family == AF_INET6
+            ? [("/proc/net/tcp6", "")] : [("/proc/net/tcp", ""), ("/proc/net/tcp6", "0000000000000000FFFF0000")]
+        for (path, prefix) in tables {
             // Read to the end: procfs reports a size of 0, which Foundation's file readers trust.
             guard let file = FileHandle(forReadingAtPath: path), let data = try? file.readToEnd() else { continue }
             let table = String(decoding: data, as: UTF8.self)
-            if let uid = ownerUID(in: table, local: format(peer, prefix), remote: format(local, prefix)) { return uid }
+            if let uid = ownerUID(in: table, local: prefix + peer.procName, remote: prefix + local.procName) { return uid }
         }
         return nil
     }
@@ -187,4 +195,106 @@ final class LoopbackListener: @unchecked Sendable {
 struct ListenerError: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
+}
+
+/// A loopback socket address a browser-login listener binds: IPv4 (127.0.0.0/8) or ::1.
+enum LoopbackAddress {
+    case ipv4(sockaddr_in)
+    case ipv6(sockaddr_in6)
+
+    static func ipv4(port: UInt16) -> LoopbackAddress {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = port.bigEndian
+        return .ipv4(address)
+    }
+
+    /// `host` as URLComponents gives it ("127.0.0.1", "::1" or "[::1]"); nil unless a loopback literal.
+    init?(host: String, port: UInt16) {
+        let name = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        guard Loopback.isLiteral(name) else { return nil }
+        var v4 = sockaddr_in()
+        if inet_pton(AF_INET, name, &v4.sin_addr) == 1 {
+            v4.sin_family = sa_family_t(AF_INET)
+            v4.sin_port = port.bigEndian
+            self = .ipv4(v4)
+            return
+        }
+        var v6 = sockaddr_in6()
+        guard inet_pton(AF_INET6, name, &v6.sin6_addr) == 1 else { return nil }
+        v6.sin6_family = sa_family_t(AF_INET6)
+        v6.sin6_port = port.bigEndian
+        self = .ipv6(v6)
+    }
+
+    var family: Int32 {
+        switch self {
+        case .ipv4: AF_INET
+        case .ipv6: AF_INET6
+        }
+    }
+
+    var port: UInt16 {
+        switch self {
+        case .ipv4(let a): UInt16(bigEndian: a.sin_port)
+        case .ipv6(let a): UInt16(bigEndian: a.sin6_port)
+        }
+    }
+
+    /// As written in a URL.
+    var host: String {
+        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        let text = { String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+        switch self {
+        case .ipv4(var a):
+            inet_ntop(AF_INET, &a.sin_addr, &buffer, socklen_t(buffer.count))
+            return text()
+        case .ipv6(var a):
+            inet_ntop(AF_INET6, &a.sin6_addr, &buffer, socklen_t(buffer.count))
+            return "[\(text())]"
+        }
+    }
+
+    func bind(_ fd: Int32) -> Int32 {
+        switch self {
+        case .ipv4(var a):
+            withUnsafePointer(to: &a) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+        case .ipv6(var a):
+            withUnsafePointer(to: &a) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
+            }
+        }
+    }
+
+    /// A socket's own (`getsockname`) or peer's (`getpeername`) address.
+    static func of(
+        _ fd: Int32, _ call: (Int32, UnsafeMutablePointer<sockaddr>, UnsafeMutablePointer<socklen_t>) -> Int32
+    ) -> LoopbackAddress? {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let named = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { call(fd, $0, &length) }
+        }
+        guard named == 0 else { return nil }
+        switch Int32(storage.ss_family) {
+        case AF_INET: return .ipv4(withUnsafeBytes(of: storage) { $0.load(as: sockaddr_in.self) })
+        case AF_INET6: return .ipv6(withUnsafeBytes(of: storage) { $0.load(as: sockaddr_in6.self) })
+        default: return nil
+        }
+    }
+
+    /// As /proc/net/tcp and tcp6 print it: the address's 32-bit words as they
+    /// lie in memory, then the port in host order.
+    var procName: String {
+        switch self {
+        case .ipv4(let a):
+            return String(format: "%08X:%04X", a.sin_addr.s_addr, port)
+        case .ipv6(let a):
+            let words = withUnsafeBytes(of: a.sin6_addr) { bytes in (0..<4).map { bytes.load(fromByteOffset: $0 * 4, as: UInt32.self) } }
+            return words.map { String(format: "%08X", $0) }.joined() + String(format: ":%04X", port)
+        }
+    }
 }
