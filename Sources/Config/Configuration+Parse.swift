@@ -207,6 +207,10 @@ extension TableReader {
             guard mode & 0o007 == 0 else {
                 throw entry.problem("mode", "must give other users nothing (e.g. \"0640\" with a group): it holds the access token")
             }
+            guard mode & 0o020 == 0 else {
+                throw entry.problem(
+                    "mode", "must not let the group write (e.g. \"0640\"): a writer could hand readers a token of its own")
+            }
             files.append(TokenFileSettings(path: "\(runtimeDirectory)/\(path)", group: group, mode: mode))
         }
         return files

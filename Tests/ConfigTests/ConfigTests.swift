@@ -167,6 +167,15 @@ import Testing
         #expect(config.sessions[0].tokenFiles.first?.mode == 0o640)
     }
 
+    /// A group that may write a token file could hand its readers a token of its own.
+    @Test func tokenFilesMayNotBeGroupWritable() throws {
+        for mode in ["0660", "0620", "0760"] {
+            #expect(throws: ConfigError.self) {
+                try base.parse(base.minimal + "\ntoken-files = [{ path = \"t\", group = \"0\", mode = \"\(mode)\" }]")
+            }
+        }
+    }
+
     @Test func plainHTTPOnlyToALoopbackLiteral() throws {
         let plain = { (host: String) in
             base.minimal.replacingOccurrences(of: "https://id.example/token", with: "http://\(host)/token")

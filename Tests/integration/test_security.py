@@ -211,6 +211,12 @@ def test_token_files_grant_other_users_nothing(server, make_tokend, workdir):
     assert refused.returncode == 78 and "must give other users nothing" in refused.stderr, refused.stderr
     with open(daemon.config) as f:
         text = f.read()
+    # A group that may write the file could hand its readers a token of its own: refused at start too.
+    with open(daemon.config, "w") as f:
+        f.write(text.replace('"0644"', '"0660"'))
+    refused = subprocess.run([os.path.join(BIN, "tokend"), "--config", daemon.config], capture_output=True, text=True,
+                             timeout=20)
+    assert refused.returncode == 78 and "must not let the group write" in refused.stderr, refused.stderr
     with open(daemon.config, "w") as f:
         f.write(text.replace('"0644"', '"0640"').replace('path = "app/token"', 'path = "app/sub/token"'))
     os.chmod(workdir, 0o755)
