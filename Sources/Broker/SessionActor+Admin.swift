@@ -95,7 +95,8 @@ extension SessionActor {
             lastError: lastError ?? discoveryProblem ?? (record.phase == .active ? nil : record.reason),
             cookieCount: jar.cookies.count, cookieVersion: jar.version, subject: record.subject,
             username: record.username, email: record.email, pendingLogins: pendingLogins.count,
-            webOrigins: webOrigins, gitHosts: gitHosts, gitUsername: gitUsername, hostID: shared?.hostID,
+            webOrigins: webOrigins, gitHosts: gitHosts, gitUsername: gitUsername, redirectURI: redirectURI,
+            hostID: shared?.hostID,
             store: shared == nil ? nil : storeProblem.map { "unavailable: \($0)" } ?? "connected",
             sharedVersion: sharedVersion.map { Int($0) })
     }

@@ -17,6 +17,8 @@ public actor SessionActor {
     /// What the integrations need to find this session: git hosts and the git user name.
     public nonisolated let gitHosts: [String]
     public nonisolated let gitUsername: String?
+    /// The exact loopback redirect URI browser logins use (redirect-uri), if any.
+    public nonisolated let redirectURI: String?
     /// Files rewritten with the access token after every refresh (see syncTokenFiles).
     let tokenFiles: [TokenFile]
     /// What the token files hold: .some(token), .some(nil) when removed, nil
@@ -100,6 +102,7 @@ public actor SessionActor {
         webOrigins: [String] = [],
         gitHosts: [String] = [],
         gitUsername: String? = nil,
+        redirectURI: String? = nil,
         tokenFiles: [TokenFile] = [],
         checkpoint: (@Sendable (String) -> Void)? = nil,
         shared: (any SharedStore)? = nil,
@@ -110,6 +113,7 @@ public actor SessionActor {
         self.webOrigins = webOrigins
         self.gitHosts = gitHosts
         self.gitUsername = gitUsername
+        self.redirectURI = redirectURI
         self.tokenFiles = tokenFiles
         self.policy = policy
         self.endpoint = endpoint

@@ -39,6 +39,8 @@ public struct SessionStatus: Sendable, Equatable {
     public var webOrigins: [String] = []
     public var gitHosts: [String] = []
     public var gitUsername: String?
+    /// The exact loopback redirect URI browser logins use, when configured.
+    public var redirectURI: String?
     /// Shared sessions: this host's id, and the store's state ("connected", or why it cannot be reached).
     public var hostID: String?
     public var store: String?

@@ -48,6 +48,7 @@ extension BrokerInterface {
         public var webOrigins: [String]
         public var gitHosts: [String]
         public var gitUsername: String?
+        public var redirectUri: String?
         public var hostId: String?
         public var store: String?
         public var sharedVersion: Int?

@@ -104,7 +104,8 @@ public final class Daemon: Service, CustomStringConvertible {
         return SessionActor(
             name: settings.name, policy: settings.policy, endpoint: try settings.endpoint(),
             file: file, logger: logger, cookiePolicy: sessionCookies, webOrigins: settings.webOrigins,
-            gitHosts: settings.gitHosts, gitUsername: settings.gitUsername, tokenFiles: tokenFiles,
+            gitHosts: settings.gitHosts, gitUsername: settings.gitUsername, redirectURI: settings.redirectURI,
+            tokenFiles: tokenFiles,
             checkpoint: checkpoint, shared: try sharedStore(settings, file: file, hostID: hostID, logger: logger),
             tokenChanged: { reuse.changed() })
     }

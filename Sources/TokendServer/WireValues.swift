@@ -45,6 +45,7 @@ extension SessionStatus {
         status.username = username
         status.email = email
         status.gitUsername = gitUsername
+        status.redirectUri = redirectURI
         status.hostId = hostID
         status.store = store
         status.sharedVersion = sharedVersion

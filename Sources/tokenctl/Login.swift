@@ -81,6 +81,11 @@ struct LoginCommand: AsyncParsableCommand {
     }
 
     func browserLogin(_ client: TokendClient) async throws -> SessionStatus {
+        // A provider that matches redirect URIs exactly has the session name one: listen there.
+        var redirectUri = self.redirectUri
+        if redirectUri == nil {
+            redirectUri = try await common.run { try await client.status(session: common.session) }.redirectUri
+        }
         let listener: LoopbackListener
         do {
             listener = try LoopbackListener(redirectURI: redirectUri)

@@ -195,11 +195,13 @@ def free_port(family, host):
 def test_browser_login_at_the_registered_redirect_uri(glewlwyd, make_tokend2, family, host, shown):
     """The provider matches redirect URIs exactly: with the session's
     redirect-uri registered once, tokenctl listens there and the login needs
-    no administrator afterwards."""
+    no administrator afterwards. tokenctl learns the URI from the session's
+    status: the user does not repeat it."""
     redirect = f"http://{shown}:{free_port(family, host)}/tokend/cb"
     glewlwyd.add_redirect_uri(provider2.CLIENT_ID, redirect)
     daemon = make_tokend2(glewlwyd, **{"redirect-uri": redirect}).start()
-    process, start = start_browser_login(daemon, "--redirect-uri", redirect)
+    assert daemon.status()["redirectUri"] == redirect
+    process, start = start_browser_login(daemon)
     assert start.startswith(redirect.rsplit("/tokend/", 1)[0] + "/start/")
     url = authorization_url(start)
     assert urllib.parse.parse_qs(urllib.parse.urlparse(url).query)["redirect_uri"] == [redirect]
