@@ -35,6 +35,26 @@ struct Answer {
         try await outbound.write(.body(.byteBuffer(body)))
         try await outbound.write(.end(nil))
     }
+
+    /// The answer, then the connection closed, when no request is in flight (none came in time, or the
+    /// connection is over the cap): NIO's HTTP pipeline pairs every response with a request, so these
+    /// bytes go straight to the socket, under the HTTP encoder.
+    func writeAndClose(on channel: Channel) async {
+        let body = "tokend-proxy: \(message)\n"
+        let text =
+            "HTTP/1.1 \(status.code) \(status.reasonPhrase)\r\nConnection: close\r\n"
+            + "Content-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+        let written = channel.eventLoop.flatSubmit {
+            do {
+                let encoder = try channel.pipeline.syncOperations.context(handlerType: HTTPResponseEncoder.self)
+                return encoder.writeAndFlush(NIOAny(ByteBuffer(string: text)))
+            } catch {
+                return channel.eventLoop.makeFailedFuture(error)
+            }
+        }
+        try? await written.get()
+        try? await channel.close()
+    }
 }
 
 /// Why the upstream gave no answer, as the status the client gets: 504 when

@@ -11,7 +11,7 @@ extension Proxy {
     /// One request: token and cookies on, to the upstream, the answer back
     /// (streamed), its cookies into tokend. Returns false when the connection
     /// cannot go on (the client's body was not read to its end).
-    func handle(_ head: HTTPRequestHead, _ parts: inout Parts, _ watch: BodyWatch, _ outbound: Writer) async throws -> Bool {
+    func handle(_ head: HTTPRequestHead, _ parts: inout Parts, _ watch: StallWatch, _ outbound: Writer) async throws -> Bool {
         let target: String
         switch RequestPath.normalized(head.uri) {
         case .success(let path): target = upstream.url(for: path)
@@ -95,7 +95,7 @@ extension Proxy {
     /// A body over the limit streams to the upstream as it arrives; a 401 goes back to the client.
     func sendStreaming(
         _ request: HTTPClientRequest, head: HTTPRequestHead, first: ByteBuffer, _ overflow: ByteBuffer?,
-        _ parts: inout Parts, _ watch: BodyWatch
+        _ parts: inout Parts, _ watch: StallWatch
     ) async throws -> HTTPClientResponse {
         let pipe = BodyPipe()
         var request = request

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import Logging
+import Loopback
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -22,14 +23,18 @@ final class Proxy: Sendable {
     let bufferLimit: Int
     let bodyBudget: BodyBudget
     let bodyTimeout: Duration
+    let headerTimeout: Duration
+    let maxConnections: Int
     let timeout: Duration
     let logger: Logger
     let http: HTTPClient
     private let tokend = Mutex<TokendClient?>(nil)
+    /// Connections being served: at most `maxConnections`, so that memory is bounded in total.
+    private let open = Mutex(0)
 
     init(
         upstream: Upstream, session: String?, tokendSocket: String?, bufferLimit: Int, bodyBudget: Int,
-        bodyTimeout: Duration, timeout: Duration, logger: Logger
+        bodyTimeout: Duration, headerTimeout: Duration, maxConnections: Int, timeout: Duration, logger: Logger
     ) {
         self.upstream = upstream
         self.session = session
@@ -37,6 +42,8 @@ final class Proxy: Sendable {
         self.bufferLimit = bufferLimit
         self.bodyBudget = BodyBudget(limit: bodyBudget)
         self.bodyTimeout = bodyTimeout
+        self.headerTimeout = headerTimeout
+        self.maxConnections = maxConnections
         self.timeout = timeout
         self.logger = logger
         var configuration = HTTPClient.Configuration()
@@ -53,7 +60,18 @@ final class Proxy: Sendable {
     /// (NIO's largest read), not NIO's default ten; reading stops until the proxy takes them.
     static let connectionBuffer = HTTPConnection.Configuration(backPressureStrategy: .init(lowWatermark: 1, highWatermark: 2))
 
+    /// Serves until the listener fails; the upstream client is shut down either way (it must be, before it goes).
     func run(on address: ListenAddress) async throws {
+        do {
+            try await listen(on: address)
+        } catch {
+            try? await http.shutdown()
+            throw error
+        }
+        try await http.shutdown()
+    }
+
+    private func listen(on address: ListenAddress) async throws {
         let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 1024)
             .childChannelOption(.allowRemoteHalfClosure, value: true)
@@ -75,13 +93,33 @@ final class Proxy: Sendable {
         }
         // What the socket is, from the socket: a passed one may be either kind, a port may be 0.
         let local = server.channel.localAddress
+        // A socket systemd passed may be bound to any address; only a loopback one keeps other hosts out.
+        if let local, let ip = local.ipAddress, !Loopback.isLiteral(ip) {
+            try? await server.channel.close()
+            throw ListenRefused(address: local.protocol == .inet6 ? "[\(ip)]:\(local.port ?? 0)" : "\(ip):\(local.port ?? 0)")
+        }
+        if local?.ipAddress != nil {
+            logger.warning("listening on TCP: any local user can use this proxy, and so the session's token")
+        }
         let pages = WebPages(listeningOn: local)
         let unix = pages.hosts == nil
         logger.notice("listening", metadata: ["address": "\(local.map { "\($0)" } ?? "\(address)")", "upstream": "\(upstream.base)\(upstream.prefix)"])
         try await withThrowingDiscardingTaskGroup { group in
             try await server.executeThenClose { connections in
                 for try await connection in connections {
-                    group.addTask { await self.serve(connection, unix: unix, pages: pages) }
+                    let admitted = open.withLock { open in
+                        guard open < maxConnections else { return false }
+                        open += 1
+                        return true
+                    }
+                    guard admitted else {
+                        group.addTask { await self.refuseOverCap(connection) }
+                        continue
+                    }
+                    group.addTask {
+                        defer { self.open.withLock { $0 -= 1 } }
+                        await self.serve(connection, unix: unix, pages: pages)
+                    }
                 }
             }
         }
@@ -93,7 +131,9 @@ final class Proxy: Sendable {
         do {
             try await connection.executeThenClose { inbound, outbound in
                 var parts = inbound.makeAsyncIterator()
-                while let part = try await parts.next() {
+                // The next request's head must be whole within --header-timeout of the connection's start or
+                // of the previous answer: an idle or half-sent head does not keep a connection forever.
+                while let part = try await waitingForHead(connection.channel, { try await $0.next(&parts) }) {
                     guard case .head(let head) = part else { continue }
                     let keepAlive = try await watching(head, connection.channel, outbound) { watch in
                         if let refusal = allowed ? pages.refusal(for: head) : .forbidden {
@@ -114,15 +154,41 @@ final class Proxy: Sendable {
 
     /// `body` with a watch on the request's body: 408 and the connection closed if it stalls.
     func watching<T>(
-        _ head: HTTPRequestHead, _ channel: Channel, _ outbound: Writer, _ body: (BodyWatch) async throws -> T
+        _ head: HTTPRequestHead, _ channel: Channel, _ outbound: Writer, _ body: (StallWatch) async throws -> T
     ) async throws -> T {
-        let watch = BodyWatch(timeout: bodyTimeout)
-        let timer = Task { await watch.run(on: channel, outbound, version: head.version) }
+        let watch = StallWatch(timeout: bodyTimeout)
+        let answer = Answer(status: .requestTimeout, message: "the request body stalled for \(bodyTimeout.components.seconds) s")
+        let timer = Task {
+            await watch.run {
+                try? await answer.write(to: outbound, version: head.version, close: true)
+                try? await channel.close()
+            }
+        }
         defer {
             watch.finish()
             timer.cancel()
         }
         return try await body(watch)
+    }
+
+    /// `body` (reading a request's head) with a watch: 408 and the connection closed if no whole head comes in time.
+    func waitingForHead<T>(_ channel: Channel, _ body: (StallWatch) async throws -> T) async throws -> T {
+        let watch = StallWatch(timeout: headerTimeout)
+        let answer = Answer(
+            status: .requestTimeout, message: "no whole request head came within \(headerTimeout.components.seconds) s")
+        let timer = Task { await watch.run { await answer.writeAndClose(on: channel) } }
+        defer {
+            watch.finish()
+            timer.cancel()
+        }
+        return try await body(watch)
+    }
+
+    /// A connection over `--max-connections`: 503, and closed before the proxy reads it.
+    func refuseOverCap(_ connection: HTTPConnection) async {
+        logger.warning("refused a connection over the cap", metadata: ["max-connections": "\(maxConnections)"])
+        await Answer(status: .serviceUnavailable, message: "the proxy serves \(maxConnections) connections at most; try again")
+            .writeAndClose(on: connection.channel)
     }
 
     /// The connecting process's uid (SO_PEERCRED) is this process's: one
@@ -141,7 +207,7 @@ final class Proxy: Sendable {
     }
 
     /// The rest of a request's body, read and dropped: the connection stays usable.
-    func skipBody(_ parts: inout Parts, _ watch: BodyWatch) async throws {
+    func skipBody(_ parts: inout Parts, _ watch: StallWatch) async throws {
         while let part = try await watch.next(&parts) {
             if case .end = part { return }
         }
@@ -171,6 +237,11 @@ final class Proxy: Sendable {
         tokend.withLock { $0 = client }
         return client
     }
+}
+
+/// A passed socket bound to an address other hosts can reach.
+struct ListenRefused: Error {
+    let address: String
 }
 
 extension ListenAddress: CustomStringConvertible {

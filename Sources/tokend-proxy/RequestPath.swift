@@ -18,7 +18,8 @@ enum RequestPath {
             guard let decoded = segment.removingPercentEncoding else {
                 return .failure(Refusal("the path has a malformed percent-encoding"))
             }
-            switch decoded {
+            if let hidden = hidden(in: decoded) { return .failure(Refusal(hidden)) }
+            switch dotName(decoded) {
             case ".":
                 if last { kept.append("") }  // "/a/." is "/a/"
             case "..":
@@ -28,15 +29,32 @@ enum RequestPath {
                 kept.removeLast()
                 if last { kept.append("") }
             default:
-                // An upstream that decodes %2F, or takes \ for /, would find a dot segment here.
-                let pieces = decoded.split(omittingEmptySubsequences: false) { $0 == "/" || $0 == "\\" }
-                guard !pieces.contains(where: { $0 == "." || $0 == ".." }) else {
-                    return .failure(Refusal("the path hides a dot segment behind an encoded slash or a backslash"))
-                }
                 kept.append(segment)
             }
         }
         return .success("/" + kept.joined(separator: "/") + query)
+    }
+
+    /// A segment's name as Tomcat, Jetty and Spring compare it to `.` and `..`: its text before
+    /// the first `;` (path parameters), so `..;x` is `..`.
+    static func dotName(_ decoded: some StringProtocol) -> Substring {
+        Substring(decoded).prefix { $0 != ";" }
+    }
+
+    /// Why a decoded segment hides something an upstream that decodes again, takes `%2F` or `\`
+    /// for `/`, or ends a string at NUL would read as a dot segment; nil if it hides nothing.
+    static func hidden(in decoded: String) -> String? {
+        if decoded.contains("\0") { return "the path has a NUL (%00)" }
+        // What a second decode turns into a dot, a slash, a backslash or a `;`.
+        let lowered = decoded.lowercased()
+        if ["%2e", "%2f", "%5c", "%3b"].contains(where: lowered.contains) {
+            return "the path is encoded twice (%25 before a dot, slash, backslash or ;)"
+        }
+        let pieces = decoded.split(omittingEmptySubsequences: false) { $0 == "/" || $0 == "\\" }
+        guard pieces.count == 1 || !pieces.contains(where: { dotName($0) == "." || dotName($0) == ".." }) else {
+            return "the path hides a dot segment behind an encoded slash or a backslash"
+        }
+        return nil
     }
 
     struct Refusal: Error {

@@ -37,14 +37,19 @@ struct TokendProxy: AsyncParsableCommand {
     var bodyBudget: Int = 16 << 20
     @Option(help: "Seconds a request body may stall before the client gets 408 and the connection closes.")
     var bodyTimeout: Int = 30
+    @Option(help: "Seconds a request head may take, from the connection's start or the previous answer (408 after).")
+    var headerTimeout: Int = 10
+    @Option(help: "Connections served at once; one more gets 503 and is closed.")
+    var maxConnections: Int = 256
     @Option(help: "Seconds the upstream may take to answer (504 after).")
     var timeout: Int = 60
 
     func validate() throws {
         guard bufferLimit >= 0, bodyBudget >= 0 else { throw ValidationError("--buffer-limit and --body-budget must be 0 or more") }
-        guard (1...86_400).contains(bodyTimeout), (1...86_400).contains(timeout) else {
-            throw ValidationError("--body-timeout and --timeout must be 1 to 86400 seconds")
+        guard [bodyTimeout, headerTimeout, timeout].allSatisfy((1...86_400).contains) else {
+            throw ValidationError("--body-timeout, --header-timeout and --timeout must be 1 to 86400 seconds")
         }
+        guard (1...65_536).contains(maxConnections) else { throw ValidationError("--max-connections must be 1 to 65536") }
     }
 
     func run() async throws {
@@ -65,12 +70,17 @@ struct TokendProxy: AsyncParsableCommand {
         } else {
             throw ValidationError("--listen is required (or start tokend-proxy from a systemd socket)")
         }
-        if case .tcp = address {
-            logger.warning("listening on TCP: any local user can use this proxy, and so the session's token")
-        }
         let proxy = Proxy(
             upstream: base, session: session, tokendSocket: socket, bufferLimit: bufferLimit, bodyBudget: bodyBudget,
-            bodyTimeout: .seconds(Int64(bodyTimeout)), timeout: .seconds(Int64(timeout)), logger: logger)
-        try await proxy.run(on: address)
+            bodyTimeout: .seconds(Int64(bodyTimeout)), headerTimeout: .seconds(Int64(headerTimeout)),
+            maxConnections: maxConnections, timeout: .seconds(Int64(timeout)), logger: logger)
+        do {
+            try await proxy.run(on: address)
+        } catch let refused as ListenRefused {
+            throw ValidationError(
+                "the socket systemd passed is bound to \(refused.address), which other hosts can reach: they would get "
+                    + "the session's token; bind it to a loopback address (ListenStream=127.0.0.1:PORT or [::1]:PORT) "
+                    + "or to a path")
+        }
     }
 }

@@ -1,12 +1,12 @@
-import NIOCore
 import NIOHTTP1
 import Synchronization
 
-/// Ends a request whose body stalls: while the proxy waits for the client's
-/// next part, that part must come within the timeout, or the client gets 408
-/// and the connection closes. Time the proxy spends elsewhere (asking tokend,
-/// waiting for the upstream to take a chunk) is not the client's.
-final class BodyWatch: Sendable {
+/// Ends a connection whose client stalls: while the proxy waits for the
+/// client's next part (a request head, or the next part of a body), that part
+/// must come within the timeout, or the client gets 408 and the connection
+/// closes. Time the proxy spends elsewhere (asking tokend, waiting for the
+/// upstream to take a chunk) is not the client's.
+final class StallWatch: Sendable {
     private struct State {
         var waiting = false
         var deadline = ContinuousClock.now
@@ -18,25 +18,25 @@ final class BodyWatch: Sendable {
 
     init(timeout: Duration) { self.timeout = timeout }
 
-    /// The client's next request part, or `BodyStalled` when it did not come in time.
+    /// The client's next request part, or `Stalled` when it did not come in time.
     func next(_ parts: inout Proxy.Parts) async throws -> HTTPServerRequestPart? {
         let expired = state.withLock { state in
             state.waiting = true
             state.deadline = .now + timeout
             return state.phase == .expired
         }
-        if expired { throw BodyStalled() }
+        if expired { throw Stalled() }
         let part = try await parts.next()
         let late = state.withLock { state in
             state.waiting = false
             return state.phase == .expired
         }
-        if late { throw BodyStalled() }
+        if late { throw Stalled() }
         return part
     }
 
-    /// Until `finish`: answers 408 and closes the connection once a wait for the client outlasts the timeout.
-    func run(on channel: Channel, _ outbound: Proxy.Writer, version: HTTPVersion) async {
+    /// Until `finish`: once a wait for the client outlasts the timeout, `expire` (which answers 408 and closes).
+    func run(expire: () async -> Void) async {
         while true {
             let wake = state.withLock { state -> ContinuousClock.Instant? in
                 guard state.phase == .reading else { return nil }
@@ -50,10 +50,7 @@ final class BodyWatch: Sendable {
                 return true
             }
             guard expired else { continue }
-            let seconds = timeout.components.seconds
-            try? await Answer(status: .requestTimeout, message: "the request body stalled for \(seconds) s")
-                .write(to: outbound, version: version, close: true)
-            try? await channel.close()
+            await expire()
             return
         }
     }
@@ -66,4 +63,4 @@ final class BodyWatch: Sendable {
     }
 }
 
-struct BodyStalled: Error {}
+struct Stalled: Error {}
