@@ -157,7 +157,9 @@ extension SessionActor {
                 pendingLogins[id] = nil
                 throw BrokerError.login(.loginExpired, name, "the device code expired before the user approved it")
             }
-            try? await clock.sleep(until: next)
+            // A caller that went away ends the poll (the login stays pending for its next FinishLogin);
+            // a cancelled sleep that returned at once would ask the provider in a tight loop.
+            try await clock.sleep(until: next)
             guard pendingLogins[id] != nil else { throw BrokerError.noSuchLogin(name, id: id) }
             let answer = await endpoint.redeem(.deviceCode(device.deviceCode), cookieHeader: cookieHeaderForEndpoint())
             guard case .failure(let error) = answer.result else {
