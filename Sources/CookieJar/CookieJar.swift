@@ -25,7 +25,7 @@ public struct CookieJar: Sendable {
         if policy.accept == .never { return .failure(.acceptNever) }
         switch makeCookie(parsed, request: request, now: now) {
         case .failure(let rejection): return .failure(rejection)
-        case .success(let cookie): return .success(store(cookie, now: now))
+        case .success(let cookie): return store(cookie, secureOrigin: request.secure, now: now)
         }
     }
 
@@ -70,51 +70,35 @@ public struct CookieJar: Sendable {
                 creationIndex: nextCreationIndex))
     }
 
-    /// §5.3 steps 11–12: replace or delete a cookie of the same identity, then enforce the limits.
-    mutating func store(_ cookie: Cookie, now: Int) -> [CookieChange] {
+    /// §5.3 steps 11–12: replace or delete a cookie of the same identity, or
+    /// add it after making room (see `evictions`); nothing changes when no
+    /// room may be made for it.
+    mutating func store(_ cookie: Cookie, secureOrigin: Bool, now: Int) -> Result<[CookieChange], CookieRejection> {
         var changes: [CookieChange] = []
         var cookie = cookie
         if let index = cookies.firstIndex(where: { $0.sameIdentity(as: cookie) }) {
             let old = cookies.remove(at: index)
             if cookie.isExpired(now: now) {
                 changes.append(record(.delete, old))
-                return changes
+                return .success(changes)
             }
             cookie.creationIndex = old.creationIndex
             cookies.insert(cookie, at: index)
             if old != cookie { changes.append(record(.set, cookie)) }
-            return changes
+            return .success(changes)
         }
-        if cookie.isExpired(now: now) { return changes }
+        if cookie.isExpired(now: now) { return .success(changes) }
+        guard let evicted = evictions(toAdmit: cookie, secureOrigin: secureOrigin, now: now) else {
+            return .failure(.noRoomBesideSecure)
+        }
         nextCreationIndex += 1
         cookies.append(cookie)
         changes.append(record(.set, cookie))
-        changes += evictOverLimits(keeping: cookie, now: now)
-        return changes
-    }
-
-    /// Expired cookies go first; then the oldest-created of the crowded domain, then of the jar.
-    mutating func evictOverLimits(keeping newest: Cookie, now: Int) -> [CookieChange] {
-        var changes: [CookieChange] = []
-        let sameDomain = { (cookie: Cookie) in cookie.domain == newest.domain }
-        if cookies.filter(sameDomain).count > policy.maximumPerDomain
-            || cookies.count > policy.maximumTotal
-        {
-            changes += removeExpired(now: now)
+        for victim in evicted {
+            guard let index = cookies.firstIndex(where: { $0.sameIdentity(as: victim) }) else { continue }
+            changes.append(record(.delete, cookies.remove(at: index)))
         }
-        while cookies.filter(sameDomain).count > policy.maximumPerDomain,
-            let oldest = cookies.indices.filter({ sameDomain(cookies[$0]) }).min(by: {
-                cookies[$0].creationIndex < cookies[$1].creationIndex
-            })
-        {
-            changes.append(record(.delete, cookies.remove(at: oldest)))
-        }
-        while cookies.count > policy.maximumTotal,
-            let oldest = cookies.indices.min(by: { cookies[$0].creationIndex < cookies[$1].creationIndex })
-        {
-            changes.append(record(.delete, cookies.remove(at: oldest)))
-        }
-        return changes
+        return .success(changes)
     }
 
     /// §5.4: the cookies a browser would send to `request`, longest path

@@ -2,9 +2,10 @@
 public struct CookiePolicy: Sendable {
     /// Name plus value, bytes (6265bis §5.6: 4096). Larger cookies are rejected.
     public var maximumCookieSize = 4096
-    /// Cookies per domain; beyond it the oldest-created cookie of that domain is evicted.
+    /// Cookies per domain; beyond it one of that domain is evicted, non-Secure
+    /// ones first (`CookieJar.evictions`).
     public var maximumPerDomain = 50
-    /// Cookies in the jar; beyond it the oldest-created cookie overall is evicted.
+    /// Cookies in the jar; beyond it one is evicted, non-Secure ones first.
     public var maximumTotal = 1000
     /// Expires/Max-Age are capped at this many seconds from now (6265bis: 400 days).
     public var maximumLifetime = 400 * 86_400
@@ -43,6 +44,8 @@ public struct CookieRejection: Error, Sendable, Equatable, CustomStringConvertib
     static let insecureOrigin = CookieRejection("Secure cookie from a non-secure origin")
     static let shadowsSecure = CookieRejection(
         "a non-secure origin may not replace or shadow a Secure cookie of the same name")
+    static let noRoomBesideSecure = CookieRejection(
+        "the jar is full and a non-secure origin may not evict a Secure cookie to make room")
     static let prefix = CookieRejection("__Secure-/__Host- prefix requirements not met")
     static let sameSiteNone = CookieRejection("SameSite=None without Secure")
     static let acceptNever = CookieRejection("the session does not accept cookies (accept-cookies = \"never\")")

@@ -21,6 +21,11 @@ enum Ownership {
     static func check(_ path: String, fixMode: String) throws(UnsafeOwnershipError) {
         var info = stat()
         guard stat(path, &info) == 0 else { return }
+        try check(info, path: path, fixMode: fixMode)
+    }
+
+    /// The same check, of what fstat or stat found at `path`.
+    static func check(_ info: stat, path: String, fixMode: String) throws(UnsafeOwnershipError) {
         let me = geteuid()
         if info.st_uid != me {
             throw UnsafeOwnershipError(

@@ -30,17 +30,13 @@ public struct StateStore: Sendable {
 
     /// Opens (creating if needed) the state directory and tightens its mode.
     /// Refuses one that another user owns or that a group or other users may
-    /// write (UnsafeOwnershipError): its mode is changed only when it is tokend's.
+    /// write, one under a directory someone else could swap it out of, and a
+    /// link another user owns (UnsafeOwnershipError; see `StateDirectory`):
+    /// its mode is changed only when it is tokend's.
     public init(directory: String, key: StateKey? = nil) throws {
         self.directory = directory
         self.key = key
-        if mkdir(directory, 0o700) != 0, errno != EEXIST {
-            throw AtomicFile.WriteError(step: "mkdir", path: directory, errno: errno)
-        }
-        try Ownership.check(directory, fixMode: "0700")
-        guard chmod(directory, 0o700) == 0 else {
-            throw AtomicFile.WriteError(step: "chmod", path: directory, errno: errno)
-        }
+        _ = try StateDirectory.open(directory)
     }
 
     public func path(for session: String) -> String { "\(directory)/\(session).session" }

@@ -24,7 +24,16 @@ extension Daemon {
     /// Reads /etc/subuid again: the server puts each new peer's person on its
     /// credentials, which the server's budgets and the forced-refresh limit key by.
     func reloadSubordinateIDs(server: VarlinkServer) {
-        server.reloadSubordinateIDs(SubordinateIDs.load())
+        server.reloadSubordinateIDs(loadSubordinateIDs())
+    }
+
+    /// /etc/subuid as the budgets will count it, each problem in it logged once per load.
+    func loadSubordinateIDs() -> SubordinateIDs {
+        let ids = SubordinateIDs.load()
+        for problem in ids.problems {
+            logger.warning("subordinate uid table", metadata: ["problem": "\(problem)"])
+        }
+        return ids
     }
 
     func reload() async {

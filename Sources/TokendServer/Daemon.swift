@@ -261,7 +261,7 @@ public final class Daemon: Service, CustomStringConvertible {
             fastPath: FastGetToken(broker: broker, policy: { self.access.withLock { $0 } }, tokenReplies: tokenReplies)
                 .handler, fastPathStamp: { [reuse] in reuse.value },
             admission: { peer in self.access.withLock { $0 }.standing(of: peer) },
-            subordinateIDs: SubordinateIDs.load())
+            subordinateIDs: loadSubordinateIDs())
     }
 
     /// Test builds with TOKEND_TEST_HOOKS=1: the kill -9 campaign's crash point.

@@ -216,7 +216,14 @@ final class ServerLoop: @unchecked Sendable {
                 register(fd, peer: peer, refused: false)
             case .caller where admitted < limits.maximumConnections:
                 guard perPerson[person, default: 0] < limits.maximumConnectionsPerUser else {
-                    refuse(fd, peer: peer, with: errors.overloaded, reason: "too many connections from one user")
+                    // The answer names the limit that refused it, not the server's.
+                    var error = errors.overloaded
+                    if error.parameters["limit"] != nil {
+                        error.parameters["limit"] = .int(limits.maximumConnectionsPerUser)
+                    }
+                    refuse(
+                        fd, peer: peer, with: error, reason: "too many connections from one user",
+                        limit: limits.maximumConnectionsPerUser)
                     continue
                 }
                 if let connection = register(fd, peer: peer, refused: false) {
@@ -248,13 +255,15 @@ final class ServerLoop: @unchecked Sendable {
     /// client that sends nothing within a short linger is answered and
     /// closed then. Refused connections hold no slot and no task; beyond as
     /// many as the limit they are answered and closed at once.
-    private func refuse(_ fd: CInt, peer: PeerCredentials?, with error: VarlinkError, reason: String) {
+    private func refuse(
+        _ fd: CInt, peer: PeerCredentials?, with error: VarlinkError, reason: String, limit: Int? = nil
+    ) {
         refusedSinceLog += 1
         if now - lastRefusalLog >= 1_000_000_000 {
             logger.warning(
                 "connection refused: \(reason)",
                 metadata: [
-                    "limit": "\(limits.maximumConnections)", "refused": "\(refusedSinceLog)",
+                    "limit": "\(limit ?? limits.maximumConnections)", "refused": "\(refusedSinceLog)",
                     "peer.uid": "\(peer.map { String($0.uid) } ?? "unknown")",
                     "peer.pid": "\(peer.map { String($0.pid) } ?? "unknown")",
                 ])

@@ -51,4 +51,44 @@ import Testing
         _ = jar.set("s=GOOD; Secure", "https://localhost/")
         #expect(rejection(jar.set("s=EVIL", "http://localhost/")) != nil, "a loopback name is not a secure origin")
     }
+
+    @Test func httpCannotFloodASecureCookieOutOfItsDomainAndThenReplaceIt() {
+        var jar = jar()
+        _ = jar.set("sid=GOOD; Secure; HttpOnly", "https://app.example.com/")
+        for index in 0..<50 { _ = jar.set("f\(index)=x", "http://app.example.com/") }
+        #expect(rejection(jar.set("sid=EVIL", "http://app.example.com/")) != nil)
+        #expect(jar.header("https://app.example.com/").hasPrefix("sid=GOOD"))
+        #expect(jar.cookies.count == 50 && !jar.cookies.contains { $0.name == "f0" }, "the oldest non-Secure went")
+    }
+
+    @Test func httpCannotFloodASecureCookieOutOfTheJar() {
+        var jar = jar { $0.maximumTotal = 3 }
+        _ = jar.set("sid=GOOD; Secure", "https://app.example.com/")
+        for host in ["a", "b", "c", "d"] { _ = jar.set("f=x", "http://\(host).example.org/") }
+        #expect(rejection(jar.set("sid=EVIL", "http://app.example.com/")) != nil)
+        #expect(jar.header("https://app.example.com/") == "sid=GOOD")
+        #expect(jar.cookies.map(\.domain).sorted() == ["app.example.com", "c.example.org", "d.example.org"])
+    }
+
+    @Test func anInsecureCookieIsRefusedWhenOnlySecureCookiesCouldMakeRoom() {
+        var jar = jar { $0.maximumPerDomain = 2 }
+        _ = jar.set("a=1; Secure", "https://app.example.com/")
+        _ = jar.set("b=1; Secure", "https://app.example.com/")
+        let before = jar.version
+        #expect(rejection(jar.set("c=1", "http://app.example.com/")) != nil)
+        #expect(jar.version == before && jar.cookies.map(\.name) == ["a", "b"], "nothing changed")
+    }
+
+    @Test func evictionTakesExpiredThenNonSecureThenTheOldest() throws {
+        var jar = jar { $0.maximumPerDomain = 3 }
+        _ = jar.set("s1=1; Secure", "https://app.example.com/")
+        _ = jar.set("old=1; Max-Age=10", "https://app.example.com/", at: now)
+        _ = jar.set("n1=1", "https://app.example.com/", at: now)
+        var changes = try jar.set("s2=1; Secure", "https://app.example.com/", at: now + 20).get()
+        #expect(changes.map(\.action) == [.set, .delete] && changes[1].cookie.name == "old", "expired first")
+        changes = try jar.set("s3=1; Secure", "https://app.example.com/", at: now + 20).get()
+        #expect(changes[1].cookie.name == "n1", "then non-Secure, though s1 is older")
+        changes = try jar.set("s4=1; Secure", "https://app.example.com/", at: now + 20).get()
+        #expect(changes[1].cookie.name == "s1", "then the oldest, for a secure origin")
+    }
 }

@@ -52,6 +52,25 @@ import Secrets
         }
     }
 
+    /// A provider's HTML 400 page echoes the request with character references.
+    @Test func htmlCharacterReferences() {
+        let redactor = Redactor([Self.refresh, "a&b/c+d=e&f/g+h=i"])
+        for text in [
+            "<p>rt&#x2F;45chars&#43;with&#61;odd~bytes&#95;and&#47;slashes&period;0123456</p>",
+            "<p>rt&#X2f;45chars&#x2B;with&equals;odd~bytes&lowbar;and&sol;slashes&#46;0123456</p>",
+            "<p>rt&#0047;45chars&plus;with&#61odd~bytes&#95and&#47slashes&#46;0123456</p>",
+            "<pre>refresh_token=rt%2F45chars%2Bwith%3Dodd~bytes_and%2Fslashes.0123456&amp;grant_type=x</pre>",
+            "<pre>a&amp;b&#x2F;c&#43;d&#61;e&amp;f&#47;g&#43;h&#61;i</pre>",
+        ] {
+            let clean = redactor.redact(text)
+            for piece in ["45chars", "with", "odd~", "slashes", "0123456", "b&#x2F;c", "f&#47;g"] {
+                #expect(!clean.contains(piece), "\(clean)")
+            }
+            #expect(clean.contains(Redactor.marker))
+        }
+        #expect(redactor.redact("Tom &amp; Jerry &#x3C;b&#x3E;") == "Tom &amp; Jerry &#x3C;b&#x3E;")
+    }
+
     /// The issue's case: a description cut to 200 characters before redaction left 26 characters.
     @Test func aDescriptionIsRedactedBeforeItIsCut() {
         let refresh = String(repeating: "R", count: 20) + "abcdefghijklmnopqrstuvwxy"

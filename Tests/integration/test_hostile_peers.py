@@ -159,6 +159,8 @@ if status != 0:
     sys.exit("newuidmap failed")
 hold_r, hold_w = os.pipe()
 report_r, report_w = os.pipe()
+turn_r, turn_w = os.pipe()  # one byte passed from child to child: refreshes one after another, none joined
+os.write(turn_w, b"t")
 for inner in range(1, count + 1):
     if os.fork() == 0:
         os.close(hold_w)
@@ -169,6 +171,10 @@ for inner in range(1, count + 1):
         try:
             if mode == "slots":
                 s.sendall(b'{"method":"io.tokend.Broker.GetStatus","parameters":{}}\0')
+            elif mode == "refresh":  # a forced refresh (no staleGeneration), once the last one is answered
+                s.settimeout(30)
+                os.read(turn_r, 1)
+                s.sendall(b'{"method":"io.tokend.Broker.Refresh","parameters":{}}\0')
             else:  # an unfinished message of 1,000,000 bytes
                 s.sendall(b'{"method":"io.tokend.Broker.GetStatus","parameters":{"x":"' + b"a" * 999950)
             data = b""
@@ -177,12 +183,17 @@ for inner in range(1, count + 1):
                 if not chunk:
                     break
                 data += chunk
-            outcome = json.loads(data[:-1]).get("error", "answered") if data.endswith(b"\0") else "closed"
+            reply = json.loads(data[:-1]) if data.endswith(b"\0") else None
+            outcome = "closed" if reply is None else reply.get("error", "answered")
+            if reply is not None and "error" in reply and reply.get("parameters"):
+                outcome += " " + json.dumps(reply["parameters"], sort_keys=True)
         except socket.timeout:
             outcome = "held"
         except OSError as error:
             outcome = f"closed ({error.errno})"
         os.write(report_w, (json.dumps({"inner": inner, "outcome": outcome}) + "\n").encode())
+        if mode == "refresh":
+            os.write(turn_w, b"t")
         os.read(hold_r, 1)  # keeps the connection until the test ends
         os._exit(0)
 os.close(report_w)
@@ -226,6 +237,7 @@ def inner_uids(daemon, count, mode):
     return outcomes, helper
 
 
+
 def release(helper):
     helper.stdin.close()
     helper.wait(10)
@@ -237,7 +249,8 @@ def test_inner_uids_of_one_person_share_its_connection_slots(server, make_tokend
     outcomes, helper = inner_uids(daemon, 6, "slots")
     try:
         assert outcomes.count("answered") == 3, outcomes
-        assert outcomes.count("io.tokend.Broker.TooManyConnections") == 3, outcomes
+        # The refusal names the limit that refused it: the person's 3, not the server's 512.
+        assert outcomes.count('io.tokend.Broker.TooManyConnections {"limit": 3}') == 3, outcomes
     finally:
         release(helper)
 
@@ -291,3 +304,20 @@ def test_accepting_resumes_as_soon_as_a_descriptor_frees(server, make_tokend):
             read_frame(waiting)  # out of descriptors again
     for s in held + [waiting]:
         s.close()
+
+
+def test_inner_uids_of_one_person_share_its_forced_refresh_budget(server, make_tokend, workdir, subordinate_range):
+    """Attack 1's refreshes: each inner uid forces a refresh; the provider sees
+    at most the one person's forced-refreshes-per-minute grants."""
+    daemon = open_to_other_users(make_tokend, server, workdir, f'read-groups = ["{READERS_GID}"]',
+                                 **{"forced-refreshes-per-minute": 2})
+    before = len(server.grants("refresh_token"))
+    outcomes, helper = inner_uids(daemon, 8, "refresh")
+    try:
+        grants = len(server.grants("refresh_token")) - before
+        print(f"8 inner uids forcing a refresh: {grants} grants, outcomes {outcomes}")
+        assert grants <= 2, (grants, outcomes)
+        assert outcomes.count("answered") == grants, outcomes
+        assert sum(outcome.startswith("io.tokend.Broker.RateLimited") for outcome in outcomes) == 8 - grants, outcomes
+    finally:
+        release(helper)

@@ -1,5 +1,6 @@
 """Security round three (issue 28), items 3, 5, 6 and 7, against the built
-tokend: a hostile provider echoing secrets in other encodings, a discovery
+tokend: a hostile provider echoing secrets in other encodings (device
+authorization errors too), a discovery
 document redirected to another origin, an http origin replacing a Secure
 cookie, and a state directory or file another user owns or may write."""
 import base64
@@ -31,6 +32,7 @@ class HostileProvider:
     def __init__(self, thief=None):
         self.echo = False
         self.thief = thief
+        self.routes = {}  # GET path -> a document, or ("redirect", location)
         self.document = None
         self.received = []
         provider = self
@@ -52,7 +54,15 @@ class HostileProvider:
 
             def do_GET(self):
                 provider.received.append(("GET", self.path, b""))
-                if provider.document:
+                route = provider.routes.get(self.path)
+                if isinstance(route, tuple):
+                    self.send_response(302)
+                    self.send_header("Location", route[1])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                elif route is not None:
+                    self.answer(200, route)
+                elif provider.document:
                     self.answer(200, provider.document)
                 elif provider.thief and self.path.startswith("/.well-known/"):
                     self.send_response(302)
@@ -65,9 +75,25 @@ class HostileProvider:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 provider.received.append(("POST", self.path, body))
+                if self.path.endswith("/device"):  # device authorization: always an echo of the credentials
+                    self.answer(400, {"error": "invalid_client",
+                                      "error_description": "you sent Authorization: "
+                                      + self.headers.get("Authorization", "") + " and " + body.decode()})
+                    return
+                if self.path.endswith("/device-ok"):
+                    self.answer(200, {"device_code": "dc-" + os.urandom(8).hex(), "user_code": "ABCD-EFGH",
+                                      "verification_uri": provider.url + "/activate", "expires_in": 60,
+                                      "interval": 1})
+                    return
                 if not provider.echo:
-                    self.answer(200, {"access_token": "at-" + os.urandom(8).hex(), "token_type": "Bearer",
-                                      "expires_in": 3600, "refresh_token": ROTATED})
+                    grant = {"access_token": "at-" + os.urandom(8).hex(), "token_type": "Bearer",
+                             "expires_in": 3600, "refresh_token": ROTATED}
+                    if self.path.endswith("/idt"):  # an ID token to verify: tokend must fetch the JWKS
+                        part = lambda d: base64.urlsafe_b64encode(json.dumps(d).encode()).decode().rstrip("=")
+                        grant["id_token"] = ".".join([part({"alg": "RS256", "kid": "k1"}),
+                                                      part({"iss": provider.url, "sub": "u", "aud": CLIENT_ID}),
+                                                      "c2ln"])
+                    self.answer(200, grant)
                     return
                 token = urllib.parse.parse_qs(body.decode())["refresh_token"][0]
                 kind = self.path.rsplit("/", 1)[-1]
@@ -143,6 +169,27 @@ def test_a_provider_echoing_secrets_in_any_encoding_leaks_none(provider, make_to
     assert len(echoed) == 2 * len(SESSIONS), "each session logged in, then refreshed into an echo"
 
 
+def test_device_authorization_errors_are_redacted(provider, make_tokend, workdir):
+    """A device endpoint echoing the Basic credentials (the client secret in base64) in its error:
+    no form of the secret reaches tokenctl's output, the status or the log."""
+    sessions = {"dev": {"token-endpoint": f"{provider.url}/token/dev",
+                        "device-authorization-endpoint": f"{provider.url}/device", "client-id": CLIENT_ID,
+                        "client-secret-file": os.path.join(workdir, "client-secret"), "client-auth": "basic"}}
+    endpoint = SimpleNamespace(token_url=provider.url + "/token/default", base=provider.url)
+    daemon = make_tokend(endpoint, sessions=sessions).start()
+    result = subprocess.run([os.path.join(BIN, "tokenctl"), "login", "--device", "--session", "dev", "--socket",
+                             daemon.socket], capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0, result.stdout
+    assert any(path == "/device" for _, path, _ in provider.received), "the device endpoint was asked"
+    status = daemon.ctl("status", "--session", "dev", "--json")
+    texts = {"tokenctl login": result.stdout + result.stderr, "status": status.stdout + status.stderr,
+             "log": daemon.logs()}
+    assert "[redacted]" in texts["tokenctl login"], texts["tokenctl login"]
+    for piece in encodings_of_secrets():
+        for where, text in texts.items():
+            assert piece not in text, f"a piece of a secret reached {where}: {piece!r} in {text}"
+
+
 def test_discovery_follows_no_redirect_to_another_origin(provider, thief, make_tokend, workdir):
     sessions = {"disc": {"issuer": provider.url, "client-id": CLIENT_ID,
                          "client-secret-file": os.path.join(workdir, "client-secret")}}
@@ -155,6 +202,31 @@ def test_discovery_follows_no_redirect_to_another_origin(provider, thief, make_t
     result = daemon.ctl("login", "--session", "disc", input="first-token\n")
     assert "not known yet" in result.stdout, "the token is kept for when discovery succeeds"
     assert thief.received == [], "no request, document fetch or refresh token, reached the other origin"
+
+
+@pytest.mark.parametrize("fetch", ["jwks", "userinfo"])
+def test_jwks_and_userinfo_follow_no_redirect_to_another_origin(fetch, provider, thief, make_tokend, workdir):
+    """A device login that needs the issuer's keys (an ID token) or userinfo (none): that URL answers
+    302 to another origin; tokend does not follow it, and sends that origin nothing."""
+    provider.routes = {
+        "/.well-known/openid-configuration": {
+            "issuer": provider.url, "token_endpoint": provider.url + ("/token/idt" if fetch == "jwks" else "/token/x"),
+            "device_authorization_endpoint": provider.url + "/device-ok", "jwks_uri": provider.url + "/jwks",
+            "userinfo_endpoint": provider.url + "/userinfo"},
+        "/" + fetch: ("redirect", thief.url + "/" + fetch),
+    }
+    thief.document = {"keys": [], "sub": "thief"}
+    sessions = {"idt": {"issuer": provider.url, "client-id": CLIENT_ID, "scope": "openid",
+                        "client-secret-file": os.path.join(workdir, "client-secret")}}
+    endpoint = SimpleNamespace(token_url=provider.url + "/token/default", base=provider.url)
+    daemon = make_tokend(endpoint, sessions=sessions).start()
+    result = subprocess.run([os.path.join(BIN, "tokenctl"), "login", "--device", "--session", "idt", "--socket",
+                             daemon.socket], capture_output=True, text=True, timeout=60)
+    assert any(path == "/" + fetch for _, path, _ in provider.received), (result.stdout, result.stderr)
+    if fetch == "jwks":  # an ID token that cannot be verified refuses the login
+        assert result.returncode != 0, result.stdout
+        assert "redirected to another origin" in result.stdout + result.stderr, result.stderr
+    assert thief.received == [], "the other origin got no request"
 
 
 def cookies(daemon, url):
@@ -171,6 +243,12 @@ def test_an_http_origin_cannot_replace_a_secure_cookie(server, make_tokend):
                          {"url": "http://app.example.com/", "setCookie": ["sid=EVIL"]})[1]["parameters"]
     assert reply["applied"] == 0 and "Secure" in reply["rejected"][0], reply
     assert cookies(daemon, "https://app.example.com/") == {"sid": "GOOD"}
+    # Nor by first pushing it out of the jar with 50 cookies of its own (the per-domain limit).
+    flood = [f"f{i}=x" for i in range(50)] + ["sid=EVIL"]
+    reply = varlink_call(daemon.socket, B + "ImportCookies",
+                         {"url": "http://app.example.com/", "setCookie": flood})[1]["parameters"]
+    assert reply["applied"] == 50 and "Secure" in reply["rejected"][0], reply
+    assert cookies(daemon, "https://app.example.com/")["sid"] == "GOOD"
     # http to a loopback literal stays a secure origin: it replaces its own Secure cookie.
     loopback = "http://127.0.0.1:9/"
     varlink_call(daemon.socket, B + "ImportCookies", {"url": loopback, "setCookie": ["lb=1; Secure"]})
@@ -193,6 +271,27 @@ def test_a_state_directory_owned_by_another_user_is_refused(server, make_tokend)
     output = result.stdout + result.stderr
     assert daemon.state in output and f"chown root: {daemon.state}" in output, output
     assert os.stat(daemon.state).st_uid == 65534 and os.stat(daemon.state).st_mode & 0o777 == 0o700
+
+
+def test_a_state_directory_under_a_world_writable_parent_is_refused(server, make_tokend, workdir):
+    """Another user could rename the state directory away and put their own in its place."""
+    daemon = make_tokend(server)
+    parent = os.path.join(workdir, "shared")
+    os.mkdir(parent)
+    os.chmod(parent, 0o777)
+    state = os.path.join(parent, "state")
+    with open(daemon.config) as f:
+        text = f.read()
+    with open(daemon.config, "w") as f:
+        f.write(text.replace(f'state-directory = "{daemon.state}"', f'state-directory = "{state}"'))
+    result = run_tokend(daemon)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert parent in output and f"chmod go-w {parent}" in output, output
+    assert not os.path.exists(state)
+    os.chmod(parent, 0o1777)  # sticky, as /tmp: others cannot rename what is not theirs
+    daemon.state = state
+    daemon.start()
 
 
 def test_a_group_writable_state_file_is_refused(server, make_tokend):
