@@ -169,3 +169,21 @@ def test_a_connection_tokend_closed_while_idle_is_replaced(server, make_tokend):
         wait_for(lambda: daemon.logs().count("idle for 1 s") == 2, 10, "tokend closing the idle connection")
         return await client.status()
     assert asyncio.run(main())["state"] == "active"
+
+
+def test_the_client_works_with_descriptors_above_1024(server, make_tokend):
+    """A busy program (a server with many sockets) holds descriptors past
+    select()'s limit: calls on a reused connection must still work."""
+    import resource
+    daemon = make_tokend(server).start()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), max(hard, 2048)))
+    held = [open(os.devnull) for _ in range(1100)]
+    try:
+        tokend = Tokend(socket=daemon.socket)
+        assert tokend.status()["state"] == "loginRequired"
+        assert tokend.status()["state"] == "loginRequired", "the second call reuses the connection"
+    finally:
+        for f in held:
+            f.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

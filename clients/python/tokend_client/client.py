@@ -142,9 +142,11 @@ class _Connection:
     def closed_by_peer(self) -> bool:
         """Whether tokend has closed this idle connection (idle-timeout): seen before a
         call is sent on it, so that even a login call need not be lost to it."""
+        # poll(), not select(): select() cannot take descriptors from 1024 up.
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
-            return bool(readable) and self.sock.recv(1, socket.MSG_PEEK) == b""
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN)
+            return bool(poller.poll(0)) and self.sock.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True
 
