@@ -39,11 +39,9 @@ extension TableReader {
     func loopbackRedirectURI(_ name: String) throws(ConfigError) -> String? {
         guard let text = try string(name) else { return nil }
         let expected = "must be http://127.0.0.1:PORT/PATH or http://[::1]:PORT/PATH, exactly as registered at the provider"
-        guard let url = URLComponents(string: text), url.scheme == "http", let host = url.host,
-            Loopback.isLiteral(host), let port = url.port, (1...65535).contains(port),
-            url.user == nil, url.password == nil, url.query == nil, url.fragment == nil,
-            url.path.hasPrefix("/")
-        else { throw problem(name, "\"\(text)\" \(expected)") }
+        guard LoopbackRedirect(text) != nil else {
+            throw problem(name, "\"\(text)\" \(expected), with no dot segment in its path")
+        }
         return text
     }
 }

@@ -23,6 +23,8 @@ final class LoopbackListener: @unchecked Sendable {
     let host: String
     /// Where the provider sends the browser back.
     let callbackPath: String
+    /// What the callback URL starts with, as the redirect URI writes it (the provider compares it as text).
+    let callbackOrigin: String
     let redirectURI: String
     private let fd: Int32
     let startPath = "/start/" + (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
@@ -32,15 +34,16 @@ final class LoopbackListener: @unchecked Sendable {
     init(redirectURI exact: String? = nil) throws {
         var address = LoopbackAddress.ipv4(port: 0)
         var path = "/callback"
+        var origin: String?
         if let exact {
-            guard let url = URLComponents(string: exact), url.scheme == "http", let host = url.host,
-                let port = url.port, (1...65535).contains(port), url.query == nil, url.fragment == nil,
-                url.path.hasPrefix("/"), let parsed = LoopbackAddress(host: host, port: UInt16(port))
+            guard let redirect = LoopbackRedirect(exact), let parsed = LoopbackAddress(host: redirect.host, port: redirect.port)
             else {
-                throw ListenerError("\(exact) is not a loopback redirect URI: use http://127.0.0.1:PORT/PATH or http://[::1]:PORT/PATH")
+                throw ListenerError(
+                    "\(exact) is not a loopback redirect URI: use http://127.0.0.1:PORT/PATH or http://[::1]:PORT/PATH, with no dot segment in its path")
             }
             address = parsed
-            path = url.path
+            path = redirect.path
+            origin = redirect.origin
         }
         let fd = socket(address.family, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw ListenerError("cannot create a socket: \(String(cString: strerror(errno)))") }
@@ -59,6 +62,7 @@ final class LoopbackListener: @unchecked Sendable {
         port = LoopbackAddress.of(fd, getsockname)?.port ?? address.port
         host = address.host
         callbackPath = path
+        callbackOrigin = origin ?? "http://\(address.host):\(port)"
         redirectURI = exact ?? "http://127.0.0.1:\(port)/callback"
     }
 
@@ -103,7 +107,7 @@ final class LoopbackListener: @unchecked Sendable {
                 Self.respond(connection, status: "404 Not Found", title: "Not found", message: "")
                 continue
             }
-            return ("http://\(host):\(port)\(target)", connection)
+            return (callbackOrigin + target, connection)
         }
     }
 

@@ -83,7 +83,10 @@ import Testing
         #expect(s.clientSecretFile == "\(directory)/secret")
     }
 
-    @Test(arguments: ["http://127.0.0.1:8765/callback", "http://[::1]:8765/cb", "http://127.0.0.1:8765/"])
+    @Test(arguments: [
+        "http://127.0.0.1:8765/callback", "http://[::1]:8765/cb", "http://127.0.0.1:8765/", "http://127.0.0.1:8765/a%20b",
+        "http://[0:0:0:0:0:0:0:1]:8765/cb",
+    ])
     func loopbackRedirectURIsAreKept(_ uri: String) throws {
         let s = try session("""
             client-auth = "none"
@@ -96,6 +99,8 @@ import Testing
         "http://localhost:8765/callback", "https://127.0.0.1:8765/callback", "http://127.0.0.1/callback",
         "http://app.example.com:8765/callback", "http://127.0.0.1:8765/callback?x=1", "http://127.0.0.1:0/cb",
         "http://u@127.0.0.1:8765/cb", "http://127.0.0.1:8765", "urn:ietf:wg:oauth:2.0:oob",
+        // A browser resolves dot segments away, so the callback would never match.
+        "http://127.0.0.1:8765/x/../cb", "http://127.0.0.1:8765/x/%2e%2E/cb", "http://127.0.0.1:8765/./cb",
     ])
     func otherRedirectURIsAreRefused(_ uri: String) {
         let error = problem("""
