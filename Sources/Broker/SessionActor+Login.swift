@@ -70,9 +70,7 @@ extension SessionActor {
             do {
                 device = try await endpoint.deviceAuthorization()
             } catch {
-                throw error.kind == .rejected
-                    ? BrokerError.login(.loginFailed, name, error.reason)
-                    : BrokerError.upstreamUnavailable(name, error.reason, retryAfter: nil)
+                throw loginError(error, doing: "device authorization")
             }
             // The provider's numbers, held to what a device login can use (RFC 8628 suggests minutes).
             let lifetime = min(max(device.expiresIn, 1), Self.longestDeviceLogin)
@@ -93,7 +91,7 @@ extension SessionActor {
             do {
                 url = try await endpoint.beginAuthorization(for: code)
             } catch {
-                throw BrokerError.upstreamUnavailable(name, error.reason, retryAfter: nil)
+                throw loginError(error, doing: "the authorization request")
             }
             let ticket = LoginTicket(
                 id: id, session: name, flow: flow, expiresAt: Int(now + Self.browserLoginLifetime),
@@ -179,9 +177,9 @@ extension SessionActor {
                 pendingLogins[id] = nil
                 throw BrokerError.login(.loginExpired, name, "the device code expired before the user approved it")
             default:
-                if error.kind == .rejected {
+                if error.kind != .transient {
                     pendingLogins[id] = nil
-                    throw BrokerError.login(.loginFailed, name, error.reason)
+                    throw loginError(error, doing: "the device code")
                 }
                 // Unreachable or a passing server error: keep polling until the code expires.
                 logger.warning("device login poll failed", metadata: ["reason": "\(error.reason)"])
@@ -198,9 +196,7 @@ extension SessionActor {
         case .success(let success):
             response = success
         case .failure(let error):
-            throw error.kind == .rejected
-                ? BrokerError.login(.loginFailed, name, "the token endpoint refused the login: \(error.reason)")
-                : BrokerError.upstreamUnavailable(name, error.reason, retryAfter: error.retryAfter)
+            throw loginError(error, doing: "the login")
         }
         guard let refreshToken = response.refreshToken else {
             throw BrokerError.login(
@@ -233,6 +229,17 @@ extension SessionActor {
         events.append(event(.loggedIn))
         await publish(events, waitForDelivery: true)
         return status()
+    }
+
+    /// A provider's refusal during a login (a PAR refusal, an unregistered or
+    /// mismatched redirect URI, a refused client or code) fails the login with
+    /// the provider's words, already redacted by the endpoint; only what may
+    /// pass (network, 5xx, 429) is UpstreamUnavailable.
+    func loginError(_ error: TokenEndpointError, doing what: String) -> BrokerError {
+        guard error.kind != .transient else {
+            return BrokerError.upstreamUnavailable(name, error.reason, retryAfter: error.retryAfter)
+        }
+        return BrokerError.login(.loginFailed, name, "the provider refused \(what): \(error.reason)")
     }
 
     func dropExpiredLogins() {

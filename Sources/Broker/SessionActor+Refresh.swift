@@ -36,13 +36,14 @@ extension SessionActor {
         let cookieChanges = receiveEndpointCookies(answer.setCookie)
         // A bare refusal (see TokenEndpointError.Kind.refused) needs a login
         // only when the very next attempt is refused again.
-        let confirming = refusalToConfirm
-        refusalToConfirm = false
+        let confirming = refusedGeneration == record.generation
+        refusedGeneration = nil
         switch answer.result {
         case .success(let response):
             return try await adopt(
                 response, startedAt: startedAt, sentAt: sentAt, answeredAt: answeredAt, cookieChanges: cookieChanges)
-        case .failure(let error) where error.kind == .rejected || (error.kind == .refused && confirming):
+        case .failure(let error)
+        where (error.kind == .rejected && !error.refusesClient) || (error.kind == .refused && confirming):
             var reason = error.kind == .rejected
                 ? error.reason : "the token endpoint refused the refresh token twice (\(error.reason)); log in again"
             if afterCrash {
@@ -56,12 +57,20 @@ extension SessionActor {
                 await persist(what: "cookies")
                 await publish([event(.cookies, changes: cookieChanges)], waitForDelivery: true)
             }
+            if error.refusesClient {
+                // The grant is not in question: keep it, and ask again only after
+                // long enough for someone to correct the configuration or the clock.
+                return try await recordTransientFailure(
+                    reason: "\(error.reason); the refresh token is kept: check client-secret-file (or client-key-file "
+                        + "and client-key-id) and the host clock",
+                    retryAfter: Self.clientRefusalDelay)
+            }
             guard error.kind == .refused else {
                 return try await recordTransientFailure(reason: error.reason, retryAfter: error.retryAfter)
             }
-            // Asked once more after the first backoff step, whatever failures came before.
-            refusalToConfirm = true
-            backoff.reset()
+            // Asked once more at the next backoff step: the first one when nothing
+            // failed before, a longer one when refusals alternate with other failures.
+            refusedGeneration = record.generation
             return try await recordTransientFailure(
                 reason: "\(error.reason); asking once more before requiring a login", retryAfter: error.retryAfter)
         }
@@ -182,6 +191,9 @@ extension SessionActor {
         next.refreshStartedAt = nil
         return next
     }
+
+    /// How long a refresh waits after the provider refused tokend's client (see `refusesClient`).
+    static let clientRefusalDelay = 600
 
     func recordTransientFailure(reason: String, retryAfter: Int?) async throws -> Token {
         let now = clock.now()

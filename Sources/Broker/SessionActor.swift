@@ -45,8 +45,10 @@ public actor SessionActor {
     var coalesced = 0
     var failures = 0
     var lastError: String?
-    /// The last refresh was refused without an OAuth error code; the next one confirms it or not.
-    var refusalToConfirm = false
+    /// The generation whose refresh was refused without an OAuth error code:
+    /// the next refresh of that same generation confirms it or not. A login
+    /// or another host's refresh moves the record on, and the flag with it.
+    var refusedGeneration: Int?
     /// The server's subscribers, all through one hand-off (set by the first `join`).
     var fanOut: EventFanOut?
     /// Set when the last successful refresh could not be written to disk.

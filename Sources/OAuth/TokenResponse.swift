@@ -31,8 +31,10 @@ public struct TokenResponse: Sendable {
 /// Why a token request did not yield a token.
 public struct TokenEndpointError: Error, Sendable, Equatable, CustomStringConvertible {
     public enum Kind: Sendable, Equatable {
-        /// The grant or the client is no longer accepted (RFC 6749 §5.2
-        /// `invalid_grant`, `invalid_client`): only a new login helps.
+        /// Refused with an OAuth error code no retry changes (RFC 6749 §5.2):
+        /// `invalid_grant` (only a new login helps), or the client itself
+        /// (`refusesClient`: configuration or the host clock can fix it, and
+        /// the grant may well be fine).
         case rejected
         /// Worth retrying later: network, timeout, 5xx, 429, malformed answers,
         /// and errors that configuration can fix without losing the grant.
@@ -64,6 +66,13 @@ public struct TokenEndpointError: Error, Sendable, Equatable, CustomStringConver
     }
 
     public var description: String { reason }
+
+    /// The provider refused tokend's client, not the grant (`invalid_client`,
+    /// `unauthorized_client`): a wrong secret, key, key id or a host clock
+    /// off by more than an assertion's life. A refresh keeps the refresh token.
+    public var refusesClient: Bool {
+        kind == .rejected && (code == "invalid_client" || code == "unauthorized_client")
+    }
 
     /// The same error with every secret the request carried cut out of its
     /// reason and code, in every form (Redactor).
@@ -107,7 +116,7 @@ extension TokenResponse {
     ) -> TokenEndpointError {
         let detail = description.map { ": \(redactor.clean($0))" } ?? ""
         switch code {
-        case "invalid_grant", "invalid_client":
+        case "invalid_grant", "invalid_client", "unauthorized_client":
             return .rejected(code: code, reason: "token endpoint refused the refresh (\(code)\(detail))")
         default:
             let shown = redactor.clean(code)

@@ -305,7 +305,9 @@ extension SessionSettings {
         RefreshPolicy(refreshMargin: refreshMargin, minValid: minValid, defaultLifetime: defaultLifetime)
     }
 
-    func endpoint() throws -> HTTPTokenEndpoint {
+    /// The session's endpoint client, from its settings and the secret and key
+    /// files they name; an error names what is unusable (`tokend --check-config` asks too).
+    public func endpoint() throws -> HTTPTokenEndpoint {
         var secret: Secret?
         if let clientSecretFile {
             guard let data = FileManager.default.contents(atPath: clientSecretFile) else {
@@ -323,6 +325,14 @@ extension SessionSettings {
         }
         guard let auth = OAuth.ClientAuthentication(rawValue: clientAuth.rawValue) else {
             throw DaemonSetupError("session \(name): client-auth \(clientAuth.rawValue) is not supported")
+        }
+        if auth == .secretJWT, let length = secret.map({ $0.reveal().utf8.count }), length < 32 {
+            throw DaemonSetupError(
+                "session \(name): client-auth = \"secret-jwt\" needs a client secret of at least 32 bytes (RFC 7518 §3.2); \(clientSecretFile ?? "the secret") has \(length)")
+        }
+        if pushedAuthorization, issuer == nil {
+            throw DaemonSetupError(
+                "session \(name): pushed-authorization = true needs an issuer: the pushed authorization request endpoint comes from its discovery document")
         }
         return HTTPTokenEndpoint(
             endpoints: ProviderEndpoints(

@@ -59,6 +59,15 @@ struct Tokend: AsyncParsableCommand {
             throw ExitCode(exitConfigError)
         }
         if checkConfig {
+            // The secret and key files too: what would stop tokend at start stops the check.
+            for session in configuration.sessions {
+                do {
+                    _ = try session.endpoint()
+                } catch {
+                    FileHandle.standardError.write(Data("tokend: \(error)\n".utf8))
+                    throw ExitCode(exitConfigError)
+                }
+            }
             print("tokend: \(config): valid (\(configuration.sessions.map(\.name).joined(separator: ", ")))")
             return
         }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import OAuth
 import Secrets
 import StateStore
@@ -149,4 +150,67 @@ import Testing
         h.clock.advance(to: h.clock.now() + 61)  // they expire
         _ = try await h.session.beginLogin(flow: .device, redirectURI: nil, owner: nil)
     }
+
+    /// Finishes a browser login begun on `h`, the provider having answered the code with `answer`.
+    func browserLogin(_ h: Harness, answer: FakeEndpoint.Answer) async throws -> BrokerError? {
+        h.endpoint.scriptLogin(answer)
+        let ticket = try await h.session.beginLogin(flow: .browser, redirectURI: "http://127.0.0.1:4000/cb", owner: nil)
+        let authorizationURL = try #require(ticket.authorizationURL)
+        let url = try #require(URLComponents(string: authorizationURL))
+        let state = try #require(url.queryItems?.first { $0.name == "state" }?.value)
+        return await #expect(throws: BrokerError.self) {
+            try await h.session.finishLogin(id: ticket.id, callbackURL: "http://127.0.0.1:4000/cb?code=c1&state=\(state)", caller: nil)
+        }
+    }
+
+    @Test(arguments: [
+        (TokenEndpointError.refused("token endpoint answered HTTP 400 with an empty body"), "HTTP 400 with an empty body"),
+        (.rejected(code: "invalid_client", reason: "token endpoint refused (invalid_client: bad secret)"), "bad secret"),
+        (.rejected(code: "invalid_grant", reason: "token endpoint refused (invalid_grant: redirect_uri mismatch)"), "mismatch"),
+    ])
+    func aRefusedCodeRedemptionFailsTheLogin(_ refusal: TokenEndpointError, _ said: String) async throws {
+        let h = try Harness()
+        await h.session.start()
+        let error = try await browserLogin(h, answer: .error(refusal))
+        #expect(error?.code == .loginFailed, "\(String(describing: error))")
+        #expect(error?.reason.contains(said) == true)
+        #expect(await h.session.status().state == "loginRequired")
+    }
+
+    @Test func anUnreachableTokenEndpointStaysUpstreamUnavailable() async throws {
+        let h = try Harness()
+        await h.session.start()
+        let error = try await browserLogin(h, answer: .error(.transient("token endpoint answered HTTP 503", retryAfter: 7)))
+        #expect(error?.code == .upstreamUnavailable && error?.retryAfter == 7)
+    }
+
+    @Test(arguments: [
+        (TokenEndpointError.rejected(code: "invalid_client", reason: "pushed authorization refused (invalid_client)"), true),
+        (.rejected(code: "invalid_request", reason: "redirect_uri http://127.0.0.1:4000/cb is not registered"), true),
+        (.transient("the pushed authorization request endpoint answered HTTP 503"), false),
+    ])
+    func aRefusedAuthorizationRequestFailsTheLogin(_ refusal: TokenEndpointError, _ fails: Bool) async throws {
+        let directory = NSTemporaryDirectory() + "tokend-broker-\(UUID().uuidString.prefix(8))"
+        let session = SessionActor(
+            name: "default", policy: RefreshPolicy(refreshMargin: 60, minValid: 30, defaultLifetime: 300),
+            endpoint: RefusingAuthorization(refusal: refusal), file: try StateStore(directory: directory).file(for: "default"),
+            clock: TestClock(), logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        await session.start()
+        let error = await #expect(throws: BrokerError.self) {
+            try await session.beginLogin(flow: .browser, redirectURI: "http://127.0.0.1:4000/cb", owner: nil)
+        }
+        #expect(error?.code == (fails ? .loginFailed : .upstreamUnavailable), "\(String(describing: error))")
+        #expect(error?.reason.contains(refusal.reason) == true)
+        #expect(await session.status().pendingLogins == 0)
+    }
+}
+
+/// A provider that refuses (or cannot take) every authorization request, as a PAR endpoint does.
+final class RefusingAuthorization: TokenEndpoint {
+    let refusal: TokenEndpointError
+    let tokenURL: URL? = URL(string: "https://auth.example.com/oauth/token")!
+    init(refusal: TokenEndpointError) { self.refusal = refusal }
+    func refresh(refreshToken: Secret, cookieHeader: String) async -> RefreshAnswer { RefreshAnswer(result: .failure(refusal)) }
+    func revoke(token: Secret) async throws(TokenEndpointError) {}
+    func beginAuthorization(for login: AuthorizationCodeLogin) async throws(TokenEndpointError) -> URL { throw refusal }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import OAuth
+import Secrets
 import TestSupport
 import Testing
 @testable import Broker
@@ -69,5 +70,63 @@ import Testing
         }
         try await eventually { await h.session.status().generation == 4 }
         #expect(await h.session.status().state == "active")
+    }
+
+    @Test(arguments: ["invalid_client", "unauthorized_client"])
+    func aRefusedClientKeepsTheGrantAndSaysWhatToCheck(_ code: String) async throws {
+        let h = try Harness()
+        h.endpoint.script(Self.answer(401, #"{"error":"\#(code)","error_description":"assertion expired"}"#))
+        try await h.expiredSession()
+        try await eventually { await h.session.status().state == "backingOff" }
+        let status = await h.session.status()
+        let reason = status.lastError ?? ""
+        #expect(reason.contains(code) && reason.contains("client-secret-file") && reason.contains("host clock"), "\(reason)")
+        #expect(status.nextRefreshAt == Int(h.clock.now()) + SessionActor.clientRefusalDelay)
+        #expect(try h.file.load()?.refreshToken == Secret("refresh-0"))
+        // Nothing is asked before the long delay; then the same refresh token works again.
+        h.clock.advance(to: h.clock.now() + 60)
+        try await Task.sleep(for: .milliseconds(20))
+        #expect(h.endpoint.calls == 1)
+        h.clock.advance(to: h.clock.now() + Double(SessionActor.clientRefusalDelay))
+        try await eventually { await h.session.status().generation == 4 }
+        #expect(h.endpoint.seenRefreshTokens == ["refresh-0", "refresh-0"])
+        #expect(await h.session.status().state == "active")
+    }
+
+    @Test func aRefusedClientIsNeverConfirmedIntoALogin() async throws {
+        let h = try Harness()
+        let refused = Self.answer(400, #"{"error":"invalid_client"}"#)
+        h.endpoint.script(Self.answer(400, ""), refused, refused)
+        try await h.expiredSession()
+        for attempt in 1...3 {
+            try await eventually {
+                let state = await h.session.status().state
+                return h.endpoint.calls == attempt && state == "backingOff"
+            }
+            h.clock.advance(to: h.clock.now() + Double(SessionActor.clientRefusalDelay))
+        }
+        try await eventually { await h.session.status().generation == 4 }
+        #expect(try h.file.load()?.refreshToken == Secret("refresh-4"))
+    }
+
+    @Test func refusalsAlternatingWithServerErrorsStillBackOff() async throws {
+        let h = try Harness()
+        h.endpoint.script(
+            Self.answer(400, ""), Self.answer(500, ""), Self.answer(400, ""), Self.answer(500, ""), Self.answer(400, ""))
+        try await h.expiredSession()
+        // At jitter 0.5 each step is 1, 2, 4, 8 s: a refusal does not start the steps again.
+        for (attempt, step) in [(1, 1), (2, 2), (3, 4), (4, 8)] {
+            try await eventually {
+                let state = await h.session.status().state
+                return h.endpoint.calls == attempt && state == "backingOff"
+            }
+            let now = Int(h.clock.now())
+            #expect(await h.session.status().nextRefreshAt == now + step, "after attempt \(attempt)")
+            h.clock.advance(to: h.clock.now() + Double(step))
+        }
+        try await eventually {
+            let state = await h.session.status().state
+            return h.endpoint.calls == 5 && state == "backingOff"
+        }
     }
 }

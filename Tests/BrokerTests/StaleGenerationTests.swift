@@ -1,3 +1,4 @@
+import Foundation
 import OAuth
 import TestSupport
 import Testing
@@ -42,5 +43,26 @@ import Testing
         let good = try await h.session.getToken(minValidSeconds: nil)
         let refreshed = try await h.session.refresh(staleGeneration: 1 << 53)
         #expect(refreshed.generation == good.generation + 1)
+    }
+
+    /// A refusal waiting for confirmation belongs to the token it refused: a
+    /// login in between makes the next bare refusal a first one again.
+    @Test func aRefusalToConfirmDoesNotOutliveItsGeneration() async throws {
+        let h = try Harness()
+        h.endpoint.script(RefusalTests.answer(400, ""), RefusalTests.answer(400, ""))
+        try await h.expiredSession()
+        try await eventually { await h.session.status().state == "backingOff" }
+        let ticket = try await h.session.beginLogin(flow: .browser, redirectURI: "http://127.0.0.1:4000/cb", owner: nil)
+        let authorizationURL = try #require(ticket.authorizationURL)
+        let url = try #require(URLComponents(string: authorizationURL))
+        let state = try #require(url.queryItems?.first { $0.name == "state" }?.value)
+        let status = try await h.session.finishLogin(
+            id: ticket.id, callbackURL: "http://127.0.0.1:4000/cb?code=c1&state=\(state)", caller: nil)
+        #expect(status.state == "active" && status.generation == 4)
+        let error = await #expect(throws: BrokerError.self) { try await h.session.refresh(staleGeneration: 4) }
+        #expect(error?.code == .upstreamUnavailable)
+        #expect(h.endpoint.calls == 2)
+        #expect(await h.session.status().state == "backingOff")
+        #expect(try h.file.load()?.refreshToken != nil)
     }
 }

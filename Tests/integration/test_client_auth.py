@@ -226,3 +226,17 @@ def test_a_redirect_uri_whose_port_is_taken_is_a_clear_error(server, make_tokend
         result = daemon.ctl("login", "--browser", "--no-open", "--redirect-uri", redirect)
     assert result.returncode != 0
     assert f"port {port} of {shown} is in use" in result.stderr and redirect in result.stderr, result.stderr
+
+
+def test_check_config_refuses_what_would_stop_tokend_at_start(server, make_tokend):
+    """--check-config reads the secret and key files too: a secret-jwt secret
+    shorter than HS256 allows is refused by the check, not at the first request."""
+    daemon = make_tokend(server, **{"client-auth": '"secret-jwt"'})  # the test secret has 18 bytes
+    check = subprocess.run([os.path.join(BIN, "tokend"), "--config", daemon.config, "--check-config"],
+                           capture_output=True, text=True, timeout=20)
+    assert check.returncode == 78 and "at least 32 bytes" in check.stderr, check.stderr
+    with open(os.path.join(daemon.directory, "client-secret"), "w") as f:
+        f.write("x" * 32 + "\n")
+    check = subprocess.run([os.path.join(BIN, "tokend"), "--config", daemon.config, "--check-config"],
+                           capture_output=True, text=True, timeout=20)
+    assert check.returncode == 0, check.stderr

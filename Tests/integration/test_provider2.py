@@ -143,8 +143,8 @@ def authorization_url(start_url):
 def test_browser_login_with_the_redirect_uri_registered(provider, make_tokend2):
     """Glewlwyd matches redirect URIs exactly (no any-port loopback rule, RFC 8252
     §7.3), and tokenctl picks its port at random: the administrator registers the
-    URI tokenctl printed, then the user logs in. (A fixed `redirect-uri` per
-    session is issue 29's work.)"""
+    URI tokenctl printed, then the user logs in. (A session's fixed
+    `redirect-uri` is registered once instead: tokenctl listens there.)"""
     daemon = make_tokend2(provider).start()
     process, start = start_login(daemon, "browser")
     url = authorization_url(start)
@@ -248,8 +248,6 @@ def test_the_provider_accepts_private_key_jwt(key_provider):
     assert unsigned.status in (400, 401), "no assertion, no token"
 
 
-# Passes once TokendServer's SessionSettings.endpoint() loads client-key-file into ClientCredentials.key
-# (issue 29's wiring, for the lead); then this mark goes.
 def test_private_key_jwt_session(key_provider, make_tokend2):
     """Every request to Glewlwyd authenticated by an ES256 assertion tokend
     signs (RFC 7523): refresh and revocation, each with its own endpoint as

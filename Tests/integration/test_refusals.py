@@ -2,11 +2,13 @@
 server's refusal of a revoked grant, as it sends it (invalid_grant) and rewritten
 by the fault proxy to a bare status with the body another provider would send
 (empty, or an HTML page), ends in loginRequired after one confirming retry;
-a single refusal that the next attempt does not repeat changes nothing. A
+a single refusal that the next attempt does not repeat changes nothing; a
+refused client (invalid_client) keeps the grant. A
 caller that names its refused generation never gets that generation back."""
 import json
 import os
 import sqlite3
+import time
 import urllib.error
 import urllib.request
 from types import SimpleNamespace
@@ -37,6 +39,11 @@ def proxy(server):
             except urllib.error.HTTPError as error:
                 error.read()
                 self.send(error.code, b"" if error.code in (400, 401) else b"{}")
+
+        def fault_invalid_client(self, *_):
+            """What a provider says to a wrong secret, key or key id, or an assertion from a clock that is off."""
+            self.send(401, json.dumps({"error": "invalid_client", "error_description": "client assertion expired"})
+                      .encode(), [("Content-Type", "application/json")])
 
     instance.server.RequestHandlerClass = Rewriting
     yield instance
@@ -114,3 +121,21 @@ def test_a_refusal_the_next_attempt_does_not_repeat_changes_nothing(server, prox
     wait_for(lambda: status_json(daemon)["generation"] == generation + 1, 8, "the confirming retry succeeds")
     assert status_json(daemon)["state"] == "active"
     assert refresh(daemon, generation)["parameters"]["token"]["generation"] == generation + 1
+
+
+def test_a_refused_client_keeps_the_grant(server, proxy, make_tokend):
+    daemon = behind_proxy(make_tokend, server, proxy)
+    current = token(daemon)
+    proxy.mode = "invalid-client"
+    reply = refresh(daemon, current["generation"])
+    assert reply.get("error") == B + "UpstreamUnavailable", reply
+    assert reply["parameters"]["retryAfter"] >= 500, reply
+    status = status_json(daemon)
+    assert status["state"] == "backingOff", status
+    assert "invalid_client" in status["lastError"] and "client-secret-file" in status["lastError"], status
+    # No confirming retry turns it into a logout, and the still-valid token is still served.
+    first = len(proxy.calls())
+    time.sleep(3)
+    assert len(proxy.calls()) == first
+    assert status_json(daemon)["state"] == "backingOff"
+    assert token(daemon)["generation"] == current["generation"]
