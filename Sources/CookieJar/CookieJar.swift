@@ -10,9 +10,9 @@ public struct CookieJar: Sendable {
 
     public init(policy: CookiePolicy, cookies: [Cookie] = [], version: Int = 0) {
         self.policy = policy
-        self.cookies = cookies
+        self.cookies = Self.renumberedIfHostile(cookies)
         self.version = version
-        self.nextCreationIndex = (cookies.map(\.creationIndex).max() ?? -1) + 1
+        self.nextCreationIndex = (self.cookies.map(\.creationIndex).max() ?? -1) + 1
         self.log = ChangeLog(capacity: policy.changeLogCapacity, baseVersion: version)
     }
 
@@ -36,9 +36,9 @@ public struct CookieJar: Sendable {
         }
         var expiresAt: Int?
         if let maxAge = parsed.maxAge {
-            expiresAt = maxAge <= 0 ? Int.min : now + min(maxAge, policy.maximumLifetime)
+            expiresAt = maxAge <= 0 ? Int.min : Self.saturatingSum(now, min(maxAge, policy.maximumLifetime))
         } else if let expires = parsed.expires {
-            expiresAt = min(expires, now + policy.maximumLifetime)
+            expiresAt = min(expires, Self.saturatingSum(now, policy.maximumLifetime))
         }
         var domain = request.host
         var hostOnly = true
@@ -68,6 +68,12 @@ public struct CookieJar: Sendable {
                 name: parsed.name, value: parsed.value, domain: domain, hostOnly: hostOnly, path: path,
                 expiresAt: expiresAt, secure: parsed.secure, httpOnly: parsed.httpOnly, sameSite: parsed.sameSite,
                 creationIndex: nextCreationIndex))
+    }
+
+    /// `a + b`, held at Int.max or Int.min instead of trapping.
+    static func saturatingSum(_ a: Int, _ b: Int) -> Int {
+        let (sum, overflow) = a.addingReportingOverflow(b)
+        return overflow ? (b > 0 ? Int.max : Int.min) : sum
     }
 
     /// §5.3 steps 11–12: replace or delete a cookie of the same identity, or
@@ -167,8 +173,27 @@ public struct CookieJar: Sendable {
             cookies.append(other)
             changes.append(record(.set, other))
         }
+        cookies = Self.renumberedIfHostile(cookies)
         nextCreationIndex = max(nextCreationIndex, (cookies.map(\.creationIndex).max() ?? -1) + 1)
         return changes
+    }
+
+    /// Above this a creation index did not come from a jar (2^53: a million
+    /// cookies a second for centuries stays below it); `nextCreationIndex`
+    /// counts up from the largest index, so it must not start near Int.max.
+    public static let maximumCreationIndex = 1 << 53
+
+    /// Cookies loaded from outside (a state file, another host's copy) whose
+    /// indexes lie outside 0...maximumCreationIndex are renumbered 0, 1, 2, …
+    /// in their existing order: only the order matters (§5.4), and a hostile
+    /// index must not overflow the next one.
+    static func renumberedIfHostile(_ cookies: [Cookie]) -> [Cookie] {
+        let sane = 0...maximumCreationIndex
+        guard cookies.contains(where: { !sane.contains($0.creationIndex) }) else { return cookies }
+        let order = cookies.indices.sorted { (cookies[$0].creationIndex, $0) < (cookies[$1].creationIndex, $1) }
+        var renumbered = cookies
+        for (rank, index) in order.enumerated() { renumbered[index].creationIndex = rank }
+        return renumbered
     }
 
     mutating func record(_ action: CookieChange.Action, _ cookie: Cookie) -> CookieChange {

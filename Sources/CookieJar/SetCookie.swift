@@ -78,7 +78,9 @@ public struct SetCookie: Sendable, Equatable {
         self.value = value
     }
 
-    /// §5.2.2: an optional "-" then digits; anything else is ignored.
+    /// §5.2.2: an optional "-" then digits; anything else is ignored. An
+    /// outside number: a value beyond Int saturates (Int.max or -Int.max),
+    /// every step checked, so no header can trap.
     static func maxAgeSeconds(_ value: ArraySlice<UInt8>) -> Int? {
         var digits = value
         let negative = digits.first == UInt8(ascii: "-")
@@ -86,9 +88,10 @@ public struct SetCookie: Sendable, Equatable {
         guard !digits.isEmpty, digits.allSatisfy({ (0x30...0x39).contains($0) }) else { return nil }
         var result = 0
         for digit in digits {
-            let (shifted, overflow) = result.multipliedReportingOverflow(by: 10)
-            if overflow { return negative ? Int.min : Int.max }
-            result = shifted + Int(digit - 0x30)
+            let (shifted, multiplyOverflow) = result.multipliedReportingOverflow(by: 10)
+            let (sum, addOverflow) = shifted.addingReportingOverflow(Int(digit - 0x30))
+            if multiplyOverflow || addOverflow { return negative ? -Int.max : Int.max }
+            result = sum
         }
         return negative ? -result : result
     }

@@ -124,9 +124,10 @@ struct StoredRecord: Codable {
         var record = SessionRecord(
             phase: phase, reason: reason, refreshToken: refreshToken.map(Secret.init),
             accessToken: accessToken.map(Secret.init), tokenType: tokenType, scope: scope, expiresAt: expiresAt,
-            expirySource: expirySource, generation: generation, lastRefreshAt: lastRefreshAt,
-            refreshStartedAt: refreshStartedAt.map(SessionRecord.clampedTime), cookies: cookies ?? [],
-            cookieVersion: cookieVersion ?? 0, subject: subject, username: username, email: email)
+            expirySource: expirySource, generation: SessionRecord.clampedCounter(generation),
+            lastRefreshAt: lastRefreshAt, refreshStartedAt: refreshStartedAt.map(SessionRecord.clampedTime),
+            cookies: cookies ?? [], cookieVersion: SessionRecord.clampedCounter(cookieVersion ?? 0), subject: subject,
+            username: username, email: email)
         record.providerMetadata = providerMetadata
         record.fleetVersion = fleetVersion
         record.lifetimeNote = note
@@ -168,6 +169,25 @@ extension SessionRecord {
     public static let maximumLifetime = 366 * 86_400
     /// 9999-12-31T23:59:59Z: no time tokend keeps lies outside 0...latestTime.
     public static let latestTime = 253_402_300_799
+
+    /// 2^62. Counters tokend keeps (generation, the cookie version) grow by
+    /// one per refresh or cookie change and never come near it; a stored
+    /// value above it was not written by tokend and, near Int.max, would trap
+    /// at the next `+= 1` (at every start, since the value is persisted).
+    public static let maximumCounter = 1 << 62
+    /// Where such a counter is put: far enough below `maximumCounter` that
+    /// it grows for 2^62 more steps before it could be clamped again (so a
+    /// loaded counter never goes back), and still exact as a JSON double.
+    public static let clampedCounterValue = 1 << 53
+
+    /// A stored counter: kept when within 0...maximumCounter, else clamped
+    /// (negative to 0, too large to clampedCounterValue). Clamped rather than
+    /// moved aside as corrupt: that would cost the refresh token for a value
+    /// that only orders events, and the clamped value still grows.
+    public static func clampedCounter(_ counter: Int) -> Int {
+        if counter < 0 { return 0 }
+        return counter > maximumCounter ? clampedCounterValue : counter
+    }
 
     /// `time` within 0...latestTime.
     public static func clampedTime(_ time: Int) -> Int {

@@ -65,6 +65,18 @@ import Testing
         #expect(await h.session.status().nextRefreshAt != nil)
     }
 
+    /// A generation no tokend wrote (Int.max trapped `generation += 1` at the
+    /// first refresh, and again after every restart) loads clamped and counts on.
+    @Test(arguments: [Int.max, Int.max - 1])
+    func aStoredGenerationNearIntMaxStillRefreshes(generation: Int) async throws {
+        let h = try Harness()
+        h.endpoint.script(.token(expiresIn: 600, rotate: true))
+        try await h.expiredSession(generation: generation)
+        _ = try await h.session.getToken(minValidSeconds: nil)
+        // Stored one above the clamped value, and loaded again as that: never back.
+        #expect(try h.file.load()?.generation == SessionRecord.clampedCounterValue + 1)
+    }
+
     @Test func storedTimesOutsideAnyCalendarAreHeldToIt() throws {
         let h = try Harness()
         try h.file.saveNow(

@@ -19,6 +19,26 @@ import Secrets
         #expect(c.expiresIn == nil)
     }
 
+    /// A fraction is floored and a huge number saturates, so the broker's
+    /// clamp (a year, with a note in status) sees it instead of the default.
+    @Test(arguments: [
+        ("3600.5", 3600), ("59.5", 59), ("1e19", Int.max), ("-1e19", Int.min), ("1.7e308", Int.max),
+        (#""1e300""#, Int.max), (#""3600.5""#, 3600), (#"" 120 ""#, 120), ("9223372036854775807", Int.max),
+        ("-0.5", -1), ("1e3", 1000),
+    ])
+    func expiresInIsFlooredAndSaturated(json: String, expected: Int) throws {
+        let response = try classify(200, #"{"access_token":"A","token_type":"Bearer","expires_in":\#(json)}"#).get()
+        #expect(response.expiresIn == expected)
+    }
+
+    @Test(arguments: [
+        #""NaN""#, #""nan""#, #""inf""#, #""-Infinity""#, #""0x10""#, #""1e999""#, #""""#, #""12abc""#, "true", "null", "[1]",
+    ])
+    func expiresInThatIsNoNumberIsAbsent(json: String) throws {
+        let response = try classify(200, #"{"access_token":"A","token_type":"Bearer","expires_in":\#(json)}"#).get()
+        #expect(response.expiresIn == nil)
+    }
+
     @Test(arguments: ["invalid_grant", "invalid_client"])
     func refusedGrantNeedsLogin(_ code: String) {
         guard case .failure(let error) = classify(400, #"{"error":"\#(code)","error_description":"gone"}"#) else {

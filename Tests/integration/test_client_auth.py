@@ -7,7 +7,6 @@ import base64
 import http.server
 import json
 import os
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -20,7 +19,7 @@ import pytest
 
 import provider2
 from conftest import BIN, CLIENT_ID
-from test_provider2 import Tokend2, authorization_url
+from test_provider2 import authorization_url, make_tokend2  # noqa: F401 (a fixture)
 
 B = "io.tokend.Broker."
 # ':' splits Basic credentials, '%' and '+' are decoded by the server, ' ', '&' and '='
@@ -135,20 +134,6 @@ def glewlwyd(workdir):
     instance = provider2.Glewlwyd(os.path.join(workdir, "g2"))
     yield instance
     instance.stop()
-
-
-@pytest.fixture
-def make_tokend2(workdir):
-    started = []
-
-    def make(provider, **session):
-        daemon = Tokend2(workdir, provider, **session)
-        started.append(daemon)
-        return daemon
-
-    yield make
-    for daemon in started:
-        daemon.stop(signal.SIGKILL)
 
 
 def start_browser_login(daemon, *options):

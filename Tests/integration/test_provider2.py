@@ -18,6 +18,7 @@ import pytest
 import provider2
 from conftest import BIN, Tokend, wait_for
 from provider2 import CLIENT_ID, CLIENT_SECRET, PUBLIC_CLIENT_ID, SCOPE, Glewlwyd, code_grant
+from test_login import authorization_url
 
 B = "io.tokend.Broker."
 
@@ -128,16 +129,6 @@ def test_device_login_public_client(provider, make_tokend2):
     assert daemon.refresh(1)["parameters"]["token"]["generation"] == 2
 
 
-def authorization_url(start_url):
-    class NoFollow(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args, **kwargs):
-            return None
-    try:
-        urllib.request.build_opener(NoFollow).open(start_url, timeout=10)
-    except urllib.error.HTTPError as redirect:
-        assert redirect.code == 302, redirect.code
-        return redirect.headers["Location"]
-    raise AssertionError("the start page did not redirect")
 
 
 def test_browser_login_with_the_redirect_uri_registered(provider, make_tokend2):

@@ -25,8 +25,9 @@ class LifetimeProxy:
     """Forwards token requests to the real authorization server and replaces
     `expires_in` in its successful answers with `self.expires_in`."""
 
-    def __init__(self, upstream, expires_in):
+    def __init__(self, upstream, expires_in, set_cookie=None):
         self.expires_in = expires_in
+        self.set_cookie = set_cookie
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -46,12 +47,14 @@ class LifetimeProxy:
                         status, payload = response.status, response.read()
                 except urllib.error.HTTPError as error:
                     status, payload = error.code, error.read()
-                if status == 200:
+                if status == 200 and proxy.expires_in is not None:
                     document = json.loads(payload)
                     document["expires_in"] = proxy.expires_in
                     payload = json.dumps(document).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
+                if proxy.set_cookie:
+                    self.send_header("Set-Cookie", proxy.set_cookie)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
@@ -128,6 +131,74 @@ def test_a_stored_expiry_near_int_max_loads_clamped(server, make_tokend):
                 assert chunk, "tokend closed the connection"
                 data += chunk
             assert json.loads(data[:-1])["parameters"]["token"] == token
+    assert daemon.process.poll() is None
+
+
+COOKIE_CAP = 400 * 86_400  # CookiePolicy.maximumLifetime
+
+
+def test_a_max_age_beyond_int_neither_crashes_nor_persists_a_crash(server, make_tokend):
+    # Max-Age overflowed Int on the add after the checked multiply: a trap on
+    # the token endpoint's own Set-Cookie, and a crash loop once stored.
+    proxy = LifetimeProxy(server.base, None, set_cookie="lb=1; Path=/; Max-Age=9223372036854775808")
+    try:
+        endpoint = SimpleNamespace(token_url=proxy.url + "/o/token/", base=server.base)
+        daemon = make_tokend(endpoint).start()
+        login(daemon, server)
+        call(daemon, "Refresh")
+        url = proxy.url + "/"
+        cookies = {c["name"]: c for c in call(daemon, "GetCookies", url=url)["cookies"]}
+        assert abs(cookies["lb"]["expiresAt"] - time.time() - COOKIE_CAP) < 60, cookies
+        result = call(daemon, "ImportCookies", url=url, setCookie=[
+            "big=1; Path=/; Max-Age=9223372036854775808", "gone=1; Path=/; Max-Age=-9223372036854775809",
+            "huge=1; Path=/; Max-Age=99999999999999999999999999999"])
+        assert result["applied"] == 3, result
+        names = {c["name"] for c in call(daemon, "GetCookies", url=url)["cookies"]}
+        assert {"lb", "big", "huge"} <= names and "gone" not in names, names
+        assert daemon.process.poll() is None, "tokend is running"
+
+        # What was stored must serve again after a restart.
+        assert daemon.stop() == 0
+        daemon.start()
+        call(daemon, "Refresh")
+        names = {c["name"] for c in call(daemon, "GetCookies", url=url)["cookies"]}
+        assert {"lb", "big", "huge"} <= names, names
+        assert daemon.process.poll() is None
+    finally:
+        proxy.stop()
+
+
+def test_stored_counters_near_int_max_load_and_count_on(server, make_tokend):
+    # generation += 1 at the first refresh, creationIndex + 1 and version + 1
+    # in the jar: each trapped on such a file, at every start.
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    call(daemon, "ImportCookies", url=server.base + "/", setCookie=["kept=1; Path=/; Max-Age=600"])
+    assert daemon.stop() == 0
+    with open(state_path(daemon)) as f:
+        envelope = json.load(f)
+    record = envelope["record"]
+    record["generation"] = 2**63 - 1
+    record["cookieVersion"] = 2**63 - 1
+    assert record["cookies"], record
+    for cookie in record["cookies"]:
+        cookie["creationIndex"] = 2**63 - 1
+    with open(state_path(daemon), "w") as f:
+        json.dump(envelope, f)
+
+    daemon.start()
+    call(daemon, "Refresh")
+    call(daemon, "ImportCookies", url=server.base + "/", setCookie=["added=1; Path=/"])
+    names = [c["name"] for c in call(daemon, "GetCookies", url=server.base + "/")["cookies"]]
+    assert "kept" in names and names[-1] == "added", names
+    assert daemon.process.poll() is None
+    assert daemon.stop() == 0
+    with open(state_path(daemon)) as f:
+        stored = json.load(f)["record"]
+    assert 2**53 < stored["generation"] < 2**62 and 2**53 < stored["cookieVersion"] < 2**62, stored
+    assert all(c["creationIndex"] < 2**53 for c in stored["cookies"]), stored["cookies"]
+    daemon.start()
+    call(daemon, "Refresh")
     assert daemon.process.poll() is None
 
 
