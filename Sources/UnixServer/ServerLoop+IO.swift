@@ -11,7 +11,8 @@ import Glibc
 /// taken one frame at a time while its waiting replies stay under the high
 /// watermark (checked before each frame is parsed); calls read and not yet
 /// taken, unfinished messages and waiting replies count in its person's
-/// budget; waiting replies past `maximumUnwrittenBytes` close it. Nothing of
+/// budget, and so do waiting replies behind the one being written, which
+/// also close it past `maximumUnwrittenBytes`. Nothing of
 /// a served call stays with the connection but a small frame the fast path
 /// may answer again.
 extension ServerLoop {
@@ -125,15 +126,18 @@ extension ServerLoop {
             output.count + connection.unwritten.count < limits.writeBufferHighWatermark
         {
             let rest = UnsafeRawBufferPointer(rebasing: bytes[start...])
-            switch NULFraming.scan(rest, scanned: connection.scanned, limit: limits.maximumFrameLength) {
+            let from = connection.scanned
+            switch NULFraming.scan(rest, scanned: from, limit: limits.maximumFrameLength) {
             case .tooLarge:
                 tooLarge(connection)
                 return bytes.count
             case .incomplete(let scanned):
+                connection.examined &+= scanned - from
                 connection.scanned = scanned
                 if connection.frameStarted == nil { connection.frameStarted = now }
                 return start
             case .frame(let length):
+                connection.examined &+= length + 1 - from
                 connection.scanned = 0
                 connection.frameStarted = nil
                 start += length + 1
@@ -215,17 +219,31 @@ extension ServerLoop {
         close(connection)
     }
 
-    /// False, with the connection closed, if its waiting replies pass the
-    /// hard cap or its person's connections hold more than their budget.
+    /// False, with the connection closed, if the replies waiting behind the
+    /// one being written pass the hard cap, or its person's connections hold
+    /// more than their budget. The reply being written counts in neither: a
+    /// reply the server made is the server's to deliver, whatever its size
+    /// (up to `maximumReplyLength`, what clients accept), and a client that
+    /// reads it is never closed for it; one that does not read takes no
+    /// further call (the watermark) and meets the write timeout.
     private func withinLimits(_ connection: Connection) -> Bool {
-        if connection.unwritten.count > limits.maximumUnwrittenBytes {
+        let current = replyInProgress(connection)
+        if current > VarlinkServer.Limits.maximumReplyLength {
+            logger.notice(
+                "closing connection: a reply larger than clients accept",
+                metadata: ["limit": "\(VarlinkServer.Limits.maximumReplyLength)", "peer.uid": "\(connection.peer?.uid ?? 0)"])
+            close(connection)
+            return false
+        }
+        let behind = connection.unwritten.count - current
+        if behind > limits.maximumUnwrittenBytes {
             logger.notice(
                 "closing connection: too many replies not read",
                 metadata: ["limit": "\(limits.maximumUnwrittenBytes)", "peer.uid": "\(connection.peer?.uid ?? 0)"])
             close(connection)
             return false
         }
-        guard account(connection, holding: connection.unprocessed.count + connection.unwritten.count) else {
+        guard account(connection, holding: connection.unprocessed.count + behind) else {
             logger.notice(
                 "closing connection: one person's connections hold too many bytes",
                 metadata: [
@@ -236,6 +254,21 @@ extension ServerLoop {
             return false
         }
         return true
+    }
+
+    /// How many bytes at the front of `unwritten` are the reply being
+    /// written, NUL included. Each reply is searched once, when it comes to
+    /// the front: `replyEnd` remembers where it ends.
+    private func replyInProgress(_ connection: Connection) -> Int {
+        let count = connection.unwritten.count
+        if count > 0, connection.replyEnd <= connection.sent {
+            let length = connection.unwritten.withUnsafeBytes { bytes in
+                memchr(bytes.baseAddress!, 0, count).map { bytes.baseAddress!.distance(to: UnsafeRawPointer($0)) + 1 }
+                    ?? count
+            }
+            connection.replyEnd = connection.sent + length
+        }
+        return min(count, max(0, connection.replyEnd - connection.sent))
     }
 
     // MARK: Writing

@@ -414,7 +414,11 @@ final class Connection {
     var unprocessed = ByteQueue()
     /// How much of `unprocessed` is known to hold no NUL.
     var scanned = 0
-    /// `unprocessed.count + unwritten.count` as last counted against the person's total.
+    /// Bytes the NUL scan was given to search, over the connection's life
+    /// (what `scanned` saves shows here).
+    var examined = 0
+    /// `unprocessed.count` and the bytes of `unwritten` behind the reply
+    /// being written, as last counted against the person's total.
     var accounted = 0
     var unwritten = ByteQueue()
     /// When the socket last took bytes of `unwritten` (or it began to fill).
@@ -422,6 +426,9 @@ final class Connection {
     /// Bytes handed to the kernel, and bytes queued, since the connection began.
     var sent = 0
     var queued = 0
+    /// Where (counted as `sent` is) the reply being written ends, which the
+    /// hard cap and the budget do not count (`replyInProgress`).
+    var replyEnd = 0
     /// A call is with the service; the connection is not read until it answers.
     var busy = false
     /// The client sends no more: the connection closes once all is answered.

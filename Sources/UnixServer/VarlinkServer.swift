@@ -24,7 +24,9 @@ public enum ListenSource: Sendable {
 /// reply. A connection that sends garbage or an oversized message is
 /// answered and closed; the server and other connections are unaffected.
 public struct VarlinkServer: Sendable {
-    /// What one client may hold. Every limit is in tokend.toml(5).
+    /// What one client may hold. Those tokend.toml sets (connections, idle,
+    /// frame and write timeouts) are in tokend.toml(5); every limit, the fixed
+    /// ones included, is in docs/architecture.md ("What a connection may hold").
     public struct Limits: Sendable {
         public var maximumFrameLength = 1 << 20
         /// Connections served at once; more are answered `overloadedError` and closed.
@@ -39,9 +41,11 @@ public struct VarlinkServer: Sendable {
         public var idleTimeout = Duration.seconds(300)
         /// Bytes one person's connections may hold together: messages begun
         /// and not finished, calls read and not yet taken, and replies not yet
-        /// written. The connection whose bytes pass it is closed (slow senders
-        /// and readers that never read cannot pile up memory, however many
-        /// connections or subordinate uids they use).
+        /// written behind the one being written. The connection whose bytes
+        /// pass it is closed (slow senders and readers that never read cannot
+        /// pile up memory, however many connections or subordinate uids they
+        /// use). The reply being written is not counted: a client that reads
+        /// is never closed for the size of a reply the server made.
         public var maximumBufferedBytesPerPerson = 4 << 20
         /// A message not finished this long after its first byte closes the connection.
         public var frameTimeout = Duration.seconds(10)
@@ -51,9 +55,13 @@ public struct VarlinkServer: Sendable {
         /// Replies waiting per connection before the loop takes no further
         /// call from it: checked before each call is parsed.
         public var writeBufferHighWatermark = 64 * 1024
-        /// Replies waiting on one connection beyond this close it (a stream
-        /// or a large reply to a client that does not read).
+        /// Replies waiting on one connection behind the one being written
+        /// beyond this close it (a stream or broadcast whose client does not
+        /// read). The reply being written is bounded by `maximumReplyLength`.
         public var maximumUnwrittenBytes = 4 << 20
+        /// The largest reply the server writes (sd-varlink's buffer cap: no
+        /// client takes more); a larger one closes the connection.
+        public static let maximumReplyLength = 16 << 20
         /// After accept fails for want of descriptors or memory, it is tried
         /// again once a connection closes, or after this long.
         var acceptRetry = Duration.milliseconds(50)
@@ -223,7 +231,10 @@ public struct VarlinkServer: Sendable {
                     reason: "cannot tell whether another program listens there")
             }
         }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        // Non-blocking: a listener whose queue is full must not hold startup
+        // (and SIGTERM) in connect(2).
+        let fd = socket(
+            AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw SocketSetupError(path: path, operation: "socket", errno: errno) }
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
@@ -243,7 +254,10 @@ public struct VarlinkServer: Sendable {
     /// errno: only ECONNREFUSED (nobody listens) lets a socket file be
     /// unlinked, whoever owns it.
     static func connectionOutcome(_ address: sockaddr_un) -> Int32 {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        // Non-blocking: a listener whose queue is full must not hold startup
+        // (and SIGTERM) in connect(2).
+        let fd = socket(
+            AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { return errno }
         defer { close(fd) }
         var address = address
@@ -252,8 +266,9 @@ public struct VarlinkServer: Sendable {
                 connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
             }
         }
-        // A listener whose queue is full (EAGAIN) is still a listener.
-        return connected == 0 || errno == EAGAIN ? 0 : errno
+        // A listener whose queue is full (EAGAIN), or a connection still
+        // being made (EINPROGRESS), is still a listener.
+        return connected == 0 || errno == EAGAIN || errno == EINPROGRESS ? 0 : errno
     }
 
     /// net.core.somaxconn: listen() silently caps any larger backlog to it.

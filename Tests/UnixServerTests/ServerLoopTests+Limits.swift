@@ -17,6 +17,7 @@ extension ServerLoopTests {
         var remembered = 0
         var unwritten = 0
         var scanned = 0
+        var examined = 0
     }
 
     static func held(_ harness: Harness) async throws -> [Held] {
@@ -25,7 +26,7 @@ extension ServerLoopTests {
                 Held(
                     buffers: $0.unprocessed.capacity + $0.unwritten.capacity,
                     remembered: $0.lastFrame.capacity + ($0.lastCall == nil ? 0 : 1), unwritten: $0.unwritten.count,
-                    scanned: $0.scanned)
+                    scanned: $0.scanned, examined: $0.examined)
             }
         }
     }
@@ -80,6 +81,65 @@ extension ServerLoopTests {
         await harness.stop()
     }
 
+    @Test func aReplyLargerThanTheHardCapReachesAClientThatReadsSlowly() async throws {
+        // 6 MiB in one reply (a full cookie jar's export or snapshot), past the 4 MiB cap and budget.
+        let harness = try await Harness(fastReplyPadding: 6 << 20)
+        let client = try harness.smallBufferClient()
+        client.send(fast)
+        try await Task.sleep(for: .milliseconds(300))  // the loop has queued it and checked its limits
+        #expect(try await Self.held(harness).first.map { $0.unwritten > VarlinkServer.Limits().maximumUnwrittenBytes } == true)
+        var received: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 256 * 1024)
+        while received.last != 0 {
+            let count = chunk.withUnsafeMutableBytes { recv(client.fd, $0.baseAddress, $0.count, 0) }
+            guard count > 0 else { break }
+            received += chunk[..<count]
+            if received.count % (1 << 20) < count { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(received.last == 0, "the connection ended after \(received.count) bytes")
+        let reply = try? VarlinkReply(frame: Array(received.dropLast()))
+        #expect(reply?.parameters["padding"]?.stringValue?.count == 6 << 20)
+        await harness.stop()
+    }
+
+    @Test func broadcastsPilingUpBehindALargeReplyStillCloseAMemberThatNeverReads() async throws {
+        var limits = Harness.quickLimits()
+        limits.maximumUnwrittenBytes = 256 * 1024
+        let harness = try await Harness(limits: limits)
+        let member = try harness.smallBufferClient()
+        member.send(TestClient.frame("org.example.test.Join", more: true))
+        #expect(member.reply()?.parameters["event"]?.stringValue == "joined")
+        harness.broadcast.publish(VarlinkReply(parameters: ["event": .string(String(repeating: "s", count: 6 << 20))], continues: true))
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(try await Self.held(harness).count == 1, "the large reply alone is no reason to close")
+        let event = String(repeating: "e", count: 4000)
+        for _ in 0..<200 { harness.broadcast.publish(VarlinkReply(parameters: ["event": .string(event)], continues: true)) }
+        try await eventually { try await Self.held(harness).isEmpty }
+        await harness.stop()
+    }
+
+    @Test func repliesNotReadCountInTheirPersonsBudget() async throws {
+        var limits = Harness.quickLimits()
+        limits.maximumBufferedBytesPerPerson = 1 << 20
+        let harness = try await Harness(limits: limits)
+        // Two connections of one person (this process's uid), neither reading.
+        let members = try (0..<2).map { _ in try harness.smallBufferClient() }
+        for member in members {
+            member.send(TestClient.frame("org.example.test.Join", more: true))
+            #expect(member.reply()?.parameters["event"]?.stringValue == "joined")
+        }
+        // 1 MB each: the kernel takes at most about 200 KB, so each holds 0.7 to 1 MB
+        // unwritten, under the budget alone and over it together, and under the hard cap.
+        let event = String(repeating: "e", count: 4000)
+        for _ in 0..<250 { harness.broadcast.publish(VarlinkReply(parameters: ["event": .string(event)], continues: true)) }
+        try await eventually { try await Self.held(harness).count == 1 }
+        try await Task.sleep(for: .milliseconds(300))
+        let left = try await Self.held(harness)
+        #expect(left.count == 1, "the budget closes the connection that passes it, not both")
+        #expect(left.first.map { $0.unwritten > 600_000 } == true, "the one left still holds its replies")
+        await harness.stop()
+    }
+
     @Test func theWriteTimeoutRunsFromTheLastWriteThatMadeProgress() async throws {
         var limits = Harness.quickLimits()
         limits.writeTimeout = .seconds(1)
@@ -126,6 +186,9 @@ extension ServerLoopTests {
         }
         client.send(Array(frame[sent...]))
         #expect(client.reply()?.parameters["text"]?.stringValue?.count == 20000)
+        // Searched from the start on each read, it would have examined about three times as much.
+        let examined = try await Self.held(harness).first?.examined
+        #expect(examined == frame.count, "examined \(examined ?? -1) bytes of a \(frame.count)-byte message")
         await harness.stop()
     }
 

@@ -230,6 +230,51 @@ import Varlink
         #expect(client.reply()?.parameters["fast"] == true, "the running server keeps its socket")
         await harness.stop()
     }
+
+    @Test func aListenerWhoseQueueIsFullIsProbedWithoutBlocking() async throws {
+        let path = NSTemporaryDirectory() + "unixserver-full-\(UUID().uuidString.prefix(8)).sock"
+        defer { unlink(path) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: path.utf8)
+            raw[path.utf8.count] = 0
+        }
+        func connectTo(_ fd: CInt) -> Int32 {
+            withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+        }
+        // Another program listens there, accepts nothing, and its queue is full.
+        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        try #require(bound == 0 && listen(listener, 0) == 0)
+        var queued: [CInt] = []
+        defer { for fd in queued { close(fd) } }
+        while queued.count < 64 {
+            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            guard connectTo(fd) == 0 else {
+                close(fd)
+                break
+            }
+            queued.append(fd)
+        }
+        // Were the probe to block in connect(2), closing the listener after 5 s frees it.
+        let rescue = Task.detached {
+            try await Task.sleep(for: .seconds(5))
+            close(listener)
+        }
+        let started = ContinuousClock.now
+        let outcome = await Task.detached { Result { try VarlinkServer.listen(path: path, mode: 0o600) } }.value
+        let took = ContinuousClock.now - started
+        rescue.cancel()
+        if (try? await rescue.value) == nil { close(listener) }  // not closed by the rescue
+        if case .success(let fd) = outcome { close(fd) }
+        #expect(took < .seconds(2), "the probe waited \(took) on a full queue")
+        #expect(throws: SocketSetupError.self) { _ = try outcome.get() }
+    }
 }
 
 extension TestClient {
