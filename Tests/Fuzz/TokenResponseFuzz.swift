@@ -6,6 +6,11 @@
 // standalone build does not link: it is not fuzzed here.
 import Foundation
 
+/// TokenRequest names the private_key_jwt key it would sign with; signing is
+/// jwt-kit's, which this standalone build does not link, so the key is a
+/// stand-in here (what this target fuzzes never signs).
+public struct ClientKey: Sendable {}
+
 @_cdecl("LLVMFuzzerTestOneInput")
 public func tokenResponseFuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     guard size >= 2 else { return 0 }

@@ -7,6 +7,7 @@ out=${1:?usage: run.sh BUILD_DIR SECONDS}
 seconds=${2:?usage: run.sh BUILD_DIR SECONDS}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export SWIFT_BACKTRACE=enable=no
+export LSAN_OPTIONS="suppressions=$root/Tests/Fuzz/lsan.supp:print_suppressions=0"
 mkdir -p "$out/artifacts"
 status=0
 for target in varlink set-cookie token-response redactor; do
