@@ -81,7 +81,7 @@ extension SessionActor {
                 verificationURIComplete: device.verificationURIComplete, interval: interval)
             login = PendingLogin(ticket: ticket, grant: .device(device), owner: owner, interval: interval)
         case .browser:
-            guard let redirectURI, Self.isLoopbackRedirect(redirectURI) else {
+            guard let redirectURI, LoopbackRedirect(redirectURI) != nil else {
                 throw BrokerError.login(
                     .invalidCallback, name,
                     "a browser login needs redirectUri http://127.0.0.1:PORT/PATH (or [::1]) where the caller listens")
@@ -251,16 +251,6 @@ extension SessionActor {
 
     static func may(_ caller: UInt32?, act login: PendingLogin) -> Bool {
         login.owner == nil || caller == 0 || caller == login.owner
-    }
-
-    /// RFC 8252 §7.3: http to a loopback IP literal (any port). Not
-    /// `localhost` (§8.3): it may resolve to [::1] where another local user
-    /// listens on the port tokenctl took on 127.0.0.1.
-    static func isLoopbackRedirect(_ uri: String) -> Bool {
-        guard let url = URLComponents(string: uri), url.scheme == "http", let host = url.host, url.port != nil,
-            url.query == nil, url.fragment == nil
-        else { return false }
-        return Loopback.isLiteral(host)
     }
 
     /// Discovery only accepts a document naming the configured issuer, so the
