@@ -71,11 +71,9 @@ class FaultProxy:
                         headers = [(k, v) for k, v in response.headers.items() if k.lower() == "set-cookie"]
                 except urllib.error.HTTPError as error:
                     status, payload, headers = error.code, error.read(), []
-                if proxy.strip_expires_in and status == 200:
-                    document = json.loads(payload)
-                    document.pop("expires_in", None)
-                    payload = json.dumps(document).encode()
-                self.send(status, payload, [("Content-Type", "application/json")] + headers)
+                if proxy.rewrite and status == 200:
+                    payload = json.dumps(proxy.rewrite(json.loads(payload))).encode()
+                self.send(status, payload, [("Content-Type", "application/json")] + headers + proxy.extra_headers)
 
             def fault_status(self, _, mode):
                 headers = [("Retry-After", "3")] if mode == "429" else []
@@ -129,7 +127,9 @@ class FaultProxy:
             def fault_oversize(self, *_):
                 self.send(200, b'{"access_token":"' + b"x" * 300 * 1024 + b'"}', [("Content-Type", "application/json")])
 
-        self.strip_expires_in = False
+        # In mode "pass": a change to each successful answer's JSON, and headers added to every answer.
+        self.rewrite = None
+        self.extra_headers = []
         self.thief = Recorder()
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

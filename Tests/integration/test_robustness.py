@@ -2,76 +2,37 @@
 provider's absurd lifetime neither crashes tokend nor its restart, a stored
 record that once crashed it loads, and a socket that cannot be served ends
 tokend at once, non-zero, naming the path and the reason."""
-import http.server
 import json
 import os
 import socket
 import subprocess
-import threading
 import time
-import urllib.error
-import urllib.request
 from types import SimpleNamespace
 
 import pytest
 
 from conftest import BIN, Tokend, login, varlink_call
+from faultproxy import FaultProxy
 
 HUGE = 10_000_000_000_000  # what crashed tokend: Int overflow in issuedAt + expires_in
 YEAR = 366 * 86_400  # SessionRecord.maximumLifetime
 
 
-class LifetimeProxy:
-    """Forwards token requests to the real authorization server and replaces
-    `expires_in` in its successful answers with `self.expires_in`."""
-
-    def __init__(self, upstream, expires_in, set_cookie=None):
-        self.expires_in = expires_in
-        self.set_cookie = set_cookie
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                request = urllib.request.Request(upstream + self.path, data=body, method="POST")
-                for name in ("Authorization", "Content-Type"):
-                    if self.headers.get(name):
-                        request.add_header(name, self.headers[name])
-                try:
-                    with urllib.request.urlopen(request, timeout=10) as response:
-                        status, payload = response.status, response.read()
-                except urllib.error.HTTPError as error:
-                    status, payload = error.code, error.read()
-                if status == 200 and proxy.expires_in is not None:
-                    document = json.loads(payload)
-                    document["expires_in"] = proxy.expires_in
-                    payload = json.dumps(document).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                if proxy.set_cookie:
-                    self.send_header("Set-Cookie", proxy.set_cookie)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+def lifetime_proxy(upstream, expires_in, set_cookie=None):
+    """The fault proxy passing token requests to the real authorization server,
+    with `expires_in` of its successful answers replaced (None: left as sent)
+    and, if given, a Set-Cookie on every answer."""
+    proxy = FaultProxy(upstream)
+    if expires_in is not None:
+        proxy.rewrite = lambda document: {**document, "expires_in": expires_in}
+    if set_cookie:
+        proxy.extra_headers = [("Set-Cookie", set_cookie)]
+    return proxy
 
 
 @pytest.fixture
 def huge_lifetimes(server):
-    proxy = LifetimeProxy(server.base, HUGE)
+    proxy = lifetime_proxy(server.base, HUGE)
     yield proxy
     proxy.stop()
 
@@ -140,7 +101,7 @@ COOKIE_CAP = 400 * 86_400  # CookiePolicy.maximumLifetime
 def test_a_max_age_beyond_int_neither_crashes_nor_persists_a_crash(server, make_tokend):
     # Max-Age overflowed Int on the add after the checked multiply: a trap on
     # the token endpoint's own Set-Cookie, and a crash loop once stored.
-    proxy = LifetimeProxy(server.base, None, set_cookie="lb=1; Path=/; Max-Age=9223372036854775808")
+    proxy = lifetime_proxy(server.base, None, set_cookie="lb=1; Path=/; Max-Age=9223372036854775808")
     try:
         endpoint = SimpleNamespace(token_url=proxy.url + "/o/token/", base=server.base)
         daemon = make_tokend(endpoint).start()
