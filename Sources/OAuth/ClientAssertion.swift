@@ -69,6 +69,17 @@ struct ClientAssertionClaims: JWTPayload, Equatable {
 }
 
 extension ClientCredentials {
+    /// Why these credentials cannot sign an assertion, checked once at start
+    /// (and by --check-config) by the same rule every request applies; nil when usable.
+    public var unusable: String? {
+        do {
+            _ = try assertionSigner()
+            return nil
+        } catch {
+            return error.reason
+        }
+    }
+
     /// What signs this client's assertions; nil when it authenticates otherwise.
     /// A missing key or secret is tokend's own problem, not the provider's
     /// refusal: transient, so the session keeps its grant until it is fixed.

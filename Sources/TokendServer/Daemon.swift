@@ -326,9 +326,9 @@ extension SessionSettings {
         guard let auth = OAuth.ClientAuthentication(rawValue: clientAuth.rawValue) else {
             throw DaemonSetupError("session \(name): client-auth \(clientAuth.rawValue) is not supported")
         }
-        if auth == .secretJWT, let length = secret.map({ $0.reveal().utf8.count }), length < 32 {
-            throw DaemonSetupError(
-                "session \(name): client-auth = \"secret-jwt\" needs a client secret of at least 32 bytes (RFC 7518 §3.2); \(clientSecretFile ?? "the secret") has \(length)")
+        let credentials = ClientCredentials(clientID: clientID, secret: secret, authentication: auth, key: key)
+        if let problem = credentials.unusable {
+            throw DaemonSetupError("session \(name): \(problem) (\(clientSecretFile ?? clientKeyFile ?? "no file"))")
         }
         if pushedAuthorization, issuer == nil {
             throw DaemonSetupError(
@@ -338,7 +338,7 @@ extension SessionSettings {
             endpoints: ProviderEndpoints(
                 issuer: issuer, token: tokenEndpoint, revocation: revocationEndpoint,
                 authorization: authorizationEndpoint, deviceAuthorization: deviceAuthorizationEndpoint),
-            credentials: ClientCredentials(clientID: clientID, secret: secret, authentication: auth, key: key),
+            credentials: credentials,
             scope: scope, timeout: .seconds(upstreamTimeout), pushesAuthorization: pushedAuthorization,
             redirectURI: redirectURI)
     }
