@@ -1,5 +1,15 @@
 # tokend — see README.md. `make demo` and `make test` install what they need.
 SHELL := /bin/bash
+
+# Each part with targets of its own keeps them in mk/*.mk; it may add Debian
+# packages to DEPS_EXTRA, targets to TEST_EXTRA (run by `make test`) and to
+# BENCH_EXTRA (run by `make bench`), and files to CLEAN_EXTRA.
+DEPS_EXTRA :=
+TEST_EXTRA :=
+BENCH_EXTRA :=
+CLEAN_EXTRA :=
+.DEFAULT_GOAL := all
+include $(sort $(wildcard mk/*.mk))
 PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
 SWIFT ?= swift
@@ -18,7 +28,7 @@ all: build
 # System packages (Debian) the build and tests need; skipped when present.
 deps:
 	@missing=""; \
-	for p in python3-venv libsystemd-dev curl publicsuffix chromium chromium-driver firefox-esr git postgresql-15 iproute2 openssl groff-base strace uidmap glewlwyd; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in python3-venv libsystemd-dev curl publicsuffix chromium chromium-driver firefox-esr git postgresql-15 iproute2 openssl groff-base strace uidmap glewlwyd $(DEPS_EXTRA); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	command -v kubectl >/dev/null || missing="$$missing kubernetes-client"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
@@ -47,7 +57,7 @@ unit-test:
 integration-test: venv build webview
 	$(PY) -m pytest -q Tests/integration
 
-test: venv build webview unit-test webview-unit-test integration-test fuzz-smoke
+test: venv build webview unit-test webview-unit-test integration-test fuzz-smoke $(TEST_EXTRA)
 
 # Web views (webview/): tokend-webview and the TokendWebView library on
 # WebKitGTK 6.0. A package of its own, so nothing else needs WebKitGTK to build.
@@ -102,6 +112,7 @@ bench: venv release
 	gcc -O2 -Wall -o $(BENCH_DIR)/load bench/load.c -lpthread
 	$(PY) bench/bench.py .build/release $(BENCH_DIR)/load $(BENCH_DIR)/limit_server bench/RESULTS.md
 	$(PY) bench/hostile.py .build/release --results bench/HOSTILE.md
+	@$(if $(BENCH_EXTRA),$(MAKE) --no-print-directory $(BENCH_EXTRA))
 
 # Where tokend's CPU goes under cached GetToken load (perf, software sampling).
 bench-profile: venv release
@@ -208,4 +219,4 @@ deb-webview: webview-deps
 	lintian --fail-on error .build/deb/tokend-webview_*.deb
 
 clean:
-	rm -rf .build $(STATIC_BUILD) $(VENV) webview/.build webview/.build-static
+	rm -rf .build $(STATIC_BUILD) $(VENV) webview/.build webview/.build-static $(CLEAN_EXTRA)
