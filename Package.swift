@@ -46,7 +46,7 @@ let package = Package(
         .target(name: "Secrets", swiftSettings: strict),
         .systemLibrary(name: "CLinux"),
         // The Varlink server on a Unix socket: one epoll loop, framing, limits, peer credentials. No NIO.
-        .target(name: "UnixServer", dependencies: ["CLinux", "Varlink", logging], swiftSettings: hooks),
+        .target(name: "UnixServer", dependencies: ["CLinux", "TokendMetrics", "Varlink", logging], swiftSettings: hooks),
         // The Varlink client (SwiftNIO): pipelined calls and `more` streams.
         .target(name: "VarlinkNIO", dependencies: ["Varlink", nio, nioPosix], swiftSettings: strict),
         // The io.tokend.Broker interface: its one declaration and its typed wire values.
@@ -58,20 +58,22 @@ let package = Package(
         // Token requests and responses (pure) and the AsyncHTTPClient-backed endpoint client.
         // Discovery, device and authorization-code logins, ID tokens (jwt-kit).
         .target(name: "OAuth", dependencies: [
-            "CookieJar", "Deadline", "Loopback", "Secrets", "Varlink", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
+            "CookieJar", "Deadline", "Loopback", "TokendMetrics", "Secrets", "Varlink", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
             .product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit"),
         ], swiftSettings: strict),
         // RFC 6265 cookie jar: parser, storage, retrieval, change log. Foundation only.
         .target(name: "CookieJar", dependencies: ["Loopback"], swiftSettings: strict),
+        // Counters, gauges and histograms rendered as OpenMetrics text. Foundation-free, no I/O.
+        .target(name: "TokendMetrics", swiftSettings: strict),
         // What counts as loopback (an IP literal in 127/8 or ::1), said once.
         .target(name: "Loopback", swiftSettings: strict),
         .target(name: "StateStore", dependencies: [
-            "CookieJar", "Secrets", logging, .product(name: "Crypto", package: "swift-crypto"),
+            "CookieJar", "TokendMetrics", "Secrets", logging, .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: strict),
-        .target(name: "Broker", dependencies: ["CookieJar", "Deadline", "Loopback", "OAuth", "Secrets", "StateStore", logging], swiftSettings: hooks),
+        .target(name: "Broker", dependencies: ["CookieJar", "Deadline", "Loopback", "TokendMetrics", "OAuth", "Secrets", "StateStore", logging], swiftSettings: hooks),
         // A session shared by several hosts through PostgreSQL: schema, fleet lock, sealed record, LISTEN.
         .target(name: "Fleet", dependencies: [
-            "Broker", "Deadline", "StateStore", logging, .product(name: "PostgresNIO", package: "postgres-nio"),
+            "Broker", "Deadline", "TokendMetrics", "StateStore", logging, .product(name: "PostgresNIO", package: "postgres-nio"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ], swiftSettings: strict),
         .target(name: "Config", dependencies: ["Loopback", .product(name: "TOMLKit", package: "TOMLKit")], swiftSettings: strict),
@@ -79,7 +81,7 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .target(name: "Systemd", dependencies: ["CSystemd", logging], swiftSettings: strict),
         .target(name: "TokendServer", dependencies: [
-            "Broker", "Config", "CookieJar", "Deadline", "Fleet", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "UnixServer",
+            "Broker", "Config", "CookieJar", "Deadline", "Fleet", "TokendMetrics", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "UnixServer",
             logging, lifecycle, .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ], swiftSettings: hooks),
         .executableTarget(name: "tokend", dependencies: [
@@ -118,6 +120,7 @@ let package = Package(
         .testTarget(name: "CookieJarTests", dependencies: ["CookieJar", "Loopback"], swiftSettings: strict),
         .testTarget(name: "NativeMessagingTests", dependencies: ["NativeMessaging", "Varlink"], swiftSettings: strict),
         .testTarget(name: "ConfigTests", dependencies: ["Config"], swiftSettings: strict),
+        .testTarget(name: "TokendMetricsTests", dependencies: ["TokendMetrics"], swiftSettings: strict),
         .testTarget(name: "tokend-proxyTests", dependencies: ["tokend-proxy", nio, .product(name: "NIOHTTP1", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "tokenctlTests", dependencies: ["tokenctl"], swiftSettings: strict),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", logging], swiftSettings: strict),

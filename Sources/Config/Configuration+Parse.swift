@@ -34,7 +34,15 @@ extension Configuration {
             try r.allowOnly([
                 "socket", "state-directory", "runtime-directory", "state-key-file", "socket-mode", "log-level", "log-target",
                 "max-connections", "max-connections-per-user", "idle-timeout", "frame-timeout", "write-timeout", "forced-refreshes-per-minute", "host-id",
+                "metrics-textfile", "metrics-listen",
             ])
+            daemon.metricsTextfile = try r.path("metrics-textfile")
+            if let listen = try r.string("metrics-listen") {
+                guard let parsed = MetricsListen(parsing: listen) else {
+                    throw r.problem("metrics-listen", "\"\(listen)\" is not a loopback address and port: use \"127.0.0.1:9464\" or \"[::1]:9464\"")
+                }
+                daemon.metricsListen = parsed
+            }
             daemon.hostID = try r.string("host-id")
             if let hostID = daemon.hostID, hostID.isEmpty || hostID.utf8.count > 63 || hostID.contains(where: \.isWhitespace) {
                 throw r.problem("host-id", "must be 1 to 63 characters without spaces")

@@ -1,4 +1,5 @@
 import Foundation
+import Loopback
 
 /// tokend's configuration, validated.
 public struct Configuration: Sendable, Equatable {
@@ -67,8 +68,25 @@ public struct DaemonSettings: Sendable, Equatable {
     public var logTarget = "auto"
     /// This host's name in a fleet (who wrote the shared record, who holds the lock); nil: the hostname.
     public var hostID: String?
+    /// A file rewritten atomically every few seconds with the metrics, for
+    /// node_exporter's textfile collector; nil: none.
+    public var metricsTextfile: String?
+    /// A loopback address ("127.0.0.1:9464", "[::1]:9464") where GET /metrics
+    /// answers; nil: none.
+    public var metricsListen: MetricsListen?
 
     public init() {}
+}
+
+/// `metrics-listen`: a loopback IP literal and a port.
+public struct MetricsListen: Sendable, Equatable {
+    public var host: String
+    public var port: Int
+
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
 }
 
 /// One `[[sessions.NAME.token-files]]` entry.
@@ -166,5 +184,19 @@ public struct ConfigError: Error, Equatable, CustomStringConvertible {
     public var description: String {
         if let key { return "\(file): \(key): \(problem)" }
         return "\(file): \(problem)"
+    }
+}
+
+extension MetricsListen {
+    /// "127.0.0.1:PORT" or "[::1]:PORT": only a loopback IP literal, so no
+    /// other host can scrape it.
+    public init?(parsing text: String) {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
+            (1...65535).contains(port)
+        else { return nil }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard Loopback.isLiteral(host) else { return nil }
+        self.init(host: host, port: port)
     }
 }

@@ -57,6 +57,11 @@ public final class TokendClient: Sendable {
         try await call("ListSessions", I.ListSessions.In(), I.ListSessions.Out.self).sessions
     }
 
+    /// tokend's metrics, OpenMetrics text.
+    public func metrics() async throws(TokendClientError) -> String {
+        try await call("GetMetrics", I.GetMetrics.In(), I.GetMetrics.Out.self).text
+    }
+
     public func login(session: String? = nil, refreshToken: String) async throws(TokendClientError) -> SessionStatus {
         try await call("Login", I.Login.In(session: session, refreshToken: refreshToken), I.Login.Out.self).status
     }

@@ -217,6 +217,14 @@ extension BrokerInterface {
         }
     }
 
+    public enum GetMetrics {
+        public typealias In = Empty
+        public struct Out: Codable, Sendable {
+            public var text: String
+            public init(text: String) { self.text = text }
+        }
+    }
+
     public enum Login {
         public struct In: Codable, Sendable {
             public var session: String?
@@ -377,6 +385,7 @@ extension BrokerInterface {
         "Refresh": (Refresh.In.self, Refresh.Out.self, false),
         "GetStatus": (GetStatus.In.self, GetStatus.Out.self, false),
         "ListSessions": (ListSessions.In.self, ListSessions.Out.self, false),
+        "GetMetrics": (GetMetrics.In.self, GetMetrics.Out.self, false),
         "Login": (Login.In.self, Login.Out.self, false),
         "BeginLogin": (BeginLogin.In.self, BeginLogin.Out.self, false),
         "FinishLogin": (FinishLogin.In.self, FinishLogin.Out.self, false),

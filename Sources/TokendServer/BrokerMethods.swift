@@ -1,6 +1,7 @@
 import Broker
 import CookieJar
 import Logging
+import TokendMetrics
 import Secrets
 import TokendInterface
 import Varlink
@@ -9,13 +10,13 @@ import Varlink
 /// the access policy in force.
 func brokerImplementation(
     _ broker: Broker, policy: @escaping @Sendable () -> AccessPolicy, limiter: ForcedRefreshLimiter,
-    tokenReplies: TokenReplies, logger: Logger
+    tokenReplies: TokenReplies, metrics: Metrics, logger: Logger
 ) -> VarlinkImplementation {
     VarlinkImplementation(
         interface: BrokerInterface.declaration,
         methods: guarded(
             brokerMethods(
-                broker, limiter: limiter, tokenReplies: tokenReplies, logger: logger,
+                broker, limiter: limiter, tokenReplies: tokenReplies, metrics: metrics, logger: logger,
                 mayRead: { context, session in policy().allows(context.peer, .read, session: session) }),
             policy: policy, logger: logger))
 }
@@ -29,10 +30,10 @@ func guarded(
     for (name, handler) in methods {
         let wanted = AccessPolicy.methodClass(name)
         let check: @Sendable (JSONObject, CallContext) throws -> Void = { parameters, context in
-            // ListSessions names no session: the global rules decide, and it lists only readable sessions.
-            // A login id names its session.
+            // ListSessions and GetMetrics name no session: the global rules decide
+            // (ListSessions lists only readable sessions). A login id names its session.
             let session: String? = switch name {
-            case "ListSessions": nil
+            case "ListSessions", "GetMetrics": nil
             case "FinishLogin", "CancelLogin": Broker.sessionName(ofLogin: parameters["id"]?.stringValue ?? "")
             default: parameters["session"]?.stringValue ?? Broker.defaultSession
             }
@@ -64,7 +65,7 @@ func guarded(
 }
 
 func brokerMethods(
-    _ broker: Broker, limiter: ForcedRefreshLimiter, tokenReplies: TokenReplies, logger: Logger,
+    _ broker: Broker, limiter: ForcedRefreshLimiter, tokenReplies: TokenReplies, metrics: Metrics, logger: Logger,
     mayRead: @escaping @Sendable (CallContext, String) -> Bool
 ) -> [String: MethodHandler] {
     typealias I = BrokerInterface
@@ -103,6 +104,9 @@ func brokerMethods(
                 statuses.append(await session.status().wire)
             }
             return try I.ListSessions.Out(sessions: statuses).parameters()
+        },
+        "GetMetrics": .call { _, _ in
+            try I.GetMetrics.Out(text: metrics.render()).parameters()
         },
         "Login": .call { parameters, context in
             let call = try parameters.decode(I.Login.In.self)

@@ -4,6 +4,7 @@ import CookieJar
 import Fleet
 import Foundation
 import Logging
+import TokendMetrics
 import OAuth
 import Secrets
 import ServiceLifecycle
@@ -36,6 +37,8 @@ public final class Daemon: Service, CustomStringConvertible {
     let cookiePolicy: CookiePolicy
     /// When answers the server loop gives again may no longer hold (see ReuseStamp).
     let reuse = ReuseStamp()
+    /// The one registry GetMetrics, the metrics textfile and /metrics render.
+    let metrics = Metrics()
 
     public var description: String { "tokend" }
 
@@ -240,7 +243,7 @@ public final class Daemon: Service, CustomStringConvertible {
                 brokerImplementation(
                     broker, policy: { self.access.withLock { $0 } },
                     limiter: ForcedRefreshLimiter(perMinute: configuration.withLock { $0.daemon.forcedRefreshesPerMinute }),
-                    tokenReplies: tokenReplies, logger: logger)
+                    tokenReplies: tokenReplies, metrics: metrics, logger: logger)
             ],
             internalError: VarlinkError(BrokerInterface.Error.internalError),
             onUnexpectedError: { method, error in

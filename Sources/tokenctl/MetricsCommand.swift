@@ -1,0 +1,15 @@
+import ArgumentParser
+import Foundation
+import TokendClient
+import Glibc
+
+struct MetricsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "metrics", abstract: "Print tokend's metrics (OpenMetrics text).")
+    @OptionGroup var common: Common
+
+    func run() async throws {
+        let client = try await common.connect()
+        print(try await common.run { try await client.metrics() }, terminator: "")
+    }
+}

@@ -1,0 +1,8 @@
+import TokendMetrics
+import Testing
+
+@Suite struct MetricsTests {
+    @Test func anEmptyRegistryEndsWithEOF() {
+        #expect(Metrics().render().hasSuffix("# EOF\n"))
+    }
+}
