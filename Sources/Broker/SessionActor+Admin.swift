@@ -12,6 +12,7 @@ extension SessionActor {
         await settle()
         try await fleetExclusive("login") {
             record = SessionRecord(phase: .active, refreshToken: refreshToken, generation: record.generation)
+                .keepingStrategy(of: record)
             backoff.reset()
             lastError = nil
             await persist(what: "login")
@@ -53,8 +54,8 @@ extension SessionActor {
 
     /// Waits until no refresh is in flight (re-checking after each wait).
     func settle() async {
-        while let inFlight {
-            _ = try? await inFlight.value
+        while let task = inFlight ?? keyedInFlight.values.first {
+            _ = try? await task.value
         }
     }
 
@@ -73,13 +74,23 @@ extension SessionActor {
     // MARK: Status and events
 
     public func status() -> SessionStatus {
+        var status = sessionStatus()
+        let (strategy, reason) = strategyInUse
+        status.resources = keyPolicy.resources
+        status.strategy = strategy
+        status.strategyReason = reason
+        status.tokens = keyStatuses
+        return status
+    }
+
+    func sessionStatus() -> SessionStatus {
         let now = clock.now()
         let state: String
         switch record.phase {
         case .loginRequired: state = "loginRequired"
         case .loggedOut: state = "loggedOut"
         case .active:
-            if inFlight != nil {
+            if inFlight != nil || !keyedInFlight.isEmpty {
                 state = "refreshing"
             } else if backoff.isWaiting(now: now) {
                 state = "backingOff"

@@ -31,7 +31,15 @@ extension SessionActor {
             }
         }
         if !changes.isEmpty { scheduleCookieExpiry() }
+        countCookieChanges(changes)
         return changes
+    }
+
+    /// Sets and deletions, for the metrics (expiries are counted where they happen).
+    func countCookieChanges(_ changes: [CookieChange]) {
+        let deleted = changes.count { $0.action == .delete }
+        file.metrics.cookiesChanged(.set, count: changes.count - deleted)
+        file.metrics.cookiesChanged(.delete, count: deleted)
     }
 
     /// Set-Cookie headers a web-side client received from `request`'s URL:
@@ -53,6 +61,7 @@ extension SessionActor {
             }
             if !changes.isEmpty {
                 scheduleCookieExpiry()
+                countCookieChanges(changes)
                 await persist(what: "imported cookies")
             }
             return (changes, outcome)
@@ -71,6 +80,7 @@ extension SessionActor {
             let changes = jar.remove(matching: request, name: name, now: Int(clock.now()))
             if !changes.isEmpty {
                 scheduleCookieExpiry()
+                countCookieChanges(changes)
                 await persist(what: "deleted cookies")
             }
             return changes
@@ -97,6 +107,7 @@ extension SessionActor {
         let changes = jar.removeExpired(now: Int(clock.now()))
         scheduleCookieExpiry()
         guard !changes.isEmpty else { return }
+        file.metrics.cookiesChanged(.expire, count: changes.count)
         logger.debug("cookies expired", metadata: ["count": "\(changes.count)"])
         Task {
             await persist(what: "expired cookies")

@@ -216,7 +216,8 @@ extension SessionActor {
         try await fleetExclusive("login") {
             var next = SessionRecord(
                 phase: .active, refreshToken: refreshToken, generation: record.generation, subject: identity?.subject,
-                username: identity?.username, email: identity?.email)
+                username: identity?.username, email: identity?.email
+            ).keepingStrategy(of: record)
             next = applying(response, to: next, issuedAt: Int(clock.now()))
             await persist(next, what: "login")
             record = next

@@ -5,13 +5,16 @@ import Secrets
 import StateStore
 
 extension SessionActor {
-    /// The body of the single in-flight refresh. Runs on the actor; clears
-    /// `inFlight` before it returns or throws.
-    func performRefresh(afterCrash: Bool) async throws -> Token {
+    /// The body of a key's single in-flight refresh (the session's own token
+    /// by default). Runs on the actor; clears the key's in-flight task before
+    /// it returns or throws. Refreshes of all keys take turns (`refreshTurns`).
+    func performRefresh(afterCrash: Bool, key: TokenKey = .session) async throws -> Token {
         defer {
-            inFlight = nil
+            if key.isSession { inFlight = nil } else { keyedInFlight[key] = nil }
             reschedule()
         }
+        await refreshTurns.take()
+        defer { refreshTurns.pass() }
         guard record.phase == .active, let refreshToken = record.refreshToken else {
             throw BrokerError.loginRequired(name, record.reason ?? "not logged in")
         }
@@ -27,21 +30,54 @@ extension SessionActor {
         record.refreshStartedAt = marked.refreshStartedAt
         checkpoint?("after-marker")
 
-        refreshes += 1
-        logger.debug("refreshing", metadata: ["generation": "\(record.generation)"])
-        let sentAt = ContinuousClock.now
-        let answer = await endpoint.refresh(refreshToken: refreshToken, cookieHeader: cookieHeaderForEndpoint())
-        let answeredAt = ContinuousClock.now
-        checkpoint?("after-response")
-        let cookieChanges = receiveEndpointCookies(answer.setCookie)
+        var target = refreshTarget(for: key)
+        while true {
+            refreshes += 1
+            logger.debug("refreshing", metadata: ["generation": "\(record.generation)", "key": "\(key)"])
+            let sentAt = ContinuousClock.now
+            let answer = await endpoint.refresh(
+                refreshToken: refreshToken, cookieHeader: cookieHeaderForEndpoint(), target: target.request)
+            let answeredAt = ContinuousClock.now
+            checkpoint?("after-response")
+            let cookieChanges = receiveEndpointCookies(answer.setCookie)
+            if case .failure(let error) = answer.result, target.probing, error.refusesTarget {
+                // One token for several resources is not what this provider issues: ask per resource from now on.
+                learnStrategy(
+                    .perResource,
+                    because: "the provider refused one token for several resources (\(error.code ?? "refused")), "
+                        + "so it issues one per resource, and each key asks for its own")
+                await persistCookies(cookieChanges)
+                target = refreshTarget(for: key)
+                continue
+            }
+            return try await settleRefresh(
+                answer, key: key, target: target, afterCrash: afterCrash, startedAt: startedAt, sentAt: sentAt,
+                answeredAt: answeredAt, cookieChanges: cookieChanges)
+        }
+    }
+
+    /// What one refresh's answer does to the session.
+    func settleRefresh(
+        _ answer: RefreshAnswer, key: TokenKey, target: RefreshTargetChoice, afterCrash: Bool, startedAt: Double,
+        sentAt: ContinuousClock.Instant, answeredAt: ContinuousClock.Instant, cookieChanges: [CookieChange]
+    ) async throws -> Token {
         // A bare refusal (see TokenEndpointError.Kind.refused) needs a login
         // only when the very next attempt is refused again.
         let confirming = refusedGeneration == record.generation
         refusedGeneration = nil
         switch answer.result {
         case .success(let response):
-            return try await adopt(
-                response, startedAt: startedAt, sentAt: sentAt, answeredAt: answeredAt, cookieChanges: cookieChanges)
+            if key.isSession {
+                return try await adopt(
+                    response, startedAt: startedAt, sentAt: sentAt, answeredAt: answeredAt, cookieChanges: cookieChanges)
+            }
+            if target.probing {
+                learnStrategy(
+                    .sharedAudience,
+                    because: "the provider issued one token for all \(keyPolicy.resources.count) resources, so every "
+                        + "refresh asks for all of them and never narrows the refresh token")
+            }
+            return try await adoptKeyed(response, key: key, startedAt: startedAt, cookieChanges: cookieChanges)
         case .failure(let error)
         where (error.kind == .rejected && !error.refusesClient) || (error.kind == .refused && confirming):
             var reason = error.kind == .rejected
@@ -52,28 +88,36 @@ extension SessionActor {
             }
             await requireLogin(reason: reason, earlierChanges: cookieChanges)
             throw BrokerError.loginRequired(name, reason)
+        case .failure(let error) where !key.isSession && error.refusesTarget:
+            await persistCookies(cookieChanges)
+            return try await refuseKey(key, error)
         case .failure(let error):
-            if !cookieChanges.isEmpty {
-                await persist(what: "cookies")
-                await publish([event(.cookies, changes: cookieChanges)], waitForDelivery: true)
-            }
+            await persistCookies(cookieChanges)
             if error.refusesClient {
                 // The grant is not in question: keep it, and ask again only after
                 // long enough for someone to correct the configuration or the clock.
                 return try await recordTransientFailure(
                     reason: "\(error.reason); the refresh token is kept: check client-secret-file (or client-key-file "
                         + "and client-key-id) and the host clock",
-                    retryAfter: Self.clientRefusalDelay)
+                    retryAfter: Self.clientRefusalDelay, key: key)
             }
             guard error.kind == .refused else {
-                return try await recordTransientFailure(reason: error.reason, retryAfter: error.retryAfter)
+                return try await recordTransientFailure(reason: error.reason, retryAfter: error.retryAfter, key: key)
             }
             // Asked once more at the next backoff step: the first one when nothing
             // failed before, a longer one when refusals alternate with other failures.
             refusedGeneration = record.generation
             return try await recordTransientFailure(
-                reason: "\(error.reason); asking once more before requiring a login", retryAfter: error.retryAfter)
+                reason: "\(error.reason); asking once more before requiring a login", retryAfter: error.retryAfter,
+                key: key)
         }
+    }
+
+    /// Cookies the token endpoint set on an answer that brought no token: stored, then told.
+    func persistCookies(_ changes: [CookieChange]) async {
+        guard !changes.isEmpty else { return }
+        await persist(what: "cookies")
+        await publish([event(.cookies, changes: changes)], waitForDelivery: true)
     }
 
     /// Makes a successful response the session's state: on disk first, then in
@@ -169,8 +213,20 @@ extension SessionActor {
         next.tokenType = response.tokenType
         if let rotated = response.refreshToken { next.refreshToken = rotated }
         if let scope = response.scope { next.scope = scope }
-        // The first source that gives a lifetime, each held to SessionRecord.maximumLifetime.
         let issuedAt = SessionRecord.clampedTime(issuedAt)
+        let lifetime = lifetime(of: response, issuedAt: issuedAt)
+        next.expiresAt = lifetime.expiresAt
+        next.expirySource = lifetime.source
+        next.lifetimeNote = lifetime.note
+        next.lastRefreshAt = issuedAt
+        next.refreshStartedAt = nil
+        return next
+    }
+
+    /// When a token issued at `issuedAt` expires: the first source that gives
+    /// a lifetime (expires_in, the JWT's exp, default-lifetime), each held to
+    /// SessionRecord.maximumLifetime, and a note when one was not taken as given.
+    func lifetime(of response: TokenResponse, issuedAt: Int) -> (expiresAt: Int, source: String, note: String?) {
         var notes: [String] = []
         var expiry: (at: Int, source: String)?
         if let expiresIn = response.expiresIn {
@@ -184,21 +240,17 @@ extension SessionActor {
             expiry = at.map { ($0, "jwt") }
         }
         let (fallback, _) = SessionRecord.expiry(issuedAt: issuedAt, lifetime: policy.defaultLifetime, source: "default")
-        next.expiresAt = expiry?.at ?? fallback ?? issuedAt
-        next.expirySource = expiry?.source ?? "default"
-        next.lifetimeNote = notes.isEmpty ? nil : notes.joined(separator: "; ")
-        next.lastRefreshAt = issuedAt
-        next.refreshStartedAt = nil
-        return next
+        return (expiry?.at ?? fallback ?? issuedAt, expiry?.source ?? "default", notes.isEmpty ? nil : notes.joined(separator: "; "))
     }
 
     /// How long a refresh waits after the provider refused tokend's client (see `refusesClient`).
     static let clientRefusalDelay = 600
 
-    func recordTransientFailure(reason: String, retryAfter: Int?) async throws -> Token {
+    func recordTransientFailure(reason: String, retryAfter: Int?, key: TokenKey = .session) async throws -> Token {
         let now = clock.now()
         failures += 1
         lastError = reason
+        if !key.isSession { keyErrors[key] = reason }
         backoff.recordFailure(now: now, retryAfter: retryAfter, jitter: random())
         logger.warning(
             "refresh failed",
@@ -212,7 +264,7 @@ extension SessionActor {
             await persist(cleared, what: "refresh marker")
             record.refreshStartedAt = nil
         }
-        return try validTokenOrUnavailable(reason, retryAfter: backoff.retryAfter(now: now), now: now)
+        return try validTokenOrUnavailable(reason, retryAfter: backoff.retryAfter(now: now), now: now, key: key)
     }
 
     /// The grant is gone: erase tokens and cookies from memory and disk and tell everyone.
@@ -283,6 +335,7 @@ extension SessionActor {
     /// Plans the next refresh: at the backoff deadline after failures, before
     /// expiry otherwise, at once when there is no access token yet.
     func reschedule() {
+        rescheduleKeys()
         scheduler?.cancel()
         scheduler = nil
         nextRefreshAt = nil

@@ -19,6 +19,8 @@ public actor SessionActor {
     public nonisolated let gitUsername: String?
     /// The exact loopback redirect URI browser logins use (redirect-uri), if any.
     public nonisolated let redirectURI: String?
+    /// The resources and scopes the session serves tokens for besides its own.
+    public nonisolated let keyPolicy: KeyPolicy
     /// Files rewritten with the access token after every refresh (see syncTokenFiles).
     let tokenFiles: [TokenFile]
     /// What the token files hold: .some(token), .some(nil) when removed, nil
@@ -38,6 +40,20 @@ public actor SessionActor {
     /// `tokenChanged` (an init parameter) is called whenever it is set.
     public nonisolated let snapshot: TokenSnapshot
     var inFlight: Task<Token, Error>?
+    /// The refresh in flight for each other key (see SessionActor+Keys).
+    var keyedInFlight: [TokenKey: Task<Token, Error>] = [:]
+    /// Every upstream refresh, for any key, takes its turn: each uses the
+    /// newest refresh token and is durable before the next is sent.
+    let refreshTurns = TurnQueue()
+    /// Why a key's last refresh failed, and until when a key the provider
+    /// refused is answered TargetRefused without asking again.
+    var keyErrors: [TokenKey: String] = [:]
+    var keyRefusedUntil: [TokenKey: Double] = [:]
+    /// When each keyed token is due for its proactive refresh (jittered once per token).
+    var keyDue: [TokenKey: Double] = [:]
+    var keyScheduler: Task<Void, Never>?
+    /// Keyed tokens for the lock-only fast path, as `snapshot` is for the session's.
+    public nonisolated let keyedSnapshots = KeyedSnapshots()
     var backoff = Backoff()
     var scheduler: Task<Void, Never>?
     var nextRefreshAt: Double?
@@ -105,6 +121,7 @@ public actor SessionActor {
         gitHosts: [String] = [],
         gitUsername: String? = nil,
         redirectURI: String? = nil,
+        keys: KeyPolicy = KeyPolicy(),
         tokenFiles: [TokenFile] = [],
         checkpoint: (@Sendable (String) -> Void)? = nil,
         shared: (any SharedStore)? = nil,
@@ -116,6 +133,7 @@ public actor SessionActor {
         self.gitHosts = gitHosts
         self.gitUsername = gitUsername
         self.redirectURI = redirectURI
+        self.keyPolicy = keys
         self.tokenFiles = tokenFiles
         self.policy = policy
         self.endpoint = endpoint
@@ -159,6 +177,7 @@ public actor SessionActor {
         }
         startDiscovery()
         reschedule()
+        updateKeyedSnapshots()
     }
 
     /// Stops proactive refreshing and lets an in-flight refresh finish (and persist).
@@ -173,7 +192,11 @@ public actor SessionActor {
         discovery = nil
         watcher?.cancel()
         watcher = nil
+        keyScheduler?.cancel()
+        keyScheduler = nil
+        updateKeyedSnapshots()
         if let inFlight { _ = try? await inFlight.value }
+        for task in keyedInFlight.values { _ = try? await task.value }
         await shared?.close()
         fanOut?.finish(session: name, generation: record.generation)
     }
@@ -265,8 +288,11 @@ public actor SessionActor {
 
     /// When no upstream call may be made: the current token while it is
     /// still valid (even if short of min-valid), otherwise UpstreamUnavailable.
-    func validTokenOrUnavailable(_ reason: String, retryAfter: Int?, now: Double) throws -> Token {
-        try validToken(or: .upstreamUnavailable(name, reason, retryAfter: retryAfter), now: now)
+    func validTokenOrUnavailable(_ reason: String, retryAfter: Int?, now: Double, key: TokenKey = .session) throws -> Token {
+        let unavailable = BrokerError.upstreamUnavailable(name, reason, retryAfter: retryAfter)
+        guard !key.isSession else { return try validToken(or: unavailable, now: now) }
+        guard let token = validKeyedToken(key, now: now) else { throw unavailable }
+        return token
     }
 
     /// The current token while it is still valid, otherwise `error`.

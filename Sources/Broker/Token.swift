@@ -9,6 +9,17 @@ public struct Token: Sendable, Equatable {
     public var expiresAt: Int
     public var generation: Int
     public var scope: String?
+    /// The resource (RFC 8707) of the key the token is for, when one was named.
+    public var resource: String? = nil
+}
+
+/// A keyed token as status shows it (never the token itself).
+public struct KeyedTokenStatus: Sendable, Equatable {
+    public var resource: String?
+    public var scope: String?
+    public var generation: Int
+    public var expiresAt: Int?
+    public var lastError: String?
 }
 
 /// What a session reports about itself.
@@ -46,6 +57,12 @@ public struct SessionStatus: Sendable, Equatable {
     public var store: String?
     /// The version of the fleet's copy this host has.
     public var sharedVersion: Int?
+    /// The resources the session serves tokens for.
+    public var resources: [String] = []
+    /// How keyed tokens are refreshed ("shared-audience", "per-resource", "undetermined") and why.
+    public var strategy = "shared-audience"
+    public var strategyReason = ""
+    public var tokens: [KeyedTokenStatus] = []
 }
 
 /// A change subscribers are told about.
@@ -66,6 +83,9 @@ public struct SessionEvent: Sendable {
     public var snapshot = false
     /// For `loginPending`: the flow, "device" or "browser".
     public var loginFlow: String?
+    /// For `refreshed`: the key whose token was refreshed (both nil: the session's own).
+    public var resource: String?
+    public var scope: String?
     /// Shared by every subscriber's copy: what the event encodes to, made once.
     public let memo = EventMemo()
 }
@@ -102,11 +122,20 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case loginFailed
         /// A shared session's store (PostgreSQL) cannot be reached: no refresh, login or logout until it can.
         case storeUnavailable
+        /// The resource is not one the session serves, or not to this caller.
+        case resourceNotAllowed
+        /// The scope asks for more than the session's.
+        case scopeNotAllowed
+        /// The provider will not issue a token for this key (invalid_target, invalid_scope).
+        case targetRefused
     }
     public let code: Code
     public let session: String
     public let reason: String
     public let retryAfter: Int?
+    /// The key a resource or scope error is about.
+    public var resource: String? = nil
+    public var scope: String? = nil
 
     public static func noSuchSession(_ session: String) -> BrokerError {
         BrokerError(code: .noSuchSession, session: session, reason: "no session named \"\(session)\" is configured", retryAfter: nil)
@@ -127,6 +156,19 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
     }
     public static func login(_ code: Code, _ session: String, _ reason: String) -> BrokerError {
         BrokerError(code: code, session: session, reason: reason, retryAfter: nil)
+    }
+
+    public static func resourceNotAllowed(_ session: String, resource: String, _ reason: String) -> BrokerError {
+        BrokerError(code: .resourceNotAllowed, session: session, reason: reason, retryAfter: nil, resource: resource)
+    }
+
+    public static func scopeNotAllowed(_ session: String, scope: String, _ reason: String) -> BrokerError {
+        BrokerError(code: .scopeNotAllowed, session: session, reason: reason, retryAfter: nil, scope: scope)
+    }
+
+    public static func targetRefused(_ session: String, key: TokenKey, _ reason: String) -> BrokerError {
+        BrokerError(
+            code: .targetRefused, session: session, reason: reason, retryAfter: nil, resource: key.resource, scope: key.scope)
     }
 
     public var description: String { "\(session): \(reason)" }

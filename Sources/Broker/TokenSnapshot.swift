@@ -49,6 +49,62 @@ extension SessionActor {
     /// delivered): the fast path and the token files follow the current token.
     func updateSnapshot() {
         snapshot.set(stopping ? nil : currentToken, issuedAt: record.lastRefreshAt)
+        updateKeyedSnapshots()
         syncTokenFiles()
+    }
+}
+
+/// A session's keyed tokens for the lock-only fast path, and when each key
+/// was last asked for there (keys nobody asks for are forgotten).
+public final class KeyedSnapshots: Sendable {
+    struct Held {
+        var token: Token
+        var issuedAt: Int?
+    }
+    private let state = Mutex<(held: [TokenKey: Held], used: [TokenKey: Double])>(([:], [:]))
+
+    init() {}
+
+    func set(_ tokens: [(TokenKey, Token, Int)]) {
+        state.withLock { state in
+            state.held = Dictionary(tokens.map { ($0.0, Held(token: $0.1, issuedAt: $0.2)) }, uniquingKeysWith: { a, _ in a })
+        }
+    }
+
+    func touch(_ key: TokenKey, at now: Double) {
+        state.withLock { $0.used[key] = now }
+    }
+
+    func lastUse(of key: TokenKey) -> Double? {
+        state.withLock { $0.used[key] }
+    }
+
+    func forget(_ key: TokenKey) {
+        state.withLock { state in
+            state.held[key] = nil
+            state.used[key] = nil
+        }
+    }
+
+    /// As TokenSnapshot.token, for `key`; a hit counts as a use.
+    func token(_ key: TokenKey, minValidSeconds: Int?, policy: RefreshPolicy, now: Double) -> (token: Token, goodFor: Double)? {
+        state.withLock { state in
+            guard let held = state.held[key] else { return nil }
+            let required = policy.requiredRemaining(
+                requested: minValidSeconds, issuedAt: held.issuedAt, expiresAt: held.token.expiresAt)
+            let goodFor = Double(held.token.expiresAt) - now - Double(required)
+            guard goodFor >= 0 else { return nil }
+            state.used[key] = now
+            return (held.token, goodFor)
+        }
+    }
+}
+
+extension SessionActor {
+    /// As `cachedTokenAndLife`, for another key of the session.
+    public nonisolated func cachedTokenAndLife(minValidSeconds: Int?, key: TokenKey) -> (token: Token, goodFor: Double)? {
+        key.isSession
+            ? cachedTokenAndLife(minValidSeconds: minValidSeconds)
+            : keyedSnapshots.token(key, minValidSeconds: minValidSeconds, policy: policy, now: clock.now())
     }
 }

@@ -115,7 +115,7 @@ extension TableReader {
             "client-id", "client-secret-file", "client-auth", "scope", "refresh-margin", "min-valid", "upstream-timeout",
             "default-lifetime", "access", "web-origins", "accept-cookies", "git-hosts", "git-username", "token-files",
             "shared-store", "shared-store-password-file", "client-key-file", "client-key-id", "redirect-uri",
-            "pushed-authorization",
+            "pushed-authorization", "resources", "narrowing", "resource-access",
         ])
         let issuer = try url("issuer")
         if let issuer, issuer.query != nil || issuer.fragment != nil {
@@ -189,6 +189,7 @@ extension TableReader {
         }
         session.redirectURI = try loopbackRedirectURI("redirect-uri")
         session.pushedAuthorization = try bool("pushed-authorization") ?? false
+        try resources(into: &session)
         return session
     }
 }

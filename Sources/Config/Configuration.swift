@@ -161,6 +161,15 @@ public struct SessionSettings: Sendable, Equatable {
     /// This session's [sessions.NAME.access] table, when it has one (keys it
     /// does not set come from the global [access]).
     public var access: AccessSettings?
+    /// RFC 8707 resource indicators (absolute URIs) the session serves tokens
+    /// for; every login asks for all of them.
+    public var resources: [String] = []
+    /// "auto", "narrows" or "keeps-wide": what a refresh naming one resource
+    /// (or a narrower scope) does to the provider's refresh token (checked by the parser).
+    public var narrowing = "auto"
+    /// Who may have tokens for a resource: users and groups by resource; a
+    /// resource not named here is open to whoever may read the session.
+    public var resourceAccess: [String: AccessSettings] = [:]
 
     public init(name: String, tokenEndpoint: URL?, clientID: String) {
         self.name = name

@@ -4,6 +4,7 @@ import Logging
 import NIOSSL
 import PostgresNIO
 import StateStore
+import TokendMetrics
 import Synchronization
 
 /// One session's shared record in PostgreSQL (table `tokend_sessions`).
@@ -35,6 +36,8 @@ public final class PostgresStore: SharedStore {
     let watchProblem = Mutex<String?>(nil)
     let schemaReady = Mutex(false)
     let connectionIDs = Atomic<Int>(0)
+    /// Lock waits, lost locks and refused writes are counted here.
+    let metrics: FleetMetrics?
     /// The newest version this process has read or written: a notification of
     /// it (this host's own write, most often) needs no read.
     let knownVersion = Atomic<Int64>(0)
@@ -42,8 +45,9 @@ public final class PostgresStore: SharedStore {
 
     public init(
         session: String, address: StoreAddress, password: String?, codec: SessionFile, hostID: String,
-        lockWait: Duration, rereadInterval: Duration = .seconds(10), logger: Logger
+        lockWait: Duration, rereadInterval: Duration = .seconds(10), logger: Logger, metrics: FleetMetrics? = nil
     ) {
+        self.metrics = metrics
         self.session = session
         self.address = address
         self.password = password
@@ -149,12 +153,15 @@ public final class PostgresStore: SharedStore {
             }
             let session = self.session
             let logger = self.logger
+            let waited = ContinuousClock.now
             try await within(lockWait + .seconds(5), on: connection, "waiting for the fleet lock") {
                 _ = try await connection.query(
                     "SELECT pg_advisory_lock(\(FleetLock.classID), hashtext(\(session)))", logger: logger)
             }
+            metrics?.lockWait.observe(ContinuousClock.now - waited)
             return PostgresLease(store: self, connection: connection)
         } catch {
+            metrics?.lockLosses.increment()
             turns.pass()
             throw SharedStoreError(explain(error))
         }
@@ -309,9 +316,13 @@ final class PostgresLease: SharedLease {
                     store.knownVersion.max(version, ordering: .relaxed)
                     return version
                 }
+                // Another host wrote a newer version: the compare and swap refused this one.
+                store.metrics?.conflicts.increment()
                 return nil
             }
         } catch {
+            // The lock went with its connection: this host no longer holds it.
+            store.metrics?.lockLosses.increment()
             throw SharedStoreError(store.explain(error))
         }
     }

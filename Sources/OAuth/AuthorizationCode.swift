@@ -26,10 +26,10 @@ public struct AuthorizationCodeLogin: Sendable {
     }
 
     /// The URL the user opens: the authorization endpoint with the request's parameters.
-    public func authorizationURL(endpoint: URL, clientID: String, scope: String?) -> URL? {
+    public func authorizationURL(endpoint: URL, clientID: String, scope: String?, resources: [String] = []) -> URL? {
         guard var components = URLComponents(url: endpoint, resolvingAgainstBaseURL: false) else { return nil }
         components.queryItems = (components.queryItems ?? [])
-            + parameters(clientID: clientID, scope: scope).map { URLQueryItem(name: $0.0, value: $0.1) }
+            + parameters(clientID: clientID, scope: scope, resources: resources).map { URLQueryItem(name: $0.0, value: $0.1) }
         // '+' is a space in form-encoded queries: encode it so the server reads it literally.
         components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
         return components.url

@@ -59,7 +59,7 @@ extension HTTPTokenEndpoint {
 
     public func deviceAuthorization() async throws(TokenEndpointError) -> DeviceAuthorization {
         guard let url = current.deviceAuthorization else { throw unknownEndpoint("device authorization") }
-        let form = FormRequest.deviceAuthorization(scope: scope, credentials: credentials)
+        let form = FormRequest.deviceAuthorization(scope: scope, resources: resources, credentials: credentials)
         do {
             let answer = try await post(form, to: url)
             return try DeviceAuthorization.parse(status: answer.status, body: answer.body, redactor: form.redactor)
@@ -71,7 +71,9 @@ extension HTTPTokenEndpoint {
     public func authorizationURL(for login: AuthorizationCodeLogin) throws(TokenEndpointError) -> URL {
         try checkRedirect(login)
         guard let endpoint = current.authorization else { throw unknownEndpoint("authorization") }
-        guard let url = login.authorizationURL(endpoint: endpoint, clientID: credentials.clientID, scope: scope) else {
+        guard let url = login.authorizationURL(
+            endpoint: endpoint, clientID: credentials.clientID, scope: scope, resources: resources)
+        else {
             throw .transient("the authorization endpoint \(endpoint) cannot take query parameters")
         }
         return url
@@ -90,10 +92,12 @@ extension HTTPTokenEndpoint {
         switch grant {
         case .authorizationCode(let code, let login):
             let form = FormRequest.authorizationCode(
-                code: code, redirectURI: login.redirectURI, verifier: login.verifier, credentials: credentials)
+                code: code, redirectURI: login.redirectURI, verifier: login.verifier, resources: resources,
+                credentials: credentials)
             return await exchange(form, cookieHeader)
         case .deviceCode(let deviceCode):
-            return await exchange(FormRequest.deviceCode(deviceCode, credentials: credentials), cookieHeader)
+            return await exchange(
+                FormRequest.deviceCode(deviceCode, resources: resources, credentials: credentials), cookieHeader)
         }
     }
 

@@ -9,13 +9,15 @@ import Secrets
 extension AuthorizationCodeLogin {
     /// The authorization request's parameters (RFC 6749 §4.1.1, RFC 7636 §4.3,
     /// OpenID Connect Core §3.1.2.1), in the order they are sent.
-    public func parameters(clientID: String, scope: String?) -> [(String, String)] {
+    /// `resources`: RFC 8707 resource indicators, one `resource` parameter each.
+    public func parameters(clientID: String, scope: String?, resources: [String] = []) -> [(String, String)] {
         var fields = [
             ("response_type", "code"), ("client_id", clientID), ("redirect_uri", redirectURI), ("state", state),
             ("code_challenge", Self.challenge(for: verifier)), ("code_challenge_method", "S256"),
         ]
         if let scope { fields.append(("scope", scope)) }
         if scope.map(Self.asksForOpenID) ?? false { fields.append(("nonce", nonce)) }
+        fields += resources.map { ("resource", $0) }
         return fields
     }
 }
@@ -25,9 +27,10 @@ extension FormRequest {
     /// the body with every method of client authentication: it is one of the
     /// request's own parameters.
     public static func pushedAuthorization(
-        _ login: AuthorizationCodeLogin, scope: String?, credentials: ClientCredentials
+        _ login: AuthorizationCodeLogin, scope: String?, resources: [String] = [], credentials: ClientCredentials
     ) -> FormRequest {
-        let fields = login.parameters(clientID: credentials.clientID, scope: scope).filter { $0.0 != "client_id" }
+        let fields = login.parameters(clientID: credentials.clientID, scope: scope, resources: resources)
+            .filter { $0.0 != "client_id" }
         return build(fields, credentials, clientIDAlways: true)
     }
 }
@@ -88,7 +91,7 @@ extension HTTPTokenEndpoint {
         guard let pushURL = endpoints.pushedAuthorization else {
             throw .transient("pushed-authorization is set, and the provider names no pushed_authorization_request_endpoint")
         }
-        let form = FormRequest.pushedAuthorization(login, scope: scope, credentials: credentials)
+        let form = FormRequest.pushedAuthorization(login, scope: scope, resources: resources, credentials: credentials)
         let pushed: PushedAuthorization
         do {
             let answer = try await post(form, to: pushURL)

@@ -4,6 +4,7 @@ import Foundation
 import NIOCore
 import Secrets
 import Synchronization
+import TokendMetrics
 
 /// The authorization server's endpoints, as the broker sees them. The login
 /// members have defaults for endpoints that only refresh (test fakes).
@@ -13,6 +14,8 @@ public protocol TokenEndpoint: Sendable {
     var tokenURL: URL? { get }
     /// Exchanges a refresh token, sending `cookieHeader` (when not empty) as the Cookie header.
     func refresh(refreshToken: Secret, cookieHeader: String) async -> RefreshAnswer
+    /// The same, asking for a token for `target` (RFC 8707 resources, RFC 6749 §6 scope).
+    func refresh(refreshToken: Secret, cookieHeader: String, target: RefreshTarget) async -> RefreshAnswer
     /// Revokes a token (RFC 7009). Throws TokenEndpointError.transient when unreachable.
     func revoke(token: Secret) async throws(TokenEndpointError)
 
@@ -43,6 +46,10 @@ public enum LoginGrant: Sendable {
 }
 
 extension TokenEndpoint {
+    /// Endpoints that only refresh (test fakes) take every target as the session's own.
+    public func refresh(refreshToken: Secret, cookieHeader: String, target: RefreshTarget) async -> RefreshAnswer {
+        await refresh(refreshToken: refreshToken, cookieHeader: cookieHeader)
+    }
     public var issuer: String? { nil }
     public func discover() async throws(DiscoveryError) -> ProviderMetadata {
         throw DiscoveryError("no issuer is configured")
@@ -81,6 +88,8 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
     public let configured: ProviderEndpoints
     public let credentials: ClientCredentials
     public let scope: String?
+    /// RFC 8707 resource indicators every login asks for (the session's `resources`).
+    public let resources: [String]
     public let timeout: Duration
     /// Push every authorization request (RFC 9126), also where the provider does not require it.
     public let pushesAuthorization: Bool
@@ -90,11 +99,16 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
     public let maximumBodySize = 256 * 1024
     let client: HTTPClient
     let endpoints: Mutex<ProviderEndpoints>
+    /// Answers by endpoint and status are counted here.
+    let metrics: ProviderMetrics?
 
     public init(
         endpoints: ProviderEndpoints, credentials: ClientCredentials, scope: String?, timeout: Duration,
-        pushesAuthorization: Bool = false, redirectURI: String? = nil, client: HTTPClient = HTTPTokenEndpoint.sharedClient
+        pushesAuthorization: Bool = false, redirectURI: String? = nil, resources: [String] = [],
+        client: HTTPClient = HTTPTokenEndpoint.sharedClient, metrics: ProviderMetrics? = nil
     ) {
+        self.metrics = metrics
+        self.resources = resources
         self.pushesAuthorization = pushesAuthorization
         self.redirectURI = redirectURI
         self.configured = endpoints
@@ -120,7 +134,13 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
     public var issuer: String? { configured.issuer }
 
     public func refresh(refreshToken: Secret, cookieHeader: String) async -> RefreshAnswer {
-        await exchange(FormRequest.refresh(refreshToken: refreshToken, scope: scope, credentials: credentials), cookieHeader)
+        await refresh(refreshToken: refreshToken, cookieHeader: cookieHeader, target: RefreshTarget(scope: scope))
+    }
+
+    public func refresh(refreshToken: Secret, cookieHeader: String, target: RefreshTarget) async -> RefreshAnswer {
+        let form = FormRequest.refresh(
+            refreshToken: refreshToken, scope: target.scope, resources: target.resources, credentials: credentials)
+        return await exchange(form, cookieHeader)
     }
 
     public func revoke(token: Secret) async throws(TokenEndpointError) {
@@ -151,6 +171,17 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         } catch {
             return RefreshAnswer(result: .failure(error.redacting(form.redactor)), setCookie: [])
         }
+    }
+
+    /// Which endpoint a request goes to, for the metrics: by the URLs in use.
+    func endpoint(of url: String) -> ProviderMetrics.Endpoint {
+        let current = self.current
+        let known: [(URL?, ProviderMetrics.Endpoint)] = [
+            (current.token, .token), (current.revocation, .revocation), (current.deviceAuthorization, .deviceAuthorization),
+            (current.pushedAuthorization, .pushedAuthorization), (current.jwks, .jwks), (current.userinfo, .userinfo),
+        ]
+        if let match = known.first(where: { $0.0?.absoluteString == url }) { return match.1 }
+        return url.contains("/.well-known/") ? .discovery : .other
     }
 
     func unknownEndpoint(_ which: String) -> TokenEndpointError {
@@ -186,6 +217,14 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         let deadline = NIODeadline.now() + TimeAmount.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000
             + Int64(timeout.components.attoseconds / 1_000_000_000))
         let (client, maximumBodySize, timeout, prepared) = (self.client, self.maximumBodySize, self.timeout, request)
+        let started = ContinuousClock.now
+        var status: Int?
+        defer {
+            let elapsed = ContinuousClock.now - started
+            metrics?.answered(
+                endpoint(of: request.url), status: status,
+                seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+        }
         do {
             // The deadline covers the whole exchange, the body included: a
             // server that sends its body slowly is cut off like one that hangs.
@@ -198,6 +237,7 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
                     body: Array(buffer: body))
             }
             guard let answer else { throw HTTPClientError.deadlineExceeded }
+            status = answer.status
             return answer
         } catch let error as NIOTooManyBytesError {
             _ = error

@@ -48,30 +48,38 @@ public struct FormRequest: Sendable {
     ]
 
     /// `grant_type=refresh_token` (RFC 6749 §6).
-    public static func refresh(refreshToken: Secret, scope: String?, credentials: ClientCredentials) -> FormRequest {
+    /// `resources`: RFC 8707 resource indicators, one `resource` field each.
+    public static func refresh(
+        refreshToken: Secret, scope: String?, resources: [String] = [], credentials: ClientCredentials
+    ) -> FormRequest {
         var fields = [("grant_type", "refresh_token"), ("refresh_token", refreshToken.reveal())]
         if let scope { fields.append(("scope", scope)) }
+        fields += resources.map { ("resource", $0) }
         return build(fields, credentials)
     }
 
     /// The authorization code with its PKCE verifier (RFC 6749 §4.1.3, RFC 7636 §4.5).
     public static func authorizationCode(
-        code: Secret, redirectURI: String, verifier: Secret, credentials: ClientCredentials
+        code: Secret, redirectURI: String, verifier: Secret, resources: [String] = [], credentials: ClientCredentials
     ) -> FormRequest {
         build(
             [("grant_type", "authorization_code"), ("code", code.reveal()), ("redirect_uri", redirectURI),
-             ("code_verifier", verifier.reveal())], credentials, clientIDAlways: true)
+             ("code_verifier", verifier.reveal())] + resources.map { ("resource", $0) }, credentials,
+            clientIDAlways: true)
     }
 
     /// Starts a device login (RFC 8628 §3.1).
-    public static func deviceAuthorization(scope: String?, credentials: ClientCredentials) -> FormRequest {
-        build(scope.map { [("scope", $0)] } ?? [], credentials, clientIDAlways: true)
+    public static func deviceAuthorization(
+        scope: String?, resources: [String] = [], credentials: ClientCredentials
+    ) -> FormRequest {
+        build((scope.map { [("scope", $0)] } ?? []) + resources.map { ("resource", $0) }, credentials, clientIDAlways: true)
     }
 
     /// Asks whether the user has approved the device login (RFC 8628 §3.4).
-    public static func deviceCode(_ deviceCode: Secret, credentials: ClientCredentials) -> FormRequest {
+    public static func deviceCode(_ deviceCode: Secret, resources: [String] = [], credentials: ClientCredentials) -> FormRequest {
         build(
-            [("grant_type", "urn:ietf:params:oauth:grant-type:device_code"), ("device_code", deviceCode.reveal())],
+            [("grant_type", "urn:ietf:params:oauth:grant-type:device_code"), ("device_code", deviceCode.reveal())]
+                + resources.map { ("resource", $0) },
             credentials, clientIDAlways: true)
     }
 

@@ -67,6 +67,12 @@ public struct TokenEndpointError: Error, Sendable, Equatable, CustomStringConver
 
     public var description: String { reason }
 
+    /// The provider will not issue a token for what the request asked
+    /// (RFC 8707 `invalid_target`, RFC 6749 `invalid_scope`): the grant is fine.
+    public var refusesTarget: Bool {
+        code == "invalid_target" || code == "invalid_scope"
+    }
+
     /// The provider refused tokend's client, not the grant (`invalid_client`,
     /// `unauthorized_client`): a wrong secret, key, key id or a host clock
     /// off by more than an assertion's life. A refresh keeps the refresh token.

@@ -22,10 +22,14 @@ public enum AtomicFile {
 
     /// Writes `data` to `path` with `mode` (0600 unless said) and, when given,
     /// group `group`. `afterStep` lets tests simulate a crash by throwing.
+    /// Returns the time spent in fsync (the file's and the directory's): what
+    /// durability costs, for the metrics.
+    @discardableResult
     public static func write(
         _ data: [UInt8], to path: String, mode: UInt32 = 0o600, group: UInt32? = nil,
         afterStep: (Step) throws -> Void = { _ in }
-    ) throws {
+    ) throws -> Duration {
+        let clock = ContinuousClock()
         let temporary = path + ".tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { throw WriteError(step: "open", path: temporary, errno: errno) }
@@ -50,14 +54,19 @@ public enum AtomicFile {
             throw WriteError(step: "chmod", path: temporary, errno: errno)
         }
         try afterStep(.wroteTemporary)
+        let syncStarted = clock.now
         guard fsync(fd) == 0 else { throw WriteError(step: "fsync", path: temporary, errno: errno) }
+        var syncing = clock.now - syncStarted
         try afterStep(.syncedTemporary)
         closed = true
         guard close(fd) == 0 else { throw WriteError(step: "close", path: temporary, errno: errno) }
         guard rename(temporary, path) == 0 else { throw WriteError(step: "rename", path: path, errno: errno) }
         try afterStep(.renamed)
+        let directoryStarted = clock.now
         try syncDirectory(of: path)
+        syncing += clock.now - directoryStarted
         try afterStep(.syncedDirectory)
+        return syncing
     }
 
     static func syncDirectory(of path: String) throws {

@@ -46,6 +46,12 @@ public struct SessionRecord: Sendable, Equatable {
     /// Why a lifetime in this record is not what its source said (clamped or
     /// ignored), for the session's status. Never written to disk.
     public var lifetimeNote: String?
+    /// Tokens for other (resource, scope) keys, from the same grant.
+    public var keyedTokens: [KeyedToken] = []
+    /// How keyed tokens are refreshed ("shared-audience" or "per-resource"),
+    /// once known, and why: learnt from the provider, kept across restarts.
+    public var strategy: String?
+    public var strategyReason: String?
 
     public init(
         phase: Phase, reason: String? = nil, refreshToken: Secret? = nil, accessToken: Secret? = nil,
@@ -93,6 +99,10 @@ struct StoredRecord: Codable {
     var email: String?
     var providerMetadata: String?
     var fleetVersion: Int64?
+    /// Absent in files written before keyed tokens existed.
+    var keyed: [StoredKeyedToken]?
+    var strategy: String?
+    var strategyReason: String?
 
     init(_ record: SessionRecord) {
         phase = record.phase
@@ -113,6 +123,9 @@ struct StoredRecord: Codable {
         email = record.email
         providerMetadata = record.providerMetadata
         fleetVersion = record.fleetVersion
+        keyed = record.keyedTokens.isEmpty ? nil : record.keyedTokens.map(StoredKeyedToken.init)
+        strategy = record.strategy
+        strategyReason = record.strategyReason
     }
 
     var record: SessionRecord {
@@ -130,6 +143,9 @@ struct StoredRecord: Codable {
             username: username, email: email)
         record.providerMetadata = providerMetadata
         record.fleetVersion = fleetVersion
+        record.keyedTokens = (keyed ?? []).map(\.token)
+        record.strategy = strategy
+        record.strategyReason = strategyReason
         record.lifetimeNote = note
         return record
     }

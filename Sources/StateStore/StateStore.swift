@@ -1,5 +1,6 @@
 import Foundation
 import Secrets
+import TokendMetrics
 
 #if canImport(Glibc)
 import Glibc
@@ -27,22 +28,25 @@ public struct StateStore: Sendable {
     public let directory: String
     /// When set, every file is written sealed (AES-256-GCM).
     public let key: StateKey?
+    /// Where each session's file finds its instruments (writes, fsync time).
+    public let metrics: Metrics
 
     /// Opens (creating if needed) the state directory and tightens its mode.
     /// Refuses one that another user owns or that a group or other users may
     /// write, one under a directory someone else could swap it out of, and a
     /// link another user owns (UnsafeOwnershipError; see `StateDirectory`):
     /// its mode is changed only when it is tokend's.
-    public init(directory: String, key: StateKey? = nil) throws {
+    public init(directory: String, key: StateKey? = nil, metrics: Metrics = Metrics()) throws {
         self.directory = directory
         self.key = key
+        self.metrics = metrics
         _ = try StateDirectory.open(directory)
     }
 
     public func path(for session: String) -> String { "\(directory)/\(session).session" }
 
     public func file(for session: String) -> SessionFile {
-        SessionFile(session: session, path: path(for: session), key: key)
+        SessionFile(session: session, path: path(for: session), key: key, metrics: metrics.session(session))
     }
 }
 
@@ -53,11 +57,15 @@ public final class SessionFile: Sendable {
     public let path: String
     let key: StateKey?
     private let queue: DispatchQueue
+    /// The session's instruments: its writes are counted here, and the
+    /// session, its cookies and its fleet store count theirs through it.
+    public let metrics: SessionMetrics
 
-    init(session: String, path: String, key: StateKey?) {
+    init(session: String, path: String, key: StateKey?, metrics: SessionMetrics) {
         self.session = session
         self.path = path
         self.key = key
+        self.metrics = metrics
         self.queue = DispatchQueue(label: "tokend.state.\(session)")
     }
 
@@ -197,12 +205,21 @@ public final class SessionFile: Sendable {
     /// Writes the record durably; returns once it is on disk.
     public func save(_ record: SessionRecord) async throws {
         let bytes = try encode(record)
-        let path = self.path
+        let (path, metrics) = (self.path, self.metrics)
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
             queue.async {
-                continuation.resume(with: Result { try AtomicFile.write(bytes, to: path) })
+                let started = ContinuousClock.now
+                let result = Result { try AtomicFile.write(bytes, to: path) }
+                metrics.wrote(
+                    ok: (try? result.get()) != nil, seconds: Self.seconds(ContinuousClock.now - started),
+                    fsyncSeconds: (try? result.get()).map(Self.seconds) ?? 0)
+                continuation.resume(with: result.map { _ in () })
             }
         }
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
     /// Runs `work` on the file's write queue, after every save asked for

@@ -39,14 +39,24 @@ public final class TokendClient: Sendable {
 
     public func close() async { await connection.close() }
 
-    public func token(session: String? = nil, minValidSeconds: Int? = nil) async throws(TokendClientError) -> AccessToken {
-        try await call("GetToken", I.GetToken.In(session: session, minValidSeconds: minValidSeconds), I.GetToken.Out.self)
-            .token
+    /// A token for the session, or for one of its resources (RFC 8707) and
+    /// a narrower scope: each (resource, scope) has its own token and generation.
+    public func token(
+        session: String? = nil, minValidSeconds: Int? = nil, resource: String? = nil, scope: String? = nil
+    ) async throws(TokendClientError) -> AccessToken {
+        try await call(
+            "GetToken", I.GetToken.In(session: session, minValidSeconds: minValidSeconds, resource: resource, scope: scope),
+            I.GetToken.Out.self
+        ).token
     }
 
-    public func refresh(session: String? = nil, staleGeneration: Int? = nil) async throws(TokendClientError) -> AccessToken {
-        try await call("Refresh", I.Refresh.In(session: session, staleGeneration: staleGeneration), I.Refresh.Out.self)
-            .token
+    public func refresh(
+        session: String? = nil, staleGeneration: Int? = nil, resource: String? = nil, scope: String? = nil
+    ) async throws(TokendClientError) -> AccessToken {
+        try await call(
+            "Refresh", I.Refresh.In(session: session, staleGeneration: staleGeneration, resource: resource, scope: scope),
+            I.Refresh.Out.self
+        ).token
     }
 
     public func status(session: String? = nil) async throws(TokendClientError) -> SessionStatus {
@@ -128,9 +138,14 @@ public final class TokendClient: Sendable {
     /// The subscription has a connection of its own (a `more` call occupies
     /// its connection), so this client's other calls never wait on it. The
     /// connection closes when the stream ends or its consumer stops.
-    public func events(session: String? = nil, sinceVersion: Int? = nil) -> AsyncThrowingStream<SessionEvent, Error> {
+    /// With `resource` or `scope`, the status event describes that key's token;
+    /// `refreshed` events name the key they are for (see SessionEvent).
+    public func events(
+        session: String? = nil, sinceVersion: Int? = nil, resource: String? = nil, scope: String? = nil
+    ) -> AsyncThrowingStream<SessionEvent, Error> {
         let socket = self.socket
-        let parameters = (try? I.Subscribe.In(session: session, sinceVersion: sinceVersion).parameters()) ?? [:]
+        let parameters = (try? I.Subscribe.In(
+            session: session, sinceVersion: sinceVersion, resource: resource, scope: scope).parameters()) ?? [:]
         return AsyncThrowingStream { continuation in
             let task = Task {
                 let own: TokendClient

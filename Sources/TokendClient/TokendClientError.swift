@@ -25,6 +25,12 @@ public enum TokendClientError: Error, CustomStringConvertible {
     /// The callback does not answer this login; it stays pending.
     case invalidCallback(reason: String)
     case loginFailed(reason: String)
+    /// The session does not serve this resource, or not to this user.
+    case resourceNotAllowed(session: String, resource: String, reason: String)
+    /// The scope asks for more than the session's.
+    case scopeNotAllowed(session: String, scope: String, reason: String)
+    /// The provider will not issue a token for this resource or scope.
+    case targetRefused(session: String, resource: String?, scope: String?, reason: String)
 
     init(_ error: VarlinkError) {
         let p = error.parameters
@@ -59,6 +65,18 @@ public enum TokendClientError: Error, CustomStringConvertible {
             self = .invalidCallback(reason: p["reason"]?.stringValue ?? "")
         case BrokerInterface.Error.loginFailed:
             self = .loginFailed(reason: p["reason"]?.stringValue ?? "")
+        case BrokerInterface.Error.resourceNotAllowed:
+            self = .resourceNotAllowed(
+                session: p["session"]?.stringValue ?? "", resource: p["resource"]?.stringValue ?? "",
+                reason: p["reason"]?.stringValue ?? "")
+        case BrokerInterface.Error.scopeNotAllowed:
+            self = .scopeNotAllowed(
+                session: p["session"]?.stringValue ?? "", scope: p["scope"]?.stringValue ?? "",
+                reason: p["reason"]?.stringValue ?? "")
+        case BrokerInterface.Error.targetRefused:
+            self = .targetRefused(
+                session: p["session"]?.stringValue ?? "", resource: p["resource"]?.stringValue,
+                scope: p["scope"]?.stringValue, reason: p["reason"]?.stringValue ?? "")
         case "org.varlink.service.InvalidParameter":
             self = .invalidParameter(p["parameter"]?.stringValue ?? "")
         default:
@@ -89,6 +107,9 @@ public enum TokendClientError: Error, CustomStringConvertible {
         case .loginExpired(let reason): "the login expired: \(reason)"
         case .invalidCallback(let reason): "the browser's answer was not accepted: \(reason)"
         case .loginFailed(let reason): "the login failed: \(reason)"
+        case .resourceNotAllowed(let session, _, let reason): "session \(session): \(reason)"
+        case .scopeNotAllowed(let session, let scope, let reason): "session \(session): scope \"\(scope)\": \(reason)"
+        case .targetRefused(let session, _, _, let reason): "session \(session): \(reason)"
         }
     }
 }

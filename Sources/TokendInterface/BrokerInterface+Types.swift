@@ -13,13 +13,17 @@ extension BrokerInterface {
         /// Grows by one with every successful refresh.
         public var generation: Int
         public var scope: String?
+        public var resource: String?
 
-        public init(accessToken: String, tokenType: String, expiresAt: Int, generation: Int, scope: String?) {
+        public init(
+            accessToken: String, tokenType: String, expiresAt: Int, generation: Int, scope: String?, resource: String? = nil
+        ) {
             self.accessToken = accessToken
             self.tokenType = tokenType
             self.expiresAt = expiresAt
             self.generation = generation
             self.scope = scope
+            self.resource = resource
         }
 
         /// "Bearer <token>" (the token type as the server named it).
@@ -52,6 +56,10 @@ extension BrokerInterface {
         public var hostId: String?
         public var store: String?
         public var sharedVersion: Int?
+        public var resources: [String] = []
+        public var strategy: String = "shared-audience"
+        public var strategyReason: String = ""
+        public var tokens: [KeyedToken] = []
 
         public init(session: String, state: String, generation: Int, refreshes: Int = 0, coalesced: Int = 0,
                     failures: Int = 0, cookies: Int = 0, cookieVersion: Int = 0, pendingLogins: Int = 0,
@@ -67,6 +75,22 @@ extension BrokerInterface {
             self.pendingLogins = pendingLogins
             self.webOrigins = webOrigins
             self.gitHosts = gitHosts
+        }
+    }
+
+    public struct KeyedToken: Codable, Sendable, Equatable {
+        public var resource: String?
+        public var scope: String?
+        public var generation: Int
+        public var expiresAt: Int?
+        public var lastError: String?
+
+        public init(resource: String?, scope: String?, generation: Int, expiresAt: Int?, lastError: String?) {
+            self.resource = resource
+            self.scope = scope
+            self.generation = generation
+            self.expiresAt = expiresAt
+            self.lastError = lastError
         }
     }
 
@@ -141,6 +165,8 @@ extension BrokerInterface {
         public var changes: [CookieChange]?
         public var snapshot: Bool?
         public var login: String?
+        public var resource: String?
+        public var scope: String?
 
         public init(event: String, session: String, generation: Int) {
             self.event = event
@@ -160,6 +186,8 @@ extension BrokerInterface {
             if let changes { try container.encode(changes, forKey: .changes) }
             if let snapshot { try container.encode(snapshot, forKey: .snapshot) }
             if let login { try container.encode(login, forKey: .login) }
+            try container.encodeIfPresent(resource, forKey: .resource)
+            try container.encodeIfPresent(scope, forKey: .scope)
         }
     }
 
@@ -178,9 +206,13 @@ extension BrokerInterface {
         public struct In: Codable, Sendable {
             public var session: String?
             public var minValidSeconds: Int?
-            public init(session: String? = nil, minValidSeconds: Int? = nil) {
+            public var resource: String?
+            public var scope: String?
+            public init(session: String? = nil, minValidSeconds: Int? = nil, resource: String? = nil, scope: String? = nil) {
                 self.session = session
                 self.minValidSeconds = minValidSeconds
+                self.resource = resource
+                self.scope = scope
             }
         }
         public struct Out: Codable, Sendable {
@@ -193,9 +225,13 @@ extension BrokerInterface {
         public struct In: Codable, Sendable {
             public var session: String?
             public var staleGeneration: Int?
-            public init(session: String? = nil, staleGeneration: Int? = nil) {
+            public var resource: String?
+            public var scope: String?
+            public init(session: String? = nil, staleGeneration: Int? = nil, resource: String? = nil, scope: String? = nil) {
                 self.session = session
                 self.staleGeneration = staleGeneration
+                self.resource = resource
+                self.scope = scope
             }
         }
         public typealias Out = GetToken.Out
@@ -371,9 +407,13 @@ extension BrokerInterface {
         public struct In: Codable, Sendable {
             public var session: String?
             public var sinceVersion: Int?
-            public init(session: String? = nil, sinceVersion: Int? = nil) {
+            public var resource: String?
+            public var scope: String?
+            public init(session: String? = nil, sinceVersion: Int? = nil, resource: String? = nil, scope: String? = nil) {
                 self.session = session
                 self.sinceVersion = sinceVersion
+                self.resource = resource
+                self.scope = scope
             }
         }
         public typealias Out = Event

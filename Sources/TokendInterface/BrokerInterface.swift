@@ -27,12 +27,15 @@ public enum BrokerInterface {
         public static let invalidCallback = "io.tokend.Broker.InvalidCallback"
         public static let loginFailed = "io.tokend.Broker.LoginFailed"
         public static let storeUnavailable = "io.tokend.Broker.StoreUnavailable"
+        public static let resourceNotAllowed = "io.tokend.Broker.ResourceNotAllowed"
+        public static let scopeNotAllowed = "io.tokend.Broker.ScopeNotAllowed"
+        public static let targetRefused = "io.tokend.Broker.TargetRefused"
 
         /// Every error the interface declares (a test checks this against the declaration).
         public static let all = [
             noSuchSession, loginRequired, upstreamUnavailable, invalidURL, unknownFormat, rateLimited, tooManyConnections,
             requestTooLarge, internalError, noSuchLogin, loginDenied, loginExpired, invalidCallback, loginFailed,
-            storeUnavailable,
+            storeUnavailable, resourceNotAllowed, scopeNotAllowed, targetRefused,
         ]
     }
 

@@ -50,6 +50,9 @@ struct AccessPolicy: Sendable {
     let sessions: [String: Rules]
     /// The global rules and every session's own, for `standing` (made once, not per accept).
     let everyRules: [Rules]
+    /// Who may have tokens for a resource, by session and resource
+    /// (resource-access); a resource not named is open to the session's readers.
+    let resources: [String: [String: Rules]]
 
     /// Throws a description naming an unknown user or group.
     init(_ settings: AccessSettings, sessions: [SessionSettings] = []) throws {
@@ -61,6 +64,18 @@ struct AccessPolicy: Sendable {
         }
         self.sessions = perSession
         everyRules = [global] + Array(perSession.values)
+        var resources: [String: [String: Rules]] = [:]
+        for session in sessions where !session.resourceAccess.isEmpty {
+            resources[session.name] = try session.resourceAccess.mapValues(Rules.init)
+        }
+        self.resources = resources
+    }
+
+    /// Whether the peer may have tokens for `resource` of `session` (reading the session is checked apart).
+    func allows(_ peer: PeerCredentials?, resource: String, session: String) -> Bool {
+        guard let rules = resources[session]?[resource] else { return true }
+        guard let peer else { return false }
+        return rules.allows(peer, .read)
     }
 
     static func methodClass(_ member: String) -> MethodClass {

@@ -17,7 +17,8 @@ func brokerImplementation(
         methods: guarded(
             brokerMethods(
                 broker, limiter: limiter, tokenReplies: tokenReplies, metrics: metrics, logger: logger,
-                mayRead: { context, session in policy().allows(context.peer, .read, session: session) }),
+                mayRead: { context, session in policy().allows(context.peer, .read, session: session) },
+                mayUse: { context, session, resource in policy().allows(context.peer, resource: resource, session: session) }),
             policy: policy, logger: logger))
 }
 
@@ -66,25 +67,43 @@ func guarded(
 
 func brokerMethods(
     _ broker: Broker, limiter: ForcedRefreshLimiter, tokenReplies: TokenReplies, metrics: Metrics, logger: Logger,
-    mayRead: @escaping @Sendable (CallContext, String) -> Bool
+    mayRead: @escaping @Sendable (CallContext, String) -> Bool,
+    mayUse: @escaping @Sendable (CallContext, String, String) -> Bool
 ) -> [String: MethodHandler] {
     typealias I = BrokerInterface
     let fanOuts = FanOuts()
+    /// The key a call names, refused before any work when the session does
+    /// not serve it or the caller may not have it (resource-access).
+    @Sendable func key(_ session: SessionActor, _ resource: String?, _ scope: String?, _ context: CallContext) async throws
+        -> TokenKey
+    {
+        guard resource != nil || scope != nil else { return .session }
+        let key = try await session.key(resource: resource, scope: scope)
+        if let resource = key.resource, !mayUse(context, session.name, resource) {
+            logger.warning(
+                "resource denied", metadata: context.metadata(session.name).merging(["resource": "\(resource)"]) { a, _ in a })
+            throw BrokerError.resourceNotAllowed(
+                session.name, resource: resource, "this user may not have tokens for \(resource) (resource-access in tokend.toml)")
+        }
+        return key
+    }
     return [
-        "GetToken": .call { parameters, _ in
+        "GetToken": .call { parameters, context in
             let call = try parameters.decode(I.GetToken.In.self)
             let session = try broker.session(call.session)
             if let minValid = call.minValidSeconds, minValid < 0 { throw VarlinkError.invalidParameter("minValidSeconds") }
-            return try tokenReplies.parameters(for: try await session.getToken(minValidSeconds: call.minValidSeconds))
+            let key = try await key(session, call.resource, call.scope, context)
+            return try tokenReplies.parameters(for: try await session.getToken(minValidSeconds: call.minValidSeconds, key: key))
         },
         "Refresh": .call { parameters, context in
             let call = try parameters.decode(I.Refresh.In.self)
             let session = try broker.session(call.session)
+            let key = try await key(session, call.resource, call.scope, context)
             logger.debug("refresh requested", metadata: context.metadata(session.name))
             // A refresh this caller forces (no staleGeneration, or one at or
             // above the current generation) counts against its person's limit.
             do {
-                let token = try await session.refresh(staleGeneration: call.staleGeneration) {
+                let token = try await session.refresh(staleGeneration: call.staleGeneration, key: key) {
                     limiter.take(for: context.peer, session: session.name)
                 }
                 return try tokenReplies.parameters(for: token)
@@ -143,14 +162,22 @@ func brokerMethods(
             try await session.logout(revoke: call.revoke ?? true)
             return [:]
         },
-        "Subscribe": .stream { parameters, _, replies in
+        "Subscribe": .stream { parameters, context, replies in
             let call = try parameters.decode(I.Subscribe.In.self)
             let session = try broker.session(call.session)
+            let key = try await key(session, call.resource, call.scope, context)
             // The subscriber becomes a member of the session's broadcast, which the
             // server loop writes to: no task holds it. tokend's server always can.
             let fanOut = fanOuts.of(session.name)
             let joined = try await session.join(through: fanOut, sinceVersion: call.sinceVersion) { status, catchUp in
-                Result { fanOut.broadcast.join(replies, first: try SessionFanOut.first(status, catchUp: catchUp)) }
+                Result {
+                    var first = try SessionFanOut.first(status.describing(key), catchUp: catchUp)
+                    if !key.isSession {
+                        first[0].parameters["resource"] = .optional(key.resource)
+                        first[0].parameters["scope"] = .optional(key.scope)
+                    }
+                    return fanOut.broadcast.join(replies, first: first)
+                }
             }.get()
             guard joined else { throw VarlinkError.methodNotImplemented(I.method("Subscribe")) }
         },

@@ -58,6 +58,7 @@ extension Daemon {
         let names = Set(next.sessions.map(\.name))
         for name in old.keys where !names.contains(name) {
             if let removed = broker.remove(name) { await removed.stop() }
+            metrics.forget(session: name)
         }
         for session in started {
             // Stop the old actor first so its refresh in flight is persisted

@@ -38,7 +38,7 @@ public final class Daemon: Service, CustomStringConvertible {
     /// When answers the server loop gives again may no longer hold (see ReuseStamp).
     let reuse = ReuseStamp()
     /// The one registry GetMetrics, the metrics textfile and /metrics render.
-    let metrics = Metrics()
+    let metrics: Metrics
 
     public var description: String { "tokend" }
 
@@ -54,6 +54,8 @@ public final class Daemon: Service, CustomStringConvertible {
         self.testHooks = false
         #endif
         self.configuration = Mutex(configuration)
+        let metrics = Metrics()
+        self.metrics = metrics
         access = Mutex(try AccessPolicy(configuration.access, sessions: configuration.sessions))
         let key: StateKey?
         do {
@@ -68,7 +70,7 @@ public final class Daemon: Service, CustomStringConvertible {
                 "state files are not encrypted at rest",
                 metadata: ["fix": "tokend --generate-state-key, then LoadCredentialEncrypted=tokend.state-key or daemon.state-key-file"])
         }
-        store = try StateStore(directory: configuration.daemon.stateDirectory, key: key)
+        store = try StateStore(directory: configuration.daemon.stateDirectory, key: key, metrics: metrics)
         owner = try OwnerLock.acquire(directory: store.directory)
         cookiePolicy = CookiePolicy(publicSuffixes: Self.loadPublicSuffixes(logger: logger))
         var sessions: [SessionActor] = []
@@ -105,18 +107,22 @@ public final class Daemon: Service, CustomStringConvertible {
         var sessionCookies = cookiePolicy
         sessionCookies.accept = AcceptPolicy(rawValue: settings.acceptCookies) ?? .always
         return SessionActor(
-            name: settings.name, policy: settings.policy, endpoint: try settings.endpoint(),
+            name: settings.name, policy: settings.policy,
+            endpoint: try settings.endpoint(metrics: ProviderMetrics(session: settings.name, in: store.metrics)),
             file: file, logger: logger, cookiePolicy: sessionCookies, webOrigins: settings.webOrigins,
             gitHosts: settings.gitHosts, gitUsername: settings.gitUsername, redirectURI: settings.redirectURI,
-            tokenFiles: tokenFiles,
-            checkpoint: checkpoint, shared: try sharedStore(settings, file: file, hostID: hostID, logger: logger),
+            keys: settings.keyPolicy, tokenFiles: tokenFiles,
+            checkpoint: checkpoint,
+            shared: try sharedStore(
+                settings, file: file, hostID: hostID, logger: logger,
+                metrics: FleetMetrics(session: settings.name, in: store.metrics)),
             tokenChanged: { reuse.changed() })
     }
 
     /// The fleet's store for a session with `shared-store`; nil for a local session.
-    static func sharedStore(_ settings: SessionSettings, file: SessionFile, hostID: String?, logger: Logger) throws
-        -> (any SharedStore)?
-    {
+    static func sharedStore(
+        _ settings: SessionSettings, file: SessionFile, hostID: String?, logger: Logger, metrics: @autoclosure () -> FleetMetrics
+    ) throws -> (any SharedStore)? {
         guard let url = settings.sharedStore else { return nil }
         let prefix = "session \(settings.name): shared-store"
         guard file.seals else {
@@ -141,7 +147,7 @@ public final class Daemon: Service, CustomStringConvertible {
         logger.info("session shared by a fleet", metadata: ["session": "\(settings.name)", "store": "\(address)", "host": "\(host)"])
         return PostgresStore(
             session: settings.name, address: address, password: password, codec: file, hostID: host,
-            lockWait: .seconds(settings.upstreamTimeout + 20), logger: logger)
+            lockWait: .seconds(settings.upstreamTimeout + 20), logger: logger, metrics: metrics())
     }
 
     /// Debian's copy of the Public Suffix List (package publicsuffix); without
@@ -198,6 +204,10 @@ public final class Daemon: Service, CustomStringConvertible {
             }
             group.addTask {
                 await self.publishStatus()
+                return false
+            }
+            group.addTask {
+                await self.exportMetrics()
                 return false
             }
             // SIGTERM/SIGINT: the one task that ends with true.
@@ -264,7 +274,9 @@ public final class Daemon: Service, CustomStringConvertible {
             fastPath: FastGetToken(broker: broker, policy: { self.access.withLock { $0 } }, tokenReplies: tokenReplies)
                 .handler, fastPathStamp: { [reuse] in reuse.value },
             admission: { peer in self.access.withLock { $0 }.standing(of: peer) },
-            subordinateIDs: loadSubordinateIDs())
+            subordinateIDs: loadSubordinateIDs(),
+            metrics: ServerMetrics(metrics, served: [VarlinkInterface.service, BrokerInterface.declaration]),
+            http: settings.metricsListen.map { metricsListener($0) })
     }
 
     /// Test builds with TOKEND_TEST_HOOKS=1: the kill -9 campaign's crash point.
@@ -310,7 +322,8 @@ extension SessionSettings {
 
     /// The session's endpoint client, from its settings and the secret and key
     /// files they name; an error names what is unusable (`tokend --check-config` asks too).
-    public func endpoint() throws -> HTTPTokenEndpoint {
+    /// The provider's answers are counted in `metrics`.
+    public func endpoint(metrics: ProviderMetrics? = nil) throws -> HTTPTokenEndpoint {
         var secret: Secret?
         if let clientSecretFile {
             guard let data = FileManager.default.contents(atPath: clientSecretFile) else {
@@ -343,7 +356,7 @@ extension SessionSettings {
                 authorization: authorizationEndpoint, deviceAuthorization: deviceAuthorizationEndpoint),
             credentials: credentials,
             scope: scope, timeout: .seconds(upstreamTimeout), pushesAuthorization: pushedAuthorization,
-            redirectURI: redirectURI)
+            redirectURI: redirectURI, resources: resources, metrics: metrics)
     }
 }
 

@@ -9,7 +9,7 @@ extension Token {
     var wire: BrokerInterface.Token {
         BrokerInterface.Token(
             accessToken: accessToken.reveal(), tokenType: tokenType, expiresAt: expiresAt, generation: generation,
-            scope: scope)
+            scope: scope, resource: resource)
     }
 }
 
@@ -23,7 +23,8 @@ final class TokenReplies: Sendable {
         if let known = made.withLock({ $0[key] }) { return known }
         let parameters = try BrokerInterface.GetToken.Out(token: token.wire).parameters()
         made.withLock { made in
-            if made.count >= 16 { made.removeAll() }  // old tokens: a few sessions' current ones are kept
+            // Old tokens: the current ones of a few sessions and their keys are kept.
+            if made.count >= 128 { made.removeAll() }
             made[key] = parameters
         }
         return parameters
@@ -49,6 +50,14 @@ extension SessionStatus {
         status.hostId = hostID
         status.store = store
         status.sharedVersion = sharedVersion
+        status.resources = resources
+        status.strategy = strategy
+        status.strategyReason = strategyReason
+        status.tokens = tokens.map {
+            BrokerInterface.KeyedToken(
+                resource: $0.resource, scope: $0.scope, generation: $0.generation, expiresAt: $0.expiresAt,
+                lastError: $0.lastError)
+        }
         return status
     }
 }
@@ -76,6 +85,8 @@ extension SessionEvent {
             if snapshot { event.snapshot = true }
         }
         event.login = loginFlow
+        event.resource = resource
+        event.scope = scope
         return event
     }
 }
@@ -104,6 +115,26 @@ extension BrokerError: VarlinkErrorConvertible {
         case .loginFailed: VarlinkError(BrokerInterface.Error.loginFailed, about)
         case .upstreamUnavailable: VarlinkError(BrokerInterface.Error.upstreamUnavailable, retry)
         case .storeUnavailable: VarlinkError(BrokerInterface.Error.storeUnavailable, retry)
+        case .resourceNotAllowed:
+            VarlinkError(BrokerInterface.Error.resourceNotAllowed, about.merging(["resource": .string(resource ?? "")]) { a, _ in a })
+        case .scopeNotAllowed:
+            VarlinkError(BrokerInterface.Error.scopeNotAllowed, about.merging(["scope": .string(scope ?? "")]) { a, _ in a })
+        case .targetRefused:
+            VarlinkError(
+                BrokerInterface.Error.targetRefused,
+                about.merging(["resource": .optional(resource), "scope": .optional(scope)]) { a, _ in a })
         }
+    }
+}
+
+extension SessionStatus {
+    /// The status as a subscriber of `key` starts from: that key's generation and expiry.
+    func describing(_ key: TokenKey) -> SessionStatus {
+        guard !key.isSession else { return self }
+        var status = self
+        let held = tokens.first { $0.resource == key.resource && $0.scope == key.scope }
+        status.generation = held?.generation ?? 0
+        status.expiresAt = held?.expiresAt
+        return status
     }
 }

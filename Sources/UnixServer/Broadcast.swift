@@ -103,6 +103,7 @@ extension ServerLoop {
         let key = ObjectIdentifier(broadcast)
         connection.member = key
         members[key, default: [:]][connection.fd] = connection
+        metrics?.subscribers.add(1)
         connection.stream = nil
         transmit(first, to: connection, then: nil)
     }
@@ -117,6 +118,7 @@ extension ServerLoop {
     /// Every member's call ends with `reply`; each connection is read again (the fast path included).
     func finished(_ broadcast: Broadcast, reply: [UInt8]) {
         guard let group = members.removeValue(forKey: ObjectIdentifier(broadcast)) else { return }
+        metrics?.subscribers.add(-Double(group.count))
         for connection in group.values {
             connection.member = nil
             answered(connection, replies: reply)
@@ -127,6 +129,6 @@ extension ServerLoop {
     func leave(_ connection: Connection) {
         guard let key = connection.member else { return }
         connection.member = nil
-        members[key]?[connection.fd] = nil
+        if members[key]?.removeValue(forKey: connection.fd) != nil { metrics?.subscribers.add(-1) }
     }
 }

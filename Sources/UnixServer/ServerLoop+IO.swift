@@ -1,4 +1,5 @@
 import CLinux
+import TokendMetrics
 import Varlink
 
 #if canImport(Glibc)
@@ -151,15 +152,18 @@ extension ServerLoop {
     /// service; false if it was malformed and the connection closed.
     private func serve(_ frame: UnsafeRawBufferPointer, on connection: Connection) -> Bool {
         guard let (call, repeated) = parse(frame, on: connection) else {
+            metrics?.closed(.malformed)
             logger.notice("closing connection: malformed message")
             answerAndClose(connection, errors.malformed)
             return false
         }
         if repeated, let again = connection.lastFast, bootNow < again.until, again.stamp == fastPathStamp() {
             output.append(contentsOf: again.bytes)
+            connection.lastCounter?.increment()
         } else if !call.upgrade, let fastPath, case let stamp = fastPathStamp(), let reply = fastPath(call, connection.peer) {
             output.append(contentsOf: reply.bytes)
             remember(frame, call: call, reply: reply, stamp: stamp, on: connection)
+            connection.lastCounter?.increment()
         } else {
             connection.forgetLastCall()
             if call.upgrade {
@@ -192,18 +196,22 @@ extension ServerLoop {
         on connection: Connection
     ) {
         guard reply.reusableFor > .zero, frame.count <= Connection.rememberedFrame else {
-            return connection.forgetLastCall()
+            connection.forgetLastCall()
+            metrics?.calls(method: call.method, error: nil).increment()
+            return
         }
         if connection.lastCall == nil || connection.lastFrame.count != frame.count
             || !connection.lastFrame.elementsEqual(frame)
         {
             connection.lastFrame = Array(frame)
             connection.lastCall = call
+            connection.lastCounter = metrics?.calls(method: call.method, error: nil)
         }
         connection.lastFast = (reply.bytes, bootNow.addingSaturating(reply.reusableFor.nanoseconds), stamp)
     }
 
     private func tooLarge(_ connection: Connection) {
+        metrics?.closed(.tooLarge)
         logger.notice("closing connection: message too large", metadata: ["limit": "\(limits.maximumFrameLength)"])
         answerAndClose(connection, errors.oversized)
     }
@@ -229,6 +237,7 @@ extension ServerLoop {
     private func withinLimits(_ connection: Connection) -> Bool {
         let current = replyInProgress(connection)
         if current > VarlinkServer.Limits.maximumReplyLength {
+            metrics?.closed(.replyTooLarge)
             logger.notice(
                 "closing connection: a reply larger than clients accept",
                 metadata: ["limit": "\(VarlinkServer.Limits.maximumReplyLength)", "peer.uid": "\(connection.peer?.uid ?? 0)"])
@@ -237,6 +246,7 @@ extension ServerLoop {
         }
         let behind = connection.unwritten.count - current
         if behind > limits.maximumUnwrittenBytes {
+            metrics?.closed(.unreadReplies)
             logger.notice(
                 "closing connection: too many replies not read",
                 metadata: ["limit": "\(limits.maximumUnwrittenBytes)", "peer.uid": "\(connection.peer?.uid ?? 0)"])
@@ -244,6 +254,7 @@ extension ServerLoop {
             return false
         }
         guard account(connection, holding: connection.unprocessed.count + behind) else {
+            metrics?.closed(.personBudget)
             logger.notice(
                 "closing connection: one person's connections hold too many bytes",
                 metadata: [

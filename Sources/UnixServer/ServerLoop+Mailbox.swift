@@ -1,4 +1,5 @@
 import Synchronization
+import TokendMetrics
 import Varlink
 
 #if canImport(Glibc)
@@ -41,18 +42,20 @@ extension ServerLoop {
     /// The service handles the call in a task; its replies come back through the mailbox.
     func dispatch(_ call: VarlinkCall, on connection: Connection) {
         connection.busy = true
-        let (fd, id, peer, service) = (connection.fd, connection.id, connection.peer, self.service)
+        let (fd, id, peer, service, metrics) = (connection.fd, connection.id, connection.peer, self.service, self.metrics)
         let held = call.more ? HeldStream(loop: self, fd: fd, id: id) : nil
         let task = Task {
             let replies = EncodedReplies()
             try? await service.handle(
                 call, peer: peer, send: { replies.append($0) },
                 sendStreamed: { reply in
+                    replies.note(reply)
                     // Whatever the call answered before (nothing, usually) goes first.
                     var bytes = replies.take()
                     reply.encode(into: &bytes)
                     guard await self.deliver(bytes, fd: fd, connection: id) else { throw ReplyStreamClosed() }
                 }, streamConnection: held)
+            metrics?.calls(method: call.method, error: replies.firstError).increment()
             // A call a broadcast holds goes on without its task.
             if held?.isClaimed != true { self.post(.finished(replies.take()), fd: fd, connection: id) }
         }
@@ -200,10 +203,20 @@ extension ServerLoop {
 /// A call's replies as the service sends them, encoded.
 final class EncodedReplies: Sendable {
     private let bytes = Mutex<[UInt8]>([])
+    private let error = Mutex<String?>(nil)
 
     func append(_ reply: VarlinkReply) {
+        note(reply)
         bytes.withLock { reply.encode(into: &$0) }
     }
+
+    /// Keeps the first error the call answered: the call's result in the metrics.
+    func note(_ reply: VarlinkReply) {
+        guard let name = reply.error else { return }
+        error.withLock { if $0 == nil { $0 = name } }
+    }
+
+    var firstError: String? { error.withLock { $0 } }
 
     /// The replies so far, leaving none.
     func take() -> [UInt8] {

@@ -1,6 +1,7 @@
 import CLinux
 import Logging
 import Synchronization
+import TokendMetrics
 import Varlink
 
 #if canImport(Glibc)
@@ -40,6 +41,11 @@ final class ServerLoop: @unchecked Sendable {
     let subordinateIDs: SubordinateIDsBox
     let service: VarlinkService
     let logger: Logger
+    let metrics: ServerMetrics?
+    /// The metrics listener and its connections (see HTTPListener).
+    let http: HTTPListener?
+    let httpListener: CInt?
+    var httpConnections: [CInt: HTTPConnection] = [:]
     /// Called once when the loop ends: with nil after `stop()`, else with why.
     let ended: @Sendable (Error?) -> Void
     let epoll: CInt
@@ -87,8 +93,12 @@ final class ServerLoop: @unchecked Sendable {
         listener: CInt, limits: VarlinkServer.Limits, errors: VarlinkServer.Errors, fastPath: VarlinkServer.FastPath?,
         fastPathStamp: @escaping VarlinkServer.FastPathStamp, admission: VarlinkServer.Admission?,
         subordinateIDs: SubordinateIDsBox, service: VarlinkService, logger: Logger,
+        metrics: ServerMetrics? = nil, http: HTTPListener? = nil, httpListener: CInt? = nil,
         ended: @escaping @Sendable (Error?) -> Void
     ) throws {
+        self.metrics = metrics
+        self.http = http
+        self.httpListener = httpListener
         self.subordinateIDs = subordinateIDs
         self.listener = listener
         self.limits = limits
@@ -109,7 +119,8 @@ final class ServerLoop: @unchecked Sendable {
         guard epoll >= 0, wake >= 0, mail >= 0 else {
             throw SocketSetupError(path: "listening socket", operation: "epoll", errno: errno)
         }
-        for fd in [listener, wake, mail] where !watch(fd, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD) {
+        for fd in [listener, wake, mail] + (httpListener.map { [$0] } ?? [])
+        where !watch(fd, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD) {
             throw SocketSetupError(path: "listening socket", operation: "epoll_ctl", errno: errno)
         }
         output.reserveCapacity(64 * 1024)
@@ -157,6 +168,7 @@ final class ServerLoop: @unchecked Sendable {
             bootNow = Self.clock(CLOCK_BOOTTIME)
             if let until = acceptPausedUntil, now >= until { resumeAccepting() }
             var accepting = false
+            var acceptingHTTP = false
             for index in 0..<max(0, Int(count)) {
                 let fd = events[index].data.fd
                 if fd == wake { break loop }
@@ -166,11 +178,16 @@ final class ServerLoop: @unchecked Sendable {
                     deliverMail()
                 } else if let connection = connections[fd] {
                     ready(connection, flags: events[index].events)
+                } else if fd == httpListener {
+                    acceptingHTTP = true
+                } else if let connection = httpConnections[fd] {
+                    httpReady(connection, flags: events[index].events)
                 }
             }
             // After the batch: a descriptor closed above and reused by accept
             // must not receive the rest of the batch's events for the old one.
             if accepting { acceptAll() }
+            if acceptingHTTP { acceptHTTP() }
             if now - lastCheck >= interval {
                 lastCheck = now
                 check()
@@ -178,7 +195,8 @@ final class ServerLoop: @unchecked Sendable {
         }
         closeMailbox(failure: failure)
         for connection in Array(connections.values) { close(connection) }
-        for fd in [listener, epoll, wake, mail] { Glibc.close(fd) }
+        for connection in Array(httpConnections.values) { httpClose(connection) }
+        for fd in [listener, epoll, wake, mail] + (httpListener.map { [$0] } ?? []) { Glibc.close(fd) }
         input.deallocate()
         ended(failure)
     }
@@ -211,6 +229,7 @@ final class ServerLoop: @unchecked Sendable {
             peer?.person = person
             switch admission?(peer) ?? .caller {
             case .refused(let error):
+                metrics?.refused(.permission)
                 refuse(fd, peer: peer, with: error, reason: "peer may call nothing")
             case .admin where admitted < limits.maximumConnections + limits.adminConnections:
                 register(fd, peer: peer, refused: false)
@@ -221,6 +240,7 @@ final class ServerLoop: @unchecked Sendable {
                     if error.parameters["limit"] != nil {
                         error.parameters["limit"] = .int(limits.maximumConnectionsPerUser)
                     }
+                    metrics?.refused(.perUser)
                     refuse(
                         fd, peer: peer, with: error, reason: "too many connections from one user",
                         limit: limits.maximumConnectionsPerUser)
@@ -231,6 +251,7 @@ final class ServerLoop: @unchecked Sendable {
                     connection.holdsSlot = true
                 }
             default:
+                metrics?.refused(.connections)
                 refuse(fd, peer: peer, with: errors.overloaded, reason: "too many connections")
             }
         }
@@ -246,7 +267,13 @@ final class ServerLoop: @unchecked Sendable {
         let connection = Connection(
             fd: fd, id: nextConnection, peer: peer, person: person(of: peer), now: now, refused: refused)
         connections[fd] = connection
-        if refused { refusedHeld += 1 } else { admitted += 1 }
+        if refused {
+            refusedHeld += 1
+        } else {
+            admitted += 1
+            metrics?.accepted.increment()
+            metrics?.connections.set(admitted)
+        }
         return connection
     }
 
@@ -312,24 +339,29 @@ final class ServerLoop: @unchecked Sendable {
         let frameTimeout = limits.frameTimeout.nanoseconds
         let writeTimeout = limits.writeTimeout.nanoseconds
         let idleTimeout = limits.idleTimeout.nanoseconds
+        checkHTTP()
         for connection in Array(connections.values) {
             if connection.refused {
                 if now - connection.lastActive > limits.refusedLinger.nanoseconds { closeRefused(connection) }
                 continue
             }
             var reason: String?
+            var closing = ServerMetrics.Closing.idle
             if !connection.unwritten.isEmpty, now - connection.lastProgress > writeTimeout {
                 reason = "replies not read for \(writeTimeout / 1_000_000_000) s"
+                closing = .writeTimeout
             } else if connection.busy {
                 continue  // a call in progress or a subscriber waiting for events is not idle
             } else if let started = connection.frameStarted, now - started > frameTimeout {
                 reason = "incomplete message for \(frameTimeout / 1_000_000_000) s"
+                closing = .frameTimeout
             } else if connection.unprocessed.isEmpty, connection.unwritten.isEmpty,
                 now - connection.lastActive > idleTimeout
             {
                 reason = "idle for \(idleTimeout / 1_000_000_000) s"
             }
             guard let reason else { continue }
+            metrics?.closed(closing)
             logger.notice("closing connection", metadata: ["reason": "\(reason)"])
             close(connection)
         }
@@ -347,7 +379,12 @@ final class ServerLoop: @unchecked Sendable {
         connection.gone = true
         Glibc.close(connection.fd)
         if acceptPausedUntil != nil { resumeAccepting() }  // a descriptor is free again
-        if connection.refused { refusedHeld -= 1 } else { admitted -= 1 }
+        if connection.refused {
+            refusedHeld -= 1
+        } else {
+            admitted -= 1
+            metrics?.connections.set(admitted)
+        }
         if connection.holdsSlot { release(connection.person) }
         account(connection, holding: 0)
         releasedBytes += connection.unprocessed.capacity + connection.unwritten.capacity
@@ -448,6 +485,8 @@ final class Connection {
     var lastFrame: [UInt8] = []
     var lastCall: VarlinkCall?
     var lastFast: (bytes: [UInt8], until: Int64, stamp: UInt64)?
+    /// Where the remembered call's answers are counted (resolved once, not per call).
+    var lastCounter: Counter?
     /// GetToken with a session name is well under this.
     static let rememberedFrame = 1024
 
@@ -465,5 +504,6 @@ final class Connection {
         lastFrame = []
         lastCall = nil
         lastFast = nil
+        lastCounter = nil
     }
 }

@@ -1,6 +1,7 @@
 import CLinux
 import Logging
 import Synchronization
+import TokendMetrics
 import Varlink
 
 #if canImport(Glibc)
@@ -117,6 +118,10 @@ public struct VarlinkServer: Sendable {
     let running = RunningLoop()
     /// Whose subordinate uids are whose; replaced by `reloadSubordinateIDs`.
     let subordinateIDs: SubordinateIDsBox
+    /// Calls, connections, subscribers and refusals are counted here.
+    let metrics: ServerMetrics?
+    /// A loopback TCP listener the loop also serves (metrics).
+    let http: HTTPListener?
 
     /// What the server itself answers, outside any method.
     struct Errors: Sendable {
@@ -131,8 +136,10 @@ public struct VarlinkServer: Sendable {
         oversizedFrameError: VarlinkError = .invalidParameter("message"),
         overloadedError: VarlinkError = VarlinkError("org.varlink.service.InternalError"),
         fastPath: FastPath? = nil, fastPathStamp: @escaping FastPathStamp = { 0 }, admission: Admission? = nil,
-        subordinateIDs: SubordinateIDs = .load()
+        subordinateIDs: SubordinateIDs = .load(), metrics: ServerMetrics? = nil, http: HTTPListener? = nil
     ) {
+        self.metrics = metrics
+        self.http = http
         self.subordinateIDs = SubordinateIDsBox(subordinateIDs)
         self.fastPath = fastPath
         self.fastPathStamp = fastPathStamp
@@ -155,15 +162,24 @@ public struct VarlinkServer: Sendable {
         case .path(let path, let mode): listener = try Self.listen(path: path, mode: mode)
         case .fileDescriptor(let fd): listener = fd
         }
+        let httpListener: CInt?
+        do {
+            httpListener = try http?.listen()
+        } catch {
+            close(listener)
+            throw error
+        }
         let (ended, endedContinuation) = AsyncThrowingStream<Void, Error>.makeStream()
         let loop: ServerLoop
         do {
             loop = try ServerLoop(
                 listener: listener, limits: limits, errors: errors, fastPath: fastPath, fastPathStamp: fastPathStamp,
                 admission: admission, subordinateIDs: subordinateIDs, service: service, logger: logger,
+                metrics: metrics, http: http, httpListener: httpListener,
                 ended: { endedContinuation.finish(throwing: $0) })
         } catch {
             close(listener)
+            if let httpListener { close(httpListener) }
             throw error
         }
         loop.start()

@@ -1,11 +1,135 @@
 import ArgumentParser
+import Foundation
+import Glibc
+import TokendClient
 
 struct DoctorCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "doctor", abstract: "Check this machine's tokend set-up and name the fix for each problem.")
+        commandName: "doctor", abstract: "Check this machine's tokend set-up and name the fix for each problem.",
+        discussion: """
+            One line per check: ok, warn (works, but could be safer), FAIL (with the command or setting that \
+            fixes it) or skip (does not apply, or this user cannot see it). Exit status 0 when nothing fails, 1 \
+            otherwise. Run as root to see what only tokend's user may read.
+            """)
     @OptionGroup var common: Common
+    @Option(help: "tokend's configuration (default: $TOKEND_CONFIG, else /etc/tokend/tokend.toml).")
+    var config: String?
 
     func run() async throws {
-        throw ValidationError("tokenctl doctor is not built yet")
+        let environment = ProcessInfo.processInfo.environment
+        let configPath = config ?? environment["TOKEND_CONFIG"] ?? "/etc/tokend/tokend.toml"
+        var failed = false
+        func report(_ results: [DoctorResult]) {
+            // Written at once, so a slow check (a provider that does not answer) shows where it is.
+            for result in results {
+                FileHandle.standardOutput.write(Data((result.line + "\n").utf8))
+                failed = failed || result.outcome == .fail
+            }
+        }
+
+        report([DoctorConfigCheck.run(config: configPath, tokend: DoctorProgram.find("tokend"))])
+        let setup: DoctorSetup?
+        do {
+            setup = try DoctorSetup.load(path: configPath, environment: environment)
+        } catch {
+            setup = nil
+            report([.skip("configured values", "\(error): the checks that compare with them are left out")])
+        }
+
+        let explicitSocket = common.socket ?? environment["TOKEND_SOCKET"]
+        let socketPath = explicitSocket ?? setup?.socket ?? TokendClient.defaultSocket
+        let socket = SocketFacts.probe(socketPath)
+        let daemon = DoctorSocketCheck.identity(of: socket)
+        let me = (uid: getuid(), name: DoctorSocketCheck.userName(getuid()))
+        report(
+            DoctorSocketCheck.judge(
+                socket, expectedMode: setup?.socketMode, daemon: daemon,
+                configuredSocket: explicitSocket == nil ? nil : setup?.socket, me: me))
+
+        let systemd = DoctorSystemd.here()
+        if let setup {
+            report(DoctorStateCheck.run(directory: setup.stateDirectory, daemon: daemon))
+            let facts = DoctorEncryptionCheck.probe(
+                stateDirectory: setup.stateDirectory, keyFile: setup.stateKeyFile, systemd: systemd)
+            report([DoctorEncryptionCheck.judge(facts, daemon: daemon)])
+        }
+
+        let statuses = await sessionStatuses(socket: socketPath, reachable: socket.connectError == nil, setup: setup)
+        let curl = DoctorProgram.find("curl")
+        for (name, status) in statuses {
+            report([DoctorSessionCheck.judge(session: name, status)])
+            guard let session = setup?.sessions.first(where: { $0.name == name }) else { continue }
+            if let target = DoctorProviderCheck.targets(of: session) {
+                guard let curl else {
+                    report([.skip("provider (\(name))", "curl is not installed (apt install curl) to ask \(target.urls[0])")])
+                    continue
+                }
+                let answer = DoctorProviderCheck.ask(target.urls, curl: curl)
+                report([DoctorProviderCheck.judge(answer, session: name, isDiscovery: target.isDiscovery)])
+                report(DoctorProviderCheck.judgeClock(answer, session: name).map { [$0] } ?? [])
+            }
+            let hasToken = status.success.map { ($0.expiresAt ?? 0) > Int(Date().timeIntervalSince1970) }
+            for file in session.tokenFiles {
+                report([
+                    DoctorTokenFileCheck.judge(
+                        file, found: FileFacts.of(file.path), session: name, hasToken: hasToken,
+                        groupID: file.group.flatMap(DoctorTokenFileCheck.groupID))
+                ])
+            }
+            if let store = session.sharedStore { report(DoctorFleetCheck.run(url: store, session: name)) }
+        }
+
+        let webOrigins = setup.map { $0.sessions.contains { !$0.webOrigins.isEmpty } }
+            ?? statuses.contains { !($0.status.success?.webOrigins.isEmpty ?? true) }
+        report([DoctorBridgeCheck.run(webOrigins: webOrigins, user: me.name, environment: environment)])
+        report([DoctorUnitCheck.run(systemd: systemd)])
+        if failed { throw ExitCode(Exit.failure) }
     }
+
+    /// Each session to check (the one named, else every configured one, else
+    /// every one tokend lists) with its status or the error asking for it.
+    func sessionStatuses(socket: String, reachable: Bool, setup: DoctorSetup?) async
+        -> [(name: String, status: Result<SessionStatus, TokendClientError>)]
+    {
+        var names = common.session.map { [$0] } ?? setup?.sessions.map(\.name) ?? []
+        guard reachable, let client = try? await TokendClient.connect(socket: socket) else {
+            return names.map { ($0, .failure(.unreachable(socket: socket, reason: "not reachable"))) }
+        }
+        defer { Task { await client.close() } }
+        if names.isEmpty { names = ((try? await client.sessions()) ?? []).map(\.session) }
+        var statuses: [(name: String, status: Result<SessionStatus, TokendClientError>)] = []
+        for name in names {
+            do {
+                statuses.append((name, .success(try await client.status(session: name))))
+            } catch {
+                statuses.append((name, .failure(error)))
+            }
+        }
+        return statuses
+    }
+}
+
+/// The session's state and last error in words (StatusAdvice, as `tokenctl status` says it).
+enum DoctorSessionCheck {
+    static func judge(session: String, _ status: Result<SessionStatus, TokendClientError>) -> DoctorResult {
+        let check = "session \(session)"
+        switch status {
+        case .failure(.unreachable):
+            return .skip(check, "tokend is not reachable, so its state is unknown")
+        case .failure(let error):
+            let (_, advice) = Common.advice(for: error, session: session)
+            return .fail(check, "\(error)", fix: advice.isEmpty ? "see tokend's journal (journalctl -u tokend)" : advice)
+        case .success(let status):
+            let advice = StatusAdvice(status, now: Int(Date().timeIntervalSince1970))
+            switch advice.severity {
+            case .fine: return .ok(check, advice.headline)
+            case .attention: return .warn(check, advice.headline, fix: advice.command ?? "tokenctl status --session \(session)")
+            case .broken: return .fail(check, advice.headline, fix: advice.command ?? "tokenctl status --session \(session)")
+            }
+        }
+    }
+}
+
+extension Result {
+    var success: Success? { if case .success(let value) = self { value } else { nil } }
 }

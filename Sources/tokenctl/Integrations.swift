@@ -21,6 +21,9 @@ struct GitCredentialCommand: AsyncParsableCommand {
     var socket: String?
     @Argument(help: "get, store or erase (git passes it).")
     var operation: String
+    /// For a host whose API is one of the session's resources:
+    ///     credential.https://git.example.com.helper "!tokenctl git-credential --resource https://git.example.com/"
+    @OptionGroup var key: KeyOptions
 
     func run() async throws {
         let request = Self.readRequest()
@@ -41,12 +44,13 @@ struct GitCredentialCommand: AsyncParsableCommand {
             let session = sessions.first(where: { $0.gitHosts.contains(host) })
         else { return }  // not ours: git asks the next helper
         do {
-            let token = try await client.token(session: session.session)
+            let token = try await client.token(session: session.session, resource: key.resource, scope: key.scope)
             if operation == "erase" {
                 let refused = request.fields["password"] ?? request.fields["credential"]
                 // Only the token we handed out, and only while it is current, triggers a refresh.
                 if refused == token.accessToken {
-                    _ = try await client.refresh(session: session.session, staleGeneration: token.generation)
+                    _ = try await client.refresh(
+                        session: session.session, staleGeneration: token.generation, resource: key.resource, scope: key.scope)
                 }
                 return
             }
@@ -100,10 +104,13 @@ struct KubeCredentialCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kube-credential", abstract: "kubectl exec credential plugin: an ExecCredential for the session.")
     @OptionGroup var common: Common
+    @OptionGroup var key: KeyOptions
 
     func run() async throws {
         let client = try await common.connect()
-        let token = try await common.run { try await client.token(session: common.session) }
+        let token = try await common.run {
+            try await client.token(session: common.session, resource: key.resource, scope: key.scope)
+        }
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime]
         let expiry = formatter.string(from: Date(timeIntervalSince1970: TimeInterval(token.expiresAt)))
@@ -129,6 +136,7 @@ struct ExecCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "exec", abstract: "Run a command with BEARER_TOKEN set to the session's access token.")
     @OptionGroup var common: Common
+    @OptionGroup var key: KeyOptions
     @Argument(parsing: .captureForPassthrough, help: "The command and its arguments (after --).")
     var command: [String]
 
@@ -136,7 +144,9 @@ struct ExecCommand: AsyncParsableCommand {
         let arguments = command.first == "--" ? Array(command.dropFirst()) : command
         guard let program = arguments.first else { throw ValidationError("name a command: tokenctl exec -- COMMAND") }
         let client = try await common.connect()
-        let token = try await common.run { try await client.token(session: common.session) }
+        let token = try await common.run {
+            try await client.token(session: common.session, resource: key.resource, scope: key.scope)
+        }
         setenv("BEARER_TOKEN", token.accessToken, 1)
         let argv = arguments.map { strdup($0) } + [nil]
         execvp(program, argv)

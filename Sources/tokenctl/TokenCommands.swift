@@ -3,6 +3,15 @@ import Foundation
 import TokendClient
 import Glibc
 
+/// Which of the session's tokens: its own, or one for a resource (RFC 8707)
+/// and a narrower scope, from the same login.
+struct KeyOptions: ParsableArguments {
+    @Option(help: "A resource the session serves (one of its resources in tokend.toml), e.g. https://api.example.com/.")
+    var resource: String?
+    @Option(help: "A scope narrower than the session's, space-separated, e.g. \"read\".")
+    var scope: String?
+}
+
 struct TokenCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "token", abstract: "Print a valid access token.")
     @OptionGroup var common: Common
@@ -10,10 +19,14 @@ struct TokenCommand: AsyncParsableCommand {
     var header = false
     @Option(help: "Seconds of validity the token must have left.")
     var minValid: Int?
+    @OptionGroup var key: KeyOptions
 
     func run() async throws {
         let client = try await common.connect()
-        let token = try await common.run { try await client.token(session: common.session, minValidSeconds: minValid) }
+        let token = try await common.run {
+            try await client.token(
+                session: common.session, minValidSeconds: minValid, resource: key.resource, scope: key.scope)
+        }
         print(header ? "Authorization: \(token.authorizationHeaderValue)" : token.accessToken)
     }
 }
@@ -24,11 +37,13 @@ struct RefreshCommand: AsyncParsableCommand {
     @OptionGroup var common: Common
     @Option(help: "The generation of the token the caller found stale.")
     var staleGeneration: Int?
+    @OptionGroup var key: KeyOptions
 
     func run() async throws {
         let client = try await common.connect()
         let token = try await common.run {
-            try await client.refresh(session: common.session, staleGeneration: staleGeneration)
+            try await client.refresh(
+                session: common.session, staleGeneration: staleGeneration, resource: key.resource, scope: key.scope)
         }
         print("generation \(token.generation), expires \(formatTime(token.expiresAt))")
     }

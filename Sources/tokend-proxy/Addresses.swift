@@ -5,17 +5,30 @@ import Loopback
 struct Upstream: Sendable {
     let base: String
     let prefix: String
+    let tls: Bool
+    /// The name or address to connect to (an IPv6 literal without brackets).
+    let host: String
+    let port: Int
+    /// The Host header requests carry upstream (RFC 9110 §7.2: the port only when it is not the scheme's).
+    let authority: String
 
     /// https anywhere, http only to a loopback literal (Loopback).
     init?(_ text: String) {
         guard let url = URLComponents(string: text), url.query == nil, url.fragment == nil,
-            Loopback.isSafeScheme(url.scheme, host: url.host)
+            Loopback.isSafeScheme(url.scheme, host: url.host), let scheme = url.scheme?.lowercased(),
+            let name = url.host, !name.isEmpty
         else { return nil }
         var origin = url
         origin.path = ""
         guard let base = origin.string else { return nil }
         self.base = base
         prefix = url.path.hasSuffix("/") ? String(url.path.dropLast()) : url.path
+        tls = scheme == "https"
+        let standard = tls ? 443 : 80
+        port = url.port ?? standard
+        host = name.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        let literal = host.contains(":") ? "[\(host)]" : host
+        authority = port == standard ? literal : "\(literal):\(port)"
     }
 
     /// The upstream URL for a request target RequestPath has normalized ("/v1/items?x=1"): under the prefix.

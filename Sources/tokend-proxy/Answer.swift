@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import NIOCore
 import NIOHTTP1
 import NIOSSL
@@ -22,38 +21,31 @@ struct Answer {
         }
     }
 
-    /// With `close`, the connection ends after this answer, and the answer says so.
-    func write(
-        to outbound: NIOAsyncChannelOutboundWriter<HTTPServerResponsePart>, version: HTTPVersion, close: Bool = false
-    ) async throws {
+    /// The answer as response parts; with `close`, the connection ends after it, and the answer says so.
+    func parts(version: HTTPVersion, close: Bool = false) -> (head: HTTPResponseHead, body: ByteBuffer) {
         let body = ByteBuffer(string: "tokend-proxy: \(message)\n")
         var headers = HTTPHeaders()
         if close { headers.add(name: "Connection", value: "close") }
         headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
         headers.add(name: "Content-Length", value: String(body.readableBytes))
-        try await outbound.write(.head(HTTPResponseHead(version: version, status: status, headers: headers)))
-        try await outbound.write(.body(.byteBuffer(body)))
-        try await outbound.write(.end(nil))
+        return (HTTPResponseHead(version: version, status: status, headers: headers), body)
     }
 
     /// The answer, then the connection closed, when no request is in flight (none came in time, or the
     /// connection is over the cap): NIO's HTTP pipeline pairs every response with a request, so these
-    /// bytes go straight to the socket, under the HTTP encoder.
-    func writeAndClose(on channel: Channel) async {
+    /// bytes go straight to the socket, under the HTTP encoder. On the channel's event loop.
+    func writeAndClose(on channel: Channel) {
         let body = "tokend-proxy: \(message)\n"
         let text =
             "HTTP/1.1 \(status.code) \(status.reasonPhrase)\r\nConnection: close\r\n"
             + "Content-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
-        let written = channel.eventLoop.flatSubmit {
-            do {
-                let encoder = try channel.pipeline.syncOperations.context(handlerType: HTTPResponseEncoder.self)
-                return encoder.writeAndFlush(NIOAny(ByteBuffer(string: text)))
-            } catch {
-                return channel.eventLoop.makeFailedFuture(error)
-            }
+        guard let encoder = try? channel.pipeline.syncOperations.context(handlerType: HTTPResponseEncoder.self) else {
+            channel.close(promise: nil)
+            return
         }
-        try? await written.get()
-        try? await channel.close()
+        encoder.writeAndFlush(NIOAny(ByteBuffer(string: text))).assumeIsolated().whenComplete { _ in
+            channel.close(promise: nil)
+        }
     }
 }
 
@@ -65,7 +57,7 @@ struct UpstreamFailure: Error {
 
     init(_ error: any Error, timeout: Duration) {
         let text = String(describing: error)
-        if let error = error as? HTTPClientError, error == .deadlineExceeded || error == .readTimeout {
+        if error is UpstreamTimedOut {
             answer = Answer(status: .gatewayTimeout, message: "the upstream did not answer within \(timeout.components.seconds) s")
         } else if error is NIOSSLError || text.contains("SSL") || text.contains("TLS") || text.contains("certificate") {
             answer = Answer(status: .badGateway, message: "TLS with the upstream failed: \(text.prefix(200))")

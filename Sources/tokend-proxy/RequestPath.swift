@@ -9,6 +9,7 @@ enum RequestPath {
         guard target.hasPrefix("/") else {
             return .failure(Refusal("the request target must be a path (origin-form)"))
         }
+        if isPlain(target) { return .success(target) }
         let path = target.prefix { $0 != "?" }
         let query = target[path.endIndex...]
         let segments = path.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
@@ -33,6 +34,21 @@ enum RequestPath {
             }
         }
         return .success("/" + kept.joined(separator: "/") + query)
+    }
+
+    /// A path with nothing to decode and no segment that begins with a dot (no `%`, `\\`, `;`, NUL or
+    /// `/.` before the query) is its own normal form: the common case costs one pass over its bytes.
+    static func isPlain(_ target: String) -> Bool {
+        var previous: UInt8 = 0
+        for byte in target.utf8 {
+            switch byte {
+            case UInt8(ascii: "?"): return true
+            case UInt8(ascii: "%"), UInt8(ascii: "\\"), UInt8(ascii: ";"), 0: return false
+            case UInt8(ascii: ".") where previous == UInt8(ascii: "/"): return false
+            default: previous = byte
+            }
+        }
+        return true
     }
 
     /// A segment's name as Tomcat, Jetty and Spring compare it to `.` and `..`: its text before

@@ -1,7 +1,7 @@
 """Starts the test authorization server on 127.0.0.1 and prepares it.
 
     python serve.py DIR PORT [--grace S] [--access-ttl S] [--workers N] [--oidc]
-                    [--device-expires S] [--slow-down N]
+                    [--device-expires S] [--slow-down N] [--refresh-resources narrow|keep-wide]
 
 Creates DIR/db.sqlite3, a user "alice" (password "alice-password") and a
 confidential client "tokend-test" (secret "tokend-test-secret", stored
@@ -13,6 +13,11 @@ user approves on the server's pages (sign in at /accounts/login/):
 "tokend-device" (device grant, verification at /o/device/) and
 "tokend-browser" (authorization code with PKCE, redirect
 http://127.0.0.1/callback on any port).
+
+--refresh-resources says what a refresh does to RFC 8707 resources: "narrow"
+(django-oauth-toolkit's own: the new refresh token keeps only the resources
+the refresh named) or "keep-wide" (Entra ID's: one resource per access token,
+the refresh token keeps them all); authserver/resources.py has the details.
 """
 import argparse
 import os
@@ -34,6 +39,9 @@ def prepare(directory):
 
     django.setup()
     call_command("migrate", verbosity=0, interactive=False)
+    from authserver import resources
+
+    resources.create_tables()
     from django.contrib.auth.models import User
     from oauth2_provider.models import Application
 
@@ -76,6 +84,8 @@ def main():
     parser.add_argument("--oidc", action="store_true", help="enable OpenID Connect (RS256 id tokens)")
     parser.add_argument("--device-expires", type=int, default=1800, help="device code lifetime (s)")
     parser.add_argument("--slow-down", type=int, default=0, help="answer slow_down to the first N polls of a device code")
+    parser.add_argument("--refresh-resources", choices=["narrow", "keep-wide"], default="narrow",
+                        help="what a refresh does to the refresh token's resources (RFC 8707)")
     args = parser.parse_args()
     directory = os.path.abspath(args.directory)
     os.makedirs(directory, exist_ok=True)
@@ -91,7 +101,7 @@ def main():
     env = dict(os.environ, AUTHSERVER_DIR=directory, AUTHSERVER_GRACE=str(args.grace),
                AUTHSERVER_ACCESS_TTL=str(args.access_ttl), DJANGO_SETTINGS_MODULE="authserver.settings",
                AUTHSERVER_BASE=f"http://127.0.0.1:{args.port}", AUTHSERVER_DEVICE_EXPIRES=str(args.device_expires),
-               AUTHSERVER_SLOW_DOWN=str(args.slow_down),
+               AUTHSERVER_SLOW_DOWN=str(args.slow_down), AUTHSERVER_REFRESH_RESOURCES=args.refresh_resources,
                PYTHONPATH=HERE)
     os.environ.update(env)
     sys.path.insert(0, HERE)

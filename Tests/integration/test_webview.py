@@ -1,8 +1,12 @@
-"""tokend-webview (WebKitGTK 6.0 under Xvfb) as the native side of a web app:
-the page asks tokend through the web view's relay with the browser's page
-API, tokend's cookies are in the web view before it navigates, and the site's
-cookies reach tokend. Against tokend and the real authorization server
-(rotation, reuse protection) and a test web app on a loopback origin."""
+"""A web view app under Xvfb with tokend as its native side: the page asks
+tokend through the web view's relay with the browser's page API, tokend's
+cookies are in the web view before it navigates, and the site's cookies reach
+tokend. Against tokend and the real authorization server (rotation, reuse
+protection) and a test web app on a loopback origin.
+
+Every test runs against each app of webview.APPS: tokend-webview (the Swift
+library on WebKitGTK 6.0), and libtokend-webview-1's C program (GTK 4) and
+PyGObject programs on GTK 4 (WebKitGTK 6.0) and GTK 3 (WebKitGTK 4.1)."""
 import json
 import os
 import signal
@@ -13,7 +17,7 @@ import pytest
 
 from conftest import issued_refresh_tokens, login, scan_for_secrets, wait_for
 from webapp import WebApp
-from webview import Display, WebView
+from webview import APPS, Display, WebView
 
 B = "io.tokend.Broker."
 
@@ -33,7 +37,8 @@ class App:
     """A logged-in tokend session whose web-origins is the test app, and the app in tokend-webview.
     `host`: a name for the app's loopback address (it resolves in the web view only)."""
 
-    def __init__(self, display, server, make_tokend, workdir, host=None, other_names=()):
+    def __init__(self, display, server, make_tokend, workdir, host=None, other_names=(), kind="swift"):
+        self.kind = kind
         self.display = display
         self.server = server
         self.app = WebApp()
@@ -43,7 +48,7 @@ class App:
         self.home = os.path.join(workdir, "home")
         names = (host, *other_names) if host else ()
         self.view = WebView(display, self.daemon.socket, self.origin + "/remote", os.path.join(workdir, "webview.log"),
-                            self.home, loopback_names=names)
+                            self.home, loopback_names=names, app=kind)
         wait_for(lambda: any(path == "/ready" for path, _ in self.app.requests), 30, "the page running in the web view")
 
     def js(self, expression, timeout=30):
@@ -78,9 +83,9 @@ class App:
         self.app.stop()
 
 
-@pytest.fixture
-def app(display, server, make_tokend, workdir):
-    instance = App(display, server, make_tokend, workdir)
+@pytest.fixture(params=list(APPS))
+def app(request, display, server, make_tokend, workdir):
+    instance = App(display, server, make_tokend, workdir, kind=request.param)
     yield instance
     if instance.view.process.returncode not in (None, 0):
         print(instance.view.logs())
@@ -251,7 +256,7 @@ def test_malformed_page_messages_get_an_error_and_break_nothing(app):
 def test_page_to_token_latency_and_screenshot(app, display):
     """Measures, not asserts: p50/p99 of 300 sequential cached GetToken calls
     from the page. Then a screenshot of the signed-in page (README's picture
-    when TOKEND_SCREENSHOT names where to put it)."""
+    when TOKEND_SCREENSHOT names where to put it; the other apps' beside it, named for the app)."""
     # WebKit's clock for pages ticks in whole milliseconds: the mean comes from the total.
     times, total = app.js("""(async () => {
         const times = [], start = performance.now();
@@ -259,7 +264,7 @@ def test_page_to_token_latency_and_screenshot(app, display):
         return [times.sort((a, b) => a - b), performance.now() - start];
     })()""")
     p50, p99 = times[len(times) // 2], times[int(len(times) * 0.99)]
-    print(f"\npage -> token through tokend-webview: p50 {p50:.0f} ms, p99 {p99:.0f} ms (1 ms clock), "
+    print(f"\npage -> token through {app.kind}: p50 {p50:.0f} ms, p99 {p99:.0f} ms (1 ms clock), "
           f"mean {total / 300:.2f} ms (300 calls)")
     assert len(times) == 300
     app.navigate("/remote?show")
@@ -267,6 +272,8 @@ def test_page_to_token_latency_and_screenshot(app, display):
              10, "the signed-in page")
     app.js("new Promise((painted) => requestAnimationFrame(() => requestAnimationFrame(painted)))")
     path = os.environ.get("TOKEND_SCREENSHOT") or os.path.join(app.home, "screenshot.png")
+    if app.kind != "swift":
+        path = path.removesuffix(".png") + f"-{app.kind}.png"
     display.screenshot(path)
     assert os.path.getsize(path) > 10_000
 
@@ -307,11 +314,12 @@ def test_cookies_tokend_changes_while_the_web_view_writes_its_store_are_kept(app
     assert last.items() <= app.sent_cookies().items()
 
 
-@pytest.fixture
-def named_app(display, server, make_tokend, workdir):
+@pytest.fixture(params=list(APPS))
+def named_app(request, display, server, make_tokend, workdir):
     """The app as http://app.example.test:PORT (the session's web origin); evil.example.test is the
     same loopback app under a name that is no web origin's host."""
-    instance = App(display, server, make_tokend, workdir, host="app.example.test", other_names=["evil.example.test"])
+    instance = App(display, server, make_tokend, workdir, host="app.example.test", other_names=["evil.example.test"],
+                   kind=request.param)
     yield instance
     instance.close()
 

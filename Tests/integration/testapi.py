@@ -6,22 +6,41 @@ it checks bearer tokens, sets and deletes cookies, streams large bodies.
     GET  /delete-cookie?name=   deletes it (Max-Age=0)
     GET  /big?bytes=N           N bytes of body, streamed
     POST /upload                reads the body (PUT too), answers {"bytes": n}
+
+Made with `introspection` (an authorization server's RFC 7662 endpoint, asked
+with `client`'s credentials), it is also any number of resource servers: a
+request to /NAME/... (GET or POST) is for the resource
+http://127.0.0.1:PORT/NAME/ (`resource(NAME)`), and is answered 200
+{"resource", "aud", "scope", "token"} only when the bearer token is active and
+its audience (introspection's `aud`, the token's RFC 8707 resources) includes
+that resource exactly; otherwise 401 invalid_token (WWW-Authenticate names
+why). `?scope=S` also requires each of S's scopes (403 insufficient_scope).
+Each decision is appended to `checks` as (resource, status).
 """
 import http.server
 import json
+import re
 import socket
 import threading
 import urllib.parse
+
+import requests
+
+RESOURCE_PATH = re.compile(r"^/([^/]+)/")
 
 
 class TestAPI:
     __test__ = False  # not a pytest test class
 
-    def __init__(self):
+    def __init__(self, introspection: str | None = None,
+                 client: tuple[str, str] = ("tokend-test", "tokend-test-secret")):
         self.refused = set()
         self.gate = None
         self.seen = []
+        self.checks: list[tuple[str, int]] = []
         self.lock = threading.Lock()
+        self.introspection = introspection
+        self.client = client
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -54,6 +73,9 @@ class TestAPI:
                 with api.lock:
                     api.seen.append((url.path, token, self.headers.get("Cookie")))
                     refused = token is None or token in api.refused
+                named = RESOURCE_PATH.match(url.path) if api.introspection else None
+                if named:
+                    return self.answer(*api.check(named.group(1), None if refused else token, query.get("scope")))
                 if url.path == "/data":
                     if refused:
                         gate = api.gate
@@ -92,6 +114,8 @@ class TestAPI:
                     if not piece:
                         break
                     received += len(piece)
+                if api.introspection and RESOURCE_PATH.match(urllib.parse.urlparse(self.path).path):
+                    return self.do_GET()
                 self.answer(200, {"bytes": received})
 
             do_PUT = do_POST
@@ -103,6 +127,36 @@ class TestAPI:
         self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def resource(self, name: str) -> str:
+        """The resource indicator of the resource server NAME."""
+        return f"{self.url}/{name}/"
+
+    def check(self, name: str, token: str | None, scope: str | None) -> tuple[int, dict, list[tuple[str, str]]]:
+        """The resource server NAME's answer to a bearer token: status, body, headers."""
+        resource = self.resource(name)
+        status, document, why = 200, {}, ""
+        if token is None:
+            status, why = 401, "no usable bearer token"
+        else:
+            answer = requests.post(self.introspection, data={"token": token}, auth=self.client, timeout=30).json()
+            audience = answer.get("aud", [])
+            audience = [audience] if isinstance(audience, str) else audience
+            granted = (answer.get("scope") or "").split()
+            document = {"resource": resource, "aud": audience, "scope": answer.get("scope"), "token": token}
+            if not answer.get("active"):
+                status, why = 401, "token not active"
+            elif resource not in audience:
+                status, why = 401, "token audience does not include " + resource
+            elif scope and not set(scope.split()) <= set(granted):
+                status, why = 403, "token scope lacks " + scope
+        with self.lock:
+            self.checks.append((resource, status))
+        if status == 200:
+            return status, document, []
+        error = "insufficient_scope" if status == 403 else "invalid_token"
+        return status, {**document, "error": error, "why": why}, [
+            ("WWW-Authenticate", f'Bearer error="{error}", error_description="{why}"')]
 
     def refuse(self, token, callers=None):
         """From now on, this token is answered 401 (as if the provider had revoked it). With

@@ -1,6 +1,12 @@
-"""tokend-webview on a virtual display (Xvfb), driven through its page: the
+"""A web view app on a virtual display (Xvfb), driven through its page: the
 test app's /remote page runs the expressions the test queues (WebKitGTK has
-no WebDriver here), and the app records the Cookie header of every request."""
+no WebDriver here), and the app records the Cookie header of every request.
+
+The apps: tokend-webview (the Swift library), and three that use
+libtokend-webview-1 (`make webview-c` builds them): a C program on GTK 4, and
+a PyGObject program on GTK 4 (WebKitGTK 6.0) and on GTK 3 (WebKitGTK 4.1)
+through the typelib. All take the same command line: [--session NAME]
+[--socket PATH] URL."""
 import os
 import signal
 import subprocess
@@ -8,6 +14,18 @@ import subprocess
 from conftest import ROOT, wait_for
 
 WEBVIEW = os.path.join(ROOT, "webview", ".build", "debug", "tokend-webview")
+# libtokend-webview-1's uninstalled tree (mk/webview-c.mk).
+WEBVIEW_C = os.path.join(ROOT, "webview", ".build-c")
+GI_APP = os.path.join(ROOT, "Tests", "webview-apps", "tokend_webview_gi.py")
+# Debian's python3 has PyGObject (the venv's python has not).
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+APPS = {
+    "swift": [WEBVIEW],
+    "c": [os.path.join(WEBVIEW_C, "bin", "tokend-webview-c")],
+    "python-gtk4": [SYSTEM_PYTHON, GI_APP, "--gtk", "4"],
+    "python-gtk3": [SYSTEM_PYTHON, GI_APP, "--gtk", "3"],
+}
 
 
 def process_parents():
@@ -52,21 +70,25 @@ class Display:
 
 
 class WebView:
-    """tokend-webview showing `url`, bound to the tokend listening on `socket`.
+    """The web view app `app` (a key of APPS) showing `url`, bound to the tokend listening on `socket`.
     `loopback_names`: host names that resolve to 127.0.0.1 for the web view only
     (its own mount namespace, with an /etc/hosts of its own)."""
 
-    def __init__(self, display, socket, url, log_path, home, session=None, loopback_names=()):
+    def __init__(self, display, socket, url, log_path, home, session=None, loopback_names=(), app="swift"):
+        program = APPS[app][1 if APPS[app][0] == SYSTEM_PYTHON else 0]
+        assert os.path.exists(program), f"{program} is not built: make webview webview-c"
         self.log_path = log_path
         self.home = home  # HOME and XDG directories: everything the web view writes is under it
         self.log = open(log_path, "a")
-        command = [WEBVIEW, "--socket", socket, url] + (["--session", session] if session else [])
+        command = APPS[app] + ["--socket", socket, url] + (["--session", session] if session else [])
         if loopback_names:
             command = self.resolving(loopback_names, home) + command
         env = dict(os.environ, DISPLAY=display.name, NO_AT_BRIDGE="1", GTK_A11Y="none",
                    WEBKIT_DISABLE_COMPOSITING_MODE="1", LIBGL_ALWAYS_SOFTWARE="1", HOME=home,
                    XDG_CACHE_HOME=os.path.join(home, "cache"), XDG_DATA_HOME=os.path.join(home, "data"),
-                   XDG_CONFIG_HOME=os.path.join(home, "config"), XDG_RUNTIME_DIR=os.path.join(home, "run"))
+                   XDG_CONFIG_HOME=os.path.join(home, "config"), XDG_RUNTIME_DIR=os.path.join(home, "run"),
+                   GI_TYPELIB_PATH=os.path.join(WEBVIEW_C, "lib", "girepository-1.0"),
+                   LD_LIBRARY_PATH=os.path.join(WEBVIEW_C, "lib"))
         for name in ("cache", "data", "config", "run"):
             os.makedirs(os.path.join(home, name), mode=0o700, exist_ok=True)
         env.pop("TOKEND_SOCKET", None)

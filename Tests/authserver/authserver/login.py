@@ -10,6 +10,9 @@ device grant that it does not do itself:
 - an expired device code stays "authorization pending" forever: DevicePolling
   answers expired_token for it (RFC 8628 §3.5), and, for tests, slow_down
   for the first AUTHSERVER_SLOW_DOWN polls of every device code.
+The device authorization request's `resource` parameters (RFC 8707), which
+DOT drops, are kept for the device-code exchange (resources.py, which also
+holds what a refresh does to resources).
 """
 import dataclasses
 import hashlib
@@ -22,6 +25,8 @@ from oauth2_provider import models
 from oauth2_provider.oauth2_validators import OAuth2Validator
 from oauth2_provider.views import device as device_views
 from oauthlib.oauth2 import DeviceApplicationServer
+
+from authserver import resources
 
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 
@@ -45,8 +50,20 @@ class DeviceServer(DeviceApplicationServer):
 class DeviceAuthorizationView(device_views.DeviceAuthorizationView):
     server_class = DeviceServer
 
+    def post(self, request, *args, **kwargs):
+        asked = request.POST.getlist("resource")
+        invalid = resources.invalid_resources(asked)
+        if invalid:
+            return http.JsonResponse({"error": "invalid_target",
+                                      "error_description": f"The resource '{invalid[0]}' is not an absolute URI"},
+                                     status=400)
+        response = super().post(request, *args, **kwargs)
+        if response.status_code == 200 and asked:
+            resources.remember_device_resources(json.loads(response.content)["device_code"], asked)
+        return response
 
-class Validator(OAuth2Validator):
+
+class Validator(resources.ResourceRules, OAuth2Validator):
     oidc_claim_scope = dict(OAuth2Validator.oidc_claim_scope or {}, preferred_username="profile", email="email")
 
     def validate_device_code(self, client_id, code, request, *args, **kwargs):

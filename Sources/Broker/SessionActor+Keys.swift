@@ -1,0 +1,390 @@
+import CookieJar
+import OAuth
+import StateStore
+
+/// How a session's keyed tokens are refreshed.
+enum RefreshStrategy: String, Sendable {
+    /// Every refresh asks for all the session's resources and its whole
+    /// scope: one token's audience covers them all, and the refresh token is
+    /// never narrowed (django-oauth-toolkit narrows it to what a refresh asks for).
+    case sharedAudience = "shared-audience"
+    /// Each key asks for its own resource and scope: the provider issues one
+    /// resource per token and keeps refresh tokens wide (Entra ID).
+    case perResource = "per-resource"
+}
+
+/// What one refresh sends, and whether its answer tells the strategy.
+struct RefreshTargetChoice {
+    var request: RefreshTarget
+    /// The first refresh for a key while the strategy is unknown: it asks for
+    /// every resource at once, which no provider narrows, and the answer says
+    /// whether the provider issues such tokens.
+    var probing: Bool
+}
+
+extension SessionActor {
+    // MARK: Keys callers may ask for
+
+    /// The key a caller's resource and scope name, checked before anything
+    /// else: a resource the session does not serve or a scope beyond its own
+    /// is refused without an upstream call. The session's whole scope without
+    /// a resource is the session's own token.
+    public func key(resource: String?, scope: String?) throws -> TokenKey {
+        let key = TokenKey(resource: resource, scope: scope)
+        guard !key.isSession else { return .session }
+        if shared != nil {
+            throw BrokerError.resourceNotAllowed(
+                name, resource: resource ?? "", "a session shared by a fleet serves only its own token (no resource or scope)")
+        }
+        if let resource = key.resource, !keyPolicy.resources.contains(resource) {
+            throw BrokerError.resourceNotAllowed(
+                name, resource: resource,
+                "\(resource) is not one of session \(name)'s resources: add it to resources in tokend.toml and log in again")
+        }
+        guard let scope = key.scope else { return key }
+        let granted = TokenKey.tokens(keyPolicy.scope ?? record.scope)
+        let asked = TokenKey.tokens(scope)
+        if !granted.isEmpty, !asked.isSubset(of: granted) {
+            let beyond = asked.subtracting(granted).sorted().joined(separator: " ")
+            throw BrokerError.scopeNotAllowed(
+                name, scope: scope, "\"\(beyond)\" is beyond the session's scope \"\(granted.sorted().joined(separator: " "))\"")
+        }
+        return key.resource == nil && asked == granted ? .session : key
+    }
+
+    // MARK: Asking for a key's token
+
+    /// GetToken for `key` (the session's own token when `key.isSession`).
+    public func getToken(minValidSeconds: Int?, key: TokenKey) async throws -> Token {
+        guard !key.isSession else { return try await getToken(minValidSeconds: minValidSeconds) }
+        if let task = keyedInFlight[key] {
+            // Also while its events are being delivered: nobody sees the new token before subscribers.
+            coalesced += 1
+            return try await task.value
+        }
+        try requireActive()
+        try refusedStill(key)
+        keyedSnapshots.touch(key, at: clock.now())
+        let now = clock.now()
+        if let held = keyedToken(key),
+            Double(held.expiresAt) - now
+                >= Double(policy.requiredRemaining(
+                    requested: minValidSeconds, issuedAt: held.lastRefreshAt, expiresAt: held.expiresAt))
+        {
+            return token(of: held)
+        }
+        return try await refreshKeyUnlessBackingOff(key, now: now)
+    }
+
+    /// Compare-and-refresh for `key`, with the session token's rules (see
+    /// `refresh(staleGeneration:mayStart:)`); generations are the key's own.
+    public func refresh(staleGeneration: Int?, key: TokenKey, mayStart: @Sendable () -> Int? = { nil }) async throws
+        -> Token
+    {
+        guard !key.isSession else { return try await refresh(staleGeneration: staleGeneration, mayStart: mayStart) }
+        let refused = staleGeneration.map { min($0, keyedToken(key)?.generation ?? 0) }
+        let token = try await refreshKeyOrCurrent(key, staleGeneration: staleGeneration, mayStart: mayStart)
+        guard let refused, token.generation <= refused else { return token }
+        throw noNewerToken()
+    }
+
+    func refreshKeyOrCurrent(_ key: TokenKey, staleGeneration: Int?, mayStart: @Sendable () -> Int?) async throws -> Token {
+        if let task = keyedInFlight[key] {
+            coalesced += 1
+            return try await task.value
+        }
+        try requireActive()
+        try refusedStill(key)
+        keyedSnapshots.touch(key, at: clock.now())
+        let now = clock.now()
+        let valid = validKeyedToken(key, now: now)
+        if let staleGeneration, let valid, staleGeneration < valid.generation {
+            coalesced += 1
+            return valid
+        }
+        if valid != nil, !backoff.isWaiting(now: now), let wait = mayStart() {
+            throw RefreshLimited(session: name, retryAfter: wait)
+        }
+        return try await refreshKeyUnlessBackingOff(key, now: now)
+    }
+
+    func refreshKeyUnlessBackingOff(_ key: TokenKey, now: Double) async throws -> Token {
+        if backoff.isWaiting(now: now), keyedInFlight[key] == nil {
+            return try validTokenOrUnavailable(
+                lastError ?? "token endpoint unavailable", retryAfter: backoff.retryAfter(now: now), now: now, key: key)
+        }
+        return try await joinOrStartKeyedRefresh(key, countAsCoalesced: true)
+    }
+
+    /// Joins the key's refresh in flight, or starts one; it waits its turn
+    /// behind every other refresh of the session (see `refreshTurns`).
+    func joinOrStartKeyedRefresh(_ key: TokenKey, countAsCoalesced: Bool) async throws -> Token {
+        if let task = keyedInFlight[key] {
+            if countAsCoalesced { coalesced += 1 }
+            return try await task.value
+        }
+        if stopping {
+            return try validTokenOrUnavailable("tokend is shutting down", retryAfter: 1, now: clock.now(), key: key)
+        }
+        makeRoom(for: key)
+        let task = Task { try await self.performRefresh(afterCrash: false, key: key) }
+        keyedInFlight[key] = task
+        return try await task.value
+    }
+
+    func keyedToken(_ key: TokenKey) -> KeyedToken? {
+        record.keyedTokens.first { $0.resource == key.resource && $0.scope == key.scope }
+    }
+
+    func token(of held: KeyedToken) -> Token {
+        Token(
+            accessToken: held.accessToken, tokenType: held.tokenType, expiresAt: held.expiresAt,
+            generation: held.generation, scope: held.grantedScope ?? held.scope ?? record.scope, resource: held.resource)
+    }
+
+    /// The key's token unless it has expired.
+    func validKeyedToken(_ key: TokenKey, now: Double) -> Token? {
+        guard record.phase == .active, let held = keyedToken(key), Double(held.expiresAt) > now else { return nil }
+        return token(of: held)
+    }
+
+    /// A key the provider refused a moment ago is refused again without asking.
+    func refusedStill(_ key: TokenKey) throws {
+        guard let until = keyRefusedUntil[key], clock.now() < until else { return }
+        throw BrokerError.targetRefused(name, key: key, keyErrors[key] ?? "the provider refused this key")
+    }
+
+    // MARK: The strategy
+
+    /// The strategy configuration or the provider's answers decided, if any.
+    var strategy: RefreshStrategy? {
+        switch keyPolicy.narrowing {
+        case .narrows: .sharedAudience
+        case .keepsWide: .perResource
+        case .auto: record.strategy.flatMap(RefreshStrategy.init) ?? (keyPolicy.resources.count < 2 ? .sharedAudience : nil)
+        }
+    }
+
+    /// What status says: the strategy ("undetermined" until learnt) and why.
+    var strategyInUse: (String, String) {
+        switch (keyPolicy.narrowing, strategy) {
+        case (.narrows, _):
+            return (RefreshStrategy.sharedAudience.rawValue, "narrowing = \"narrows\" in tokend.toml")
+        case (.keepsWide, _):
+            return (RefreshStrategy.perResource.rawValue, "narrowing = \"keeps-wide\" in tokend.toml")
+        case (.auto, nil):
+            return ("undetermined", "learnt at the first refresh for a resource, which asks for all of them at once")
+        case (.auto, let learnt?) where record.strategy != nil:
+            return (learnt.rawValue, record.strategyReason ?? "")
+        case (.auto, let assumed?):
+            return (
+                assumed.rawValue,
+                "fewer than two resources: nothing tells whether the provider narrows refresh tokens, so every "
+                    + "refresh asks for the whole grant (set narrowing = \"keeps-wide\" for tokens of narrower scope)")
+        }
+    }
+
+    /// What a refresh of `key` asks the provider for.
+    func refreshTarget(for key: TokenKey) -> RefreshTargetChoice {
+        let everything = RefreshTarget(resources: keyPolicy.resources, scope: keyPolicy.scope)
+        guard !key.isSession else { return RefreshTargetChoice(request: RefreshTarget(scope: keyPolicy.scope), probing: false) }
+        switch strategy {
+        case .sharedAudience:
+            return RefreshTargetChoice(request: everything, probing: false)
+        case .perResource:
+            return RefreshTargetChoice(
+                request: RefreshTarget(resources: key.resource.map { [$0] } ?? [], scope: key.scope ?? keyPolicy.scope),
+                probing: false)
+        case nil:
+            return RefreshTargetChoice(request: everything, probing: true)
+        }
+    }
+
+    /// Keeps what the provider's answer showed; written with the next record.
+    func learnStrategy(_ learnt: RefreshStrategy, because reason: String) {
+        guard keyPolicy.narrowing == .auto, record.strategy == nil else { return }
+        logger.notice("keyed token strategy learnt", metadata: ["strategy": "\(learnt.rawValue)", "reason": "\(reason)"])
+        record.strategy = learnt.rawValue
+        record.strategyReason = reason
+    }
+
+    var keyStatuses: [KeyedTokenStatus] {
+        var keys = Set(record.keyedTokens.map { TokenKey(resource: $0.resource, scope: $0.scope) })
+        keys.formUnion(keyErrors.keys)
+        return keys.sorted { "\($0)" < "\($1)" }.map { key in
+            let held = keyedToken(key)
+            return KeyedTokenStatus(
+                resource: key.resource, scope: key.scope, generation: held?.generation ?? 0, expiresAt: held?.expiresAt,
+                lastError: keyErrors[key])
+        }
+    }
+
+    // MARK: Answers
+
+    /// A key's successful refresh: the rotated refresh token and the key's
+    /// token on disk, then delivered to subscribers, then to callers.
+    func adoptKeyed(_ response: TokenResponse, key: TokenKey, startedAt: Double, cookieChanges: [CookieChange]) async throws
+        -> Token
+    {
+        let issuedAt = SessionRecord.clampedTime(Int(startedAt))
+        let lifetime = lifetime(of: response, issuedAt: issuedAt)
+        var next = record
+        if let rotated = response.refreshToken { next.refreshToken = rotated }
+        next.refreshStartedAt = nil
+        let previous = keyedToken(key)
+        let lastUsed = max(previous?.lastUsedAt ?? 0, Int(keyedSnapshots.lastUse(of: key) ?? clock.now()))
+        let held = KeyedToken(
+            resource: key.resource, scope: key.scope, accessToken: response.accessToken, tokenType: response.tokenType,
+            grantedScope: response.scope, expiresAt: lifetime.expiresAt, generation: (previous?.generation ?? 0) + 1,
+            lastRefreshAt: issuedAt, lastUsedAt: SessionRecord.clampedTime(lastUsed))
+        next.keyedTokens.removeAll { $0.resource == key.resource && $0.scope == key.scope }
+        next.keyedTokens.append(held)
+        if case .fenced = await persist(next, what: "refreshed state") {
+            return try fleetWriteFailed(what: "the refreshed token")
+        }
+        announcing = true  // until subscribers have the events, callers do not see the new token
+        record = next
+        backoff.reset()
+        keyErrors[key] = nil
+        keyRefusedUntil[key] = nil
+        keyDue[key] = policy.proactiveRefreshAt(issuedAt: issuedAt, expiresAt: held.expiresAt, jitter: random())
+        if let note = lifetime.note { logger.warning("token lifetime not taken as given", metadata: ["note": "\(note)"]) }
+        logger.info(
+            "refreshed",
+            metadata: [
+                "key": "\(key)", "key_generation": "\(held.generation)", "expires_at": "\(held.expiresAt)",
+                "rotated": "\(response.refreshToken != nil)",
+            ])
+        var events = cookieChanges.isEmpty ? [] : [event(.cookies, changes: cookieChanges)]
+        var refreshed = event(.refreshed)
+        refreshed.generation = held.generation
+        refreshed.expiresAt = held.expiresAt
+        refreshed.resource = key.resource
+        refreshed.scope = key.scope
+        events.append(refreshed)
+        await publish(events, waitForDelivery: true)
+        announcing = false
+        updateSnapshot()
+        return token(of: held)
+    }
+
+    /// The provider will not issue this key (invalid_target, invalid_scope):
+    /// the key fails, for a minute without asking again; the session and its
+    /// other keys go on.
+    func refuseKey(_ key: TokenKey, _ error: TokenEndpointError) async throws -> Token {
+        let reason = "the provider will not issue a token for \(key): \(error.reason)"
+        keyErrors[key] = reason
+        let now = clock.now()
+        keyRefusedUntil[key] = now + Self.keyRefusalPause
+        keyDue[key] = now + Self.keyRefusalPause
+        logger.warning("key refused", metadata: ["key": "\(key)", "reason": "\(error.reason)"])
+        if record.refreshStartedAt != nil {
+            var cleared = record
+            cleared.refreshStartedAt = nil
+            await persist(cleared, what: "refresh marker")
+            record.refreshStartedAt = nil
+        }
+        throw BrokerError.targetRefused(name, key: key, reason)
+    }
+
+    /// Seconds a refused key is answered from memory.
+    static let keyRefusalPause = 60.0
+
+    // MARK: Keeping keys
+
+    /// A new key beyond `maximumKeys` pushes out the least recently used one.
+    func makeRoom(for key: TokenKey) {
+        guard keyedToken(key) == nil, record.keyedTokens.count >= keyPolicy.maximumKeys else { return }
+        let idle = record.keyedTokens
+            .map { (TokenKey(resource: $0.resource, scope: $0.scope), lastUse(of: $0)) }
+            .filter { keyedInFlight[$0.0] == nil }
+            .min { $0.1 < $1.1 }
+        guard let (oldest, _) = idle else { return }
+        forget([oldest], why: "more than \(keyPolicy.maximumKeys) keys")
+    }
+
+    func lastUse(of held: KeyedToken) -> Double {
+        max(Double(held.lastUsedAt), keyedSnapshots.lastUse(of: TokenKey(resource: held.resource, scope: held.scope)) ?? 0)
+    }
+
+    /// Keys nobody asked for in `idleLifetime` are forgotten (in memory now, on disk with the next write).
+    func forgetIdleKeys() {
+        let now = clock.now()
+        let idle = record.keyedTokens
+            .filter { now - lastUse(of: $0) > Double(keyPolicy.idleLifetime) }
+            .map { TokenKey(resource: $0.resource, scope: $0.scope) }
+            .filter { keyedInFlight[$0] == nil }
+        guard !idle.isEmpty else { return }
+        forget(idle, why: "unused for \(keyPolicy.idleLifetime) s")
+    }
+
+    func forget(_ keys: [TokenKey], why: String) {
+        for key in keys {
+            logger.info("key forgotten", metadata: ["key": "\(key)", "why": "\(why)"])
+            record.keyedTokens.removeAll { $0.resource == key.resource && $0.scope == key.scope }
+            keyDue[key] = nil
+            keyErrors[key] = nil
+            keyedSnapshots.forget(key)
+        }
+    }
+
+    // MARK: Proactive refresh of keys
+
+    /// Plans the next keyed refresh: the earliest key due, never before the
+    /// backoff allows. Keys due together still go one at a time (their turns).
+    func rescheduleKeys() {
+        keyScheduler?.cancel()
+        keyScheduler = nil
+        guard record.phase == .active, record.refreshToken != nil, !stopping else { return }
+        var earliest: Double?
+        for held in record.keyedTokens {
+            let key = TokenKey(resource: held.resource, scope: held.scope)
+            guard keyedInFlight[key] == nil else { continue }
+            let due = keyDue[key]
+                ?? policy.proactiveRefreshAt(issuedAt: held.lastRefreshAt, expiresAt: held.expiresAt, jitter: random())
+            keyDue[key] = due
+            earliest = min(earliest ?? due, due)
+        }
+        guard var at = earliest else { return }
+        if let retryAt = backoff.nextAttemptAt { at = max(at, retryAt) }
+        let clock = self.clock
+        keyScheduler = Task {
+            do {
+                try await clock.sleep(until: at)
+            } catch {
+                return
+            }
+            await self.proactiveKeyedRefresh()
+        }
+    }
+
+    func proactiveKeyedRefresh() async {
+        keyScheduler = nil
+        guard record.phase == .active, !stopping else { return }
+        forgetIdleKeys()
+        let now = clock.now()
+        let due = keyDue.filter { $0.value <= now && keyedInFlight[$0.key] == nil && keyedToken($0.key) != nil }
+        guard let (key, _) = due.min(by: { $0.value < $1.value }) else {
+            rescheduleKeys()
+            return
+        }
+        _ = try? await joinOrStartKeyedRefresh(key, countAsCoalesced: false)
+        if keyScheduler == nil { rescheduleKeys() }
+    }
+
+    /// The fast path's copy of the keyed tokens (nothing while stopping or not active).
+    func updateKeyedSnapshots() {
+        let live = stopping || record.phase != .active ? [] : record.keyedTokens
+        keyedSnapshots.set(live.map { (TokenKey(resource: $0.resource, scope: $0.scope), token(of: $0), $0.lastRefreshAt) })
+    }
+}
+
+extension SessionRecord {
+    /// A new grant from the same provider refreshes keys the way the last one learnt.
+    func keepingStrategy(of earlier: SessionRecord) -> SessionRecord {
+        var next = self
+        next.strategy = earlier.strategy
+        next.strategyReason = earlier.strategyReason
+        return next
+    }
+}

@@ -1,0 +1,57 @@
+import Broker
+import Foundation
+import StateStore
+import TokendMetrics
+import Varlink
+
+extension Daemon {
+    /// Every second, what each session's status says goes into the metrics
+    /// (its state, its token's expiry, the refreshes and coalesced askers it
+    /// counts: read there, not counted twice). Every `textfileInterval` the
+    /// metrics textfile is rewritten, atomically, for node_exporter.
+    func exportMetrics() async {
+        let textfile = configuration.withLock { $0.daemon.metricsTextfile }
+        var lastWrite = ContinuousClock.now - Self.textfileInterval
+        var failing = false
+        while !Task.isCancelled {
+            await gatherMetrics()
+            if let textfile, ContinuousClock.now - lastWrite >= Self.textfileInterval {
+                lastWrite = .now
+                do {
+                    // World-readable: node_exporter runs as a user of its own, and no value is a secret.
+                    try AtomicFile.write(Array(metrics.render(.prometheus).utf8), to: textfile, mode: 0o644)
+                    if failing { logger.notice("metrics textfile written again", metadata: ["path": "\(textfile)"]) }
+                    failing = false
+                } catch {
+                    if !failing {
+                        logger.error("metrics textfile not written", metadata: ["path": "\(textfile)", "problem": "\(error)"])
+                    }
+                    failing = true
+                }
+            }
+            try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    static let textfileInterval = Duration.seconds(5)
+
+    /// Each session's status, shown by its instruments.
+    func gatherMetrics() async {
+        for session in broker.all {
+            let status = await session.status()
+            metrics.session(session.name).show(
+                state: status.state, expiresAt: status.expiresAt, refreshes: status.refreshes,
+                coalesced: status.coalesced, failures: status.failures)
+        }
+    }
+}
+
+extension ServerMetrics {
+    /// Instruments for every method and error of the interfaces a server serves.
+    convenience init(_ metrics: Metrics, served interfaces: [VarlinkInterface]) {
+        self.init(
+            metrics, methods: interfaces.flatMap { interface in interface.methods.keys.map { "\(interface.name).\($0)" } },
+            errors: interfaces.flatMap { interface in interface.errors.keys.map { "\(interface.name).\($0)" } }
+                + ["org.varlink.service.InternalError"])
+    }
+}

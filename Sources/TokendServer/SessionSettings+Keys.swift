@@ -1,0 +1,9 @@
+import Broker
+import Config
+
+extension SessionSettings {
+    /// The keys (resource, scope) the session may serve besides its own token.
+    var keyPolicy: KeyPolicy {
+        KeyPolicy(resources: resources, scope: scope, narrowing: KeyPolicy.Narrowing(rawValue: narrowing) ?? .auto)
+    }
+}

@@ -1,0 +1,105 @@
+import Foundation
+import TokendClient
+
+/// What a session's status means for a person and what to do about it, said
+/// only from what the status holds.
+struct StatusAdvice: Equatable, Sendable {
+    enum Severity: Equatable, Sendable {
+        /// Tokens are served; nothing to do.
+        case fine
+        /// Tokens are served, but something needs a look.
+        case attention
+        /// No token can be had until someone acts (or the provider or store comes back).
+        case broken
+    }
+
+    var severity: Severity
+    /// "login required — the token endpoint refused …"
+    var headline: String
+    var details: [String] = []
+    /// The command that fixes it, when there is one.
+    var command: String?
+
+    /// `now` and `zone` decide how times read ("10:42", "in 5 min").
+    init(_ status: SessionStatus, now: Int, zone: TimeZone = .current) {
+        let time = { (unix: Int) in StatusAdvice.time(unix, now: now, zone: zone) }
+        let flag = status.session == "default" ? "" : " --session \(status.session)"
+        let tokenValid = status.expiresAt.map { $0 > now } ?? false
+        let reason = status.lastError.map { " — \($0)" } ?? ""
+        severity = .fine
+        switch status.state {
+        case "loginRequired", "loggedOut":
+            severity = .broken
+            headline = (status.state == "loggedOut" ? "logged out" : "login required") + reason
+            command = "tokenctl login\(flag) --device"
+            details.append("or, on a machine with a browser: tokenctl login\(flag) --browser")
+        case "backingOff":
+            severity = tokenValid ? .attention : .broken
+            headline = "refreshing fails" + reason
+            var retry = "\(status.failures) failed attempt\(status.failures == 1 ? "" : "s")"
+            if let next = status.nextRefreshAt { retry += "; tokend tries again at \(time(next)) by itself" }
+            details.append(retry)
+            details.append(
+                tokenValid
+                    ? "the current token is still served until \(time(status.expiresAt!))"
+                    : "no valid token meanwhile: callers get \"token endpoint unavailable\" (exit 4)")
+            command = "tokenctl doctor\(flag)"
+        case "refreshing":
+            headline = "refreshing now"
+        default:
+            if let expiresAt = status.expiresAt {
+                headline = (status.state == "active" ? "active" : status.state)
+                    + (tokenValid ? " — token valid until \(time(expiresAt))"
+                        : " — token expired at \(time(expiresAt)); tokend refreshes when next asked")
+            } else {
+                headline = status.state
+            }
+            if let note = status.lastError { details.append("note: \(note)") }
+        }
+        if let store = status.store, store.hasPrefix("unavailable") {
+            details.append("fleet store \(store); tokend reconnects by itself")
+            if severity == .fine { severity = .attention }
+            command = command ?? "tokenctl doctor\(flag)"
+        }
+        if let subject = status.subject {
+            let name = [status.username, status.email.map { "<\($0)>" }].compactMap { $0 }.joined(separator: " ")
+            details.append("logged in as \(name.isEmpty ? "subject \(subject)" : name)")
+        }
+        var refreshes: [String] = []
+        if let last = status.lastRefreshAt { refreshes.append("last refresh \(time(last))") }
+        if let next = status.nextRefreshAt, status.state == "active" { refreshes.append("next \(time(next))") }
+        refreshes.append(
+            "\(status.refreshes) refresh\(status.refreshes == 1 ? "" : "es") here, \(status.coalesced) caller\(status.coalesced == 1 ? "" : "s") served by one already under way")
+        details.append(refreshes.joined(separator: ", "))
+        if status.pendingLogins > 0 {
+            details.append("\(status.pendingLogins) login\(status.pendingLogins == 1 ? "" : "s") waiting for approval")
+        }
+    }
+
+    /// "10:42 (in 5 min)", with the date when it is not today.
+    static func time(_ unix: Int, now: Int, zone: TimeZone) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = zone
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = zone
+        let date = Date(timeIntervalSince1970: TimeInterval(unix))
+        let sameDay = calendar.isDate(date, inSameDayAs: Date(timeIntervalSince1970: TimeInterval(now)))
+        formatter.dateFormat = sameDay ? "HH:mm" : "yyyy-MM-dd HH:mm"
+        return "\(formatter.string(from: date)) (\(relative(unix - now)))"
+    }
+
+    /// "in 40 s", "5 min ago", "in 2 h".
+    static func relative(_ seconds: Int) -> String {
+        let size = abs(seconds)
+        let amount = size < 90 ? "\(size) s" : size < 90 * 60 ? "\((size + 30) / 60) min" : "\((size + 1800) / 3600) h"
+        return seconds >= 0 ? "in \(amount)" : "\(amount) ago"
+    }
+
+    /// The session's block of `tokenctl status`.
+    var text: String {
+        var lines = details.map { "  \($0)" }
+        if let command { lines.append("  Run: \(command)") }
+        return lines.isEmpty ? headline : headline + "\n" + lines.joined(separator: "\n")
+    }
+}

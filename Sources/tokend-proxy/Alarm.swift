@@ -1,0 +1,35 @@
+import NIOCore
+
+/// One timer for a connection's deadlines, on its event loop. Moving a
+/// deadline later costs nothing (the timer, when it goes off early, is set
+/// again for the deadline as it then stands); only a deadline earlier than the
+/// one the timer is set for sets it again. A connection that serves requests
+/// back to back thus arms no timer per request.
+final class Alarm {
+    private let loop: EventLoop
+    private var armed: (at: NIODeadline, task: Scheduled<Void>)?
+    /// Called when the timer goes off: checks the deadlines and answers the next one, or nil for none.
+    var check: () -> NIODeadline? = { nil }
+
+    init(on loop: EventLoop) { self.loop = loop }
+
+    /// The earliest deadline is now `deadline` or later: the timer goes off no later than it.
+    func ensure(_ deadline: NIODeadline) {
+        if let armed, armed.at <= deadline { return }
+        armed?.task.cancel()
+        let task = loop.assumeIsolatedUnsafeUnchecked().scheduleTask(deadline: deadline) { [weak self] () -> Void in
+            self?.fire()
+        }
+        armed = (deadline, task)
+    }
+
+    func cancel() {
+        armed?.task.cancel()
+        armed = nil
+    }
+
+    private func fire() {
+        armed = nil
+        if let next = check() { ensure(next) }
+    }
+}

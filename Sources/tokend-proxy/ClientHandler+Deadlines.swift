@@ -1,0 +1,120 @@
+import NIOCore
+import NIOHTTP1
+
+/// Reading paused and resumed, deadlines, answers the proxy gives itself.
+extension ClientHandler {
+    /// The client's next body part is awaited: it must come within --body-timeout.
+    func waitForBody() {
+        guard !paused else { return }
+        let deadline = NIODeadline.now() + settings.bodyTimeout
+        bodyDeadline = deadline
+        alarm?.ensure(deadline)
+    }
+
+    /// No more of the client's body for now; the time until `resume` is not the client's.
+    func pause() {
+        paused = true
+        bodyDeadline = nil
+    }
+
+    func resume() {
+        guard paused else { return }
+        paused = false
+        waitForBody()
+        if readHeld, let context {
+            readHeld = false
+            context.read()
+        }
+    }
+
+    /// An answer is written: the next request's head must come within --header-timeout.
+    /// Requests that came meanwhile are taken next.
+    func answered() {
+        bodyDeadline = nil
+        upstreamDeadline = nil
+        let deadline = NIODeadline.now() + settings.headerTimeout
+        headDeadline = deadline
+        alarm?.ensure(deadline)
+        while !queued.isEmpty && !answering {
+            if case .done = phase {
+                queued.removeAll()
+                return
+            }
+            handle(queued.removeFirst())
+        }
+        if queued.isEmpty && !answering { resume() }
+    }
+
+    /// An answer of the proxy's own, to the request being read or dropped.
+    func write(_ answer: Answer, version: HTTPVersion?, close: Bool) {
+        guard let context else { return }
+        let close = close || (inputClosed && queued.isEmpty)
+        let (head, body) = answer.parts(version: version ?? lastVersion, close: close)
+        context.write(wrapOutboundOut(.head(head)), promise: nil)
+        context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+        if close {
+            context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in
+                context.close(promise: nil)
+            }
+        } else {
+            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        }
+    }
+
+    /// The bytes the exchange kept go back to the budget.
+    func release(_ exchange: Exchange) {
+        settings.bodyBudget.give(exchange.budgeted)
+        exchange.budgeted = 0
+        exchange.kept = ByteBuffer()
+        exchange.pending = []
+    }
+
+    /// The client went away mid-exchange: the upstream request ends unfinished (never a cut body for a
+    /// whole one) and its connection is not kept.
+    func abandon(_ exchange: Exchange) {
+        release(exchange)
+        exchange.held = nil
+        if let upstream = exchange.upstream {
+            exchange.upstream = nil
+            pool.release(upstream, reusable: false)
+        }
+    }
+
+    /// The alarm went off: a deadline that passed ends what it guards; the next one is returned.
+    func checkDeadlines() -> NIODeadline? {
+        let now = NIODeadline.now()
+        if let deadline = headDeadline, deadline <= now, case .idle = phase, let context {
+            phase = .done
+            let seconds = settings.headerTimeout.nanoseconds / 1_000_000_000
+            Answer(status: .requestTimeout, message: "no whole request head came within \(seconds) s")
+                .writeAndClose(on: context.channel)
+            return nil
+        }
+        if let deadline = bodyDeadline, deadline <= now, !paused {
+            bodyDeadline = nil
+            let seconds = settings.bodyTimeout.nanoseconds / 1_000_000_000
+            let answer = Answer(status: .requestTimeout, message: "the request body stalled for \(seconds) s")
+            switch phase {
+            case .exchange(let exchange):
+                abandon(exchange)
+                phase = .done
+                if exchange.relayedHead { context?.close(promise: nil) } else { write(answer, version: exchange.head.version, close: true) }
+                return nil
+            case .skipping:
+                phase = .done
+                write(answer, version: nil, close: true)
+                return nil
+            default:
+                break
+            }
+        }
+        if let deadline = upstreamDeadline, deadline <= now {
+            upstreamDeadline = nil
+            if case .exchange(let exchange) = phase { fail(exchange, UpstreamTimedOut()) }
+        }
+        // What passed and guards nothing now is dropped, so the alarm never goes off in a loop.
+        if let deadline = headDeadline, deadline <= now { headDeadline = nil }
+        if let deadline = bodyDeadline, deadline <= now { bodyDeadline = nil }
+        return [headDeadline, bodyDeadline, upstreamDeadline].compactMap { $0 }.min()
+    }
+}

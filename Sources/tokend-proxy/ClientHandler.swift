@@ -1,0 +1,329 @@
+import Logging
+import NIOCore
+import NIOHTTP1
+
+/// What every connection shares: the options, tokend's answers, the body budget.
+struct Settings: Sendable {
+    let upstream: Upstream
+    let credentials: Credentials
+    let bodyBudget: BodyBudget
+    let bufferLimit: Int
+    let bodyTimeout: TimeAmount
+    let headerTimeout: TimeAmount
+    let timeout: TimeAmount
+    let maxConnections: Int
+    let pages: WebPages
+    let logger: Logger
+}
+
+/// One client connection, on its event loop: its requests one after another
+/// (HTTP/1.1 keep-alive), each forwarded on a kept upstream connection of the
+/// same loop. A request that comes while one is answered (pipelined) waits,
+/// and the socket is not read meanwhile; the socket is read on while an
+/// answer is under way otherwise, so that serving a request changes no epoll
+/// registration.
+///
+/// Deadlines: the next request's head must be whole within --header-timeout
+/// of the connection's start or of the previous answer (408 after); while the
+/// proxy waits for the next part of a body, it must come within
+/// --body-timeout (408, closed). Time the proxy spends elsewhere (asking
+/// tokend, waiting for the upstream to take a chunk) is not the client's.
+/// The upstream must start answering within --timeout of the request's end,
+/// and may not fall silent for longer (504, or the connection closed once the
+/// answer has begun).
+final class ClientHandler: ChannelDuplexHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    enum Phase {
+        /// Waiting for a request head.
+        case idle
+        /// Reading a request's body to drop it; then the answer (and the connection closed, with `close`).
+        case skipping(Answer, close: Bool)
+        case exchange(Exchange)
+        /// Over the cap, or closing: nothing more is read or answered.
+        case done
+    }
+
+    let settings: Settings
+    let pool: UpstreamPool
+    /// The peer may be served (on a Unix socket: it is this process's user).
+    let allowed: Bool
+    /// Within --max-connections.
+    let admitted: Bool
+    var phase = Phase.idle
+    var context: ChannelHandlerContext?
+    var alarm: Alarm?
+    var headDeadline: NIODeadline?
+    var bodyDeadline: NIODeadline?
+    var upstreamDeadline: NIODeadline?
+    /// The proxy takes no more of the client's body for now (its upstream is not there or not taking it).
+    var paused = false
+    /// A read NIO asked for while paused: issued on resuming.
+    var readHeld = false
+    /// Parts of requests that came while one was answered.
+    var queued = CircularBuffer<HTTPServerRequestPart>()
+    /// The client shut its sending side: the connection closes once what it sent is answered.
+    var inputClosed = false
+
+    init(settings: Settings, pool: UpstreamPool, allowed: Bool, admitted: Bool) {
+        self.settings = settings
+        self.pool = pool
+        self.allowed = allowed
+        self.admitted = admitted
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        let alarm = Alarm(on: context.eventLoop)
+        alarm.check = { [unowned self] in self.checkDeadlines() }
+        self.alarm = alarm
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        guard admitted else {
+            phase = .done
+            settings.logger.warning("refused a connection over the cap", metadata: ["max-connections": "\(settings.maxConnections)"])
+            Answer(status: .serviceUnavailable, message: "the proxy serves \(settings.maxConnections) connections at most; try again")
+                .writeAndClose(on: context.channel)
+            return context.fireChannelActive()
+        }
+        headDeadline = .now() + settings.headerTimeout
+        alarm?.ensure(headDeadline!)
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if case .exchange(let exchange) = phase { abandon(exchange) }
+        phase = .done
+        alarm?.cancel()
+        alarm?.check = { nil }
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // A malformed request: NIO's error handler answers 400 and closes; what is under way ends.
+        if case .exchange(let exchange) = phase { abandon(exchange) }
+        phase = .done
+        context.fireErrorCaught(error)
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if paused {
+            readHeld = true
+        } else {
+            context.read()
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let part = unwrapInboundIn(data)
+        if !queued.isEmpty || answering {
+            queued.append(part)
+            return pause()
+        }
+        handle(part)
+    }
+
+    /// The request's body is whole and its answer is under way.
+    var answering: Bool {
+        if case .exchange(let exchange) = phase { exchange.bodyDone } else { false }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        guard case ChannelEvent.inputClosed = event else { return context.fireUserInboundEventTriggered(event) }
+        inputClosed = true
+        switch phase {
+        case .idle where queued.isEmpty:
+            phase = .done
+            context.close(promise: nil)
+        case .exchange(let exchange) where !exchange.bodyDone:
+            abandon(exchange)  // the client went away before its request was whole
+            phase = .done
+            context.close(promise: nil)
+        case .skipping:
+            phase = .done
+            context.close(promise: nil)
+        default:
+            break
+        }
+    }
+
+    func handle(_ part: HTTPServerRequestPart) {
+        switch (phase, part) {
+        case (.idle, .head(let head)):
+            begin(head)
+        case (.skipping(let answer, let close), .end):
+            bodyDeadline = nil
+            if close {
+                phase = .done
+                write(answer, version: nil, close: true)
+            } else {
+                phase = .idle
+                write(answer, version: nil, close: false)
+                answered()
+            }
+        case (.skipping, .body):
+            waitForBody()
+        case (.exchange(let exchange), .body(let chunk)):
+            receive(chunk, for: exchange)
+        case (.exchange(let exchange), .end):
+            exchange.bodyDone = true
+            bodyDeadline = nil
+            if !exchange.streaming {
+                obtainCredentials(for: exchange)
+            } else if let upstream = exchange.upstream {
+                upstream.write(.end(nil))
+                upstream.flush()
+                exchange.sent = true
+                upstreamDeadline = .now() + settings.timeout
+                alarm?.ensure(upstreamDeadline!)
+            }
+        case (.done, _):
+            break
+        default:
+            // A part without a head: what the decoder never delivers.
+            phase = .done
+            context?.close(promise: nil)
+        }
+    }
+
+    /// A request head: refused, or an exchange whose body is read next.
+    private func begin(_ head: HTTPRequestHead) {
+        headDeadline = nil
+        if let refusal = allowed ? settings.pages.refusal(for: head) : .forbidden {
+            settings.logger.warning("refused a request", metadata: ["reason": "\(refusal.message)"])
+            lastVersion = head.version
+            phase = .skipping(refusal, close: true)
+            return waitForBody()
+        }
+        switch RequestPath.normalized(head.uri) {
+        case .success(let target):
+            let path = target.prefix { $0 != "?" }
+            let uri = settings.upstream.prefix + target
+            phase = .exchange(Exchange(head: head, url: settings.upstream.url(for: target), uri: uri, path: path))
+        case .failure(let refusal):
+            settings.logger.warning("refused a request path", metadata: ["reason": "\(refusal.why)"])
+            lastVersion = head.version
+            phase = .skipping(.badRequest(refusal.why), close: false)
+        }
+        waitForBody()
+    }
+
+    /// The version of the request being answered with a refusal.
+    var lastVersion = HTTPVersion.http1_1
+
+    /// A chunk of the body: kept while it fits, else streamed to the upstream.
+    private func receive(_ chunk: ByteBuffer, for exchange: Exchange) {
+        waitForBody()
+        if !exchange.streaming {
+            let size = chunk.readableBytes
+            if exchange.kept.readableBytes + size <= settings.bufferLimit, settings.bodyBudget.take(size) {
+                exchange.budgeted += size
+                exchange.kept.writeImmutableBuffer(chunk)
+                return
+            }
+            exchange.streaming = true
+            exchange.pending.append(chunk)
+            return obtainCredentials(for: exchange)
+        }
+        if let upstream = exchange.upstream {
+            upstream.write(.body(.byteBuffer(chunk)))
+            upstream.flush()
+            if !upstream.channel.isWritable { pause() }
+        } else {
+            exchange.pending.append(chunk)
+            pause()
+        }
+    }
+
+    /// The body is whole or streams: tokend's answers from the cache, else from tokend.
+    private func obtainCredentials(for exchange: Exchange) {
+        if exchange.streaming { pause() }
+        if let cached = settings.credentials.cached(path: exchange.path) {
+            return send(exchange, credentials: cached)
+        }
+        let credentials = settings.credentials
+        let url = exchange.url
+        let path = exchange.path
+        let loop = pool.loop
+        let bound = NIOLoopBound((self, exchange), eventLoop: loop)
+        Task {
+            let result: Result<RequestCredentials, any Error>
+            do {
+                result = .success(try await credentials.fetch(url: url, path: path))
+            } catch {
+                result = .failure(error)
+            }
+            loop.execute {
+                let (handler, exchange) = bound.value
+                handler.credentialsArrived(result, for: exchange)
+            }
+        }
+    }
+
+    private func credentialsArrived(_ result: Result<RequestCredentials, any Error>, for exchange: Exchange) {
+        guard case .exchange(let current) = phase, current === exchange else { return }
+        switch result {
+        case .success(let credentials):
+            send(exchange, credentials: credentials)
+        case .failure(let error):
+            settings.logger.error("no token from tokend", metadata: ["problem": "\(error)"])
+            let answer = Answer.tokendFailed(error)
+            release(exchange)
+            if exchange.bodyDone {
+                phase = .idle
+                write(answer, version: exchange.head.version, close: false)
+                answered()
+            } else {
+                lastVersion = exchange.head.version
+                phase = .skipping(answer, close: false)
+                resume()
+            }
+        }
+    }
+
+    /// The request goes upstream on a kept connection (or a new one when `fresh`).
+    func send(_ exchange: Exchange, credentials: RequestCredentials, fresh: Bool = false) {
+        exchange.credentials = credentials
+        let connected: (Result<UpstreamConnection, any Error>) -> Void = { [self] result in
+            guard case .exchange(let current) = phase, current === exchange else {
+                if case .success(let connection) = result { pool.release(connection, reusable: true) }
+                return
+            }
+            switch result {
+            case .success(let connection): transmit(exchange, on: connection)
+            case .failure(let error): fail(exchange, error)
+            }
+        }
+        if fresh { pool.connect(connected) } else { pool.acquire(connected) }
+    }
+
+    private func transmit(_ exchange: Exchange, on connection: UpstreamConnection) {
+        guard let credentials = exchange.credentials else { return }
+        exchange.upstream = connection
+        exchange.upstreamWasReused = connection.reused
+        exchange.answered = false
+        connection.user = self
+        connection.write(.head(exchange.upstreamHead(host: settings.upstream.authority, credentials: credentials)))
+        if !exchange.streaming {
+            if exchange.kept.readableBytes > 0 { connection.write(.body(.byteBuffer(exchange.kept))) }
+            connection.write(.end(nil))
+            exchange.sent = true
+        } else {
+            for chunk in exchange.pending { connection.write(.body(.byteBuffer(chunk))) }
+            exchange.pending = []
+            if exchange.bodyDone {
+                connection.write(.end(nil))
+                exchange.sent = true
+            }
+        }
+        connection.flush()
+        if exchange.sent {
+            upstreamDeadline = .now() + settings.timeout
+            alarm?.ensure(upstreamDeadline!)
+        }
+        if exchange.streaming && !exchange.bodyDone && connection.channel.isWritable { resume() }
+    }
+}

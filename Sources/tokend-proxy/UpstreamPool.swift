@@ -1,0 +1,162 @@
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOSSL
+
+/// What an upstream connection tells the request it serves.
+protocol UpstreamUser: AnyObject {
+    func upstreamReceived(_ part: HTTPClientResponsePart)
+    func upstreamReadComplete()
+    func upstreamWritabilityChanged(writable: Bool)
+    func upstreamFailed(_ error: any Error)
+}
+
+/// The upstream's connections on one event loop, kept open between requests
+/// (HTTP/1.1 keep-alive). A client connection and the upstream connections
+/// serving it share its event loop, so a request never changes threads.
+final class UpstreamPool {
+    let loop: EventLoop
+    let upstream: Upstream
+    let tls: NIOSSLContext?
+    /// Idle connections kept; more are closed when their request ends.
+    let keep: Int
+    private var idle: [UpstreamConnection] = []
+
+    init(loop: EventLoop, upstream: Upstream, tls: NIOSSLContext?, keep: Int) {
+        self.loop = loop
+        self.upstream = upstream
+        self.tls = tls
+        self.keep = keep
+    }
+
+    /// An idle connection, else a new one; `done` runs on the loop, perhaps at once.
+    func acquire(_ done: @escaping (Result<UpstreamConnection, any Error>) -> Void) {
+        while let connection = idle.popLast() {
+            if connection.channel.isActive {
+                connection.reused = true
+                return done(.success(connection))
+            }
+        }
+        connect(done)
+    }
+
+    /// A new connection, never one that sat idle (after a kept one failed before it answered).
+    func connect(_ done: @escaping (Result<UpstreamConnection, any Error>) -> Void) {
+        let tls = self.tls
+        let name = upstream.host
+        let serverHostname = name.contains(":") || name.allSatisfy({ $0.isNumber || $0 == "." }) ? nil : name
+        let connecting = ClientBootstrap(group: loop)
+            .connectTimeout(.seconds(10))
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let pipeline = channel.pipeline.syncOperations
+                    if let tls { try pipeline.addHandler(NIOSSLClientHandler(context: tls, serverHostname: serverHostname)) }
+                    try pipeline.addHTTPClientHandlers()
+                    try pipeline.addHandler(UpstreamConnection(channel: channel))
+                }
+            }
+            .connect(host: upstream.host, port: upstream.port)
+        connecting.assumeIsolated().whenComplete { result in
+            done(
+                result.flatMap { channel in
+                    Result { try channel.pipeline.syncOperations.handler(type: UpstreamConnection.self) }
+                })
+        }
+    }
+
+    /// A connection whose request is over: kept for the next one if it can serve it, else closed.
+    func release(_ connection: UpstreamConnection, reusable: Bool) {
+        connection.user = nil
+        connection.resumeReading()
+        if reusable && connection.channel.isActive && idle.count < keep {
+            idle.append(connection)
+        } else {
+            connection.channel.close(promise: nil)
+        }
+    }
+
+    /// One pool per event loop of `group`, each used only on its loop.
+    static func pools(
+        for group: any EventLoopGroup, upstream: Upstream, tls: NIOSSLContext?, keep: Int
+    ) async throws -> [ObjectIdentifier: NIOLoopBound<UpstreamPool>] {
+        var pools: [ObjectIdentifier: NIOLoopBound<UpstreamPool>] = [:]
+        for loop in group.makeIterator() {
+            pools[ObjectIdentifier(loop)] = try await loop.submit {
+                NIOLoopBound(UpstreamPool(loop: loop, upstream: upstream, tls: tls, keep: keep), eventLoop: loop)
+            }.get()
+        }
+        return pools
+    }
+}
+
+/// One connection to the upstream: its answers go to the request it serves.
+final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPClientResponsePart
+    typealias OutboundOut = HTTPClientRequestPart
+
+    let channel: Channel
+    private var context: ChannelHandlerContext?
+    var user: UpstreamUser?
+    /// It served a request before this one (a kept connection the upstream may have closed meanwhile).
+    var reused = false
+    private var reading = true
+
+    init(channel: Channel) { self.channel = channel }
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+    func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
+
+    func write(_ part: HTTPClientRequestPart) {
+        context?.write(wrapOutboundOut(part), promise: nil)
+    }
+
+    func flush() { context?.flush() }
+
+    /// The client does not take the answer as fast as it comes: the upstream's socket is not read meanwhile.
+    func pauseReading() {
+        guard reading else { return }
+        reading = false
+        try? channel.syncOptions?.setOption(.autoRead, value: false)
+    }
+
+    func resumeReading() {
+        guard !reading else { return }
+        reading = true
+        try? channel.syncOptions?.setOption(.autoRead, value: true)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        user?.upstreamReceived(unwrapInboundIn(data))
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        user?.upstreamReadComplete()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        user?.upstreamWritabilityChanged(writable: context.channel.isWritable)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        let user = self.user
+        self.user = nil
+        user?.upstreamFailed(UpstreamClosed())
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        let user = self.user
+        self.user = nil
+        user?.upstreamFailed(error)
+        context.close(promise: nil)
+    }
+}
+
+/// The upstream closed the connection before its answer was whole.
+struct UpstreamClosed: Error, CustomStringConvertible {
+    var description: String { "the upstream closed the connection" }
+}
+
+/// The upstream said nothing for `--timeout`.
+struct UpstreamTimedOut: Error, CustomStringConvertible {
+    var description: String { "the upstream did not answer in time" }
+}

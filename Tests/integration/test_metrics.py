@@ -1,0 +1,162 @@
+"""Metrics (issue 31): a real Prometheus scraping tokend's metrics-listen, a
+real node_exporter reading its metrics-textfile, promtool and a strict
+OpenMetrics parser on every form, and the listener's refusal of web pages."""
+import json
+import os
+import re
+import socket
+import threading
+
+from conftest import ROOT, free_port, login, read_frame, wait_for
+from prometheus import NodeExporter, Prometheus, get, openmetrics_check, promtool_check, samples
+
+
+def metrics_tokend(make_tokend, server, workdir):
+    """A logged-in tokend with metrics-listen on a free port and a textfile in a directory of its own."""
+    port = free_port()
+    textfiles = os.path.join(workdir, "textfiles")
+    os.makedirs(textfiles)
+    daemon = make_tokend(server, daemon={
+        "metrics-listen": f'"127.0.0.1:{port}"', "metrics-textfile": f'"{textfiles}/tokend.prom"'})
+    daemon.start()
+    login(daemon, server)
+    daemon.metrics_port = port
+    daemon.textfiles = textfiles
+    return daemon
+
+
+def stampede(path, generation, count=100):
+    """`count` connections, all connected first, then Refresh(staleGeneration) sent at once:
+    what a pool of workers does when the token they share was refused."""
+    sockets = []
+    for _ in range(count):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(path)
+        sockets.append(s)
+    barrier = threading.Barrier(count)
+    replies = [None] * count
+    call = json.dumps({"method": "io.tokend.Broker.Refresh", "parameters": {"staleGeneration": generation}}).encode()
+
+    def ask(index):
+        barrier.wait()
+        sockets[index].sendall(call + b"\0")
+        replies[index] = json.loads(read_frame(sockets[index]))
+        sockets[index].close()
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return replies
+
+
+def test_prometheus_sees_a_stampede_of_100_as_one_refresh_and_99_coalesced(server, make_tokend, workdir):
+    daemon = metrics_tokend(make_tokend, server, workdir)
+    node = NodeExporter(daemon.textfiles, workdir)
+    prometheus = Prometheus(workdir, {"tokend": f"127.0.0.1:{daemon.metrics_port}",
+                                      "node": f"127.0.0.1:{node.port}"})
+    try:
+        refreshes = 'tokend_session_refreshes_total{job="%s",session="default"}'
+        coalesced = 'tokend_session_coalesced_total{job="%s",session="default"}'
+        # Before: Prometheus has scraped tokend (OpenMetrics) and node_exporter (the textfile).
+        before = wait_for(lambda: prometheus.value(refreshes % "tokend"), 30, "a first scrape of tokend")
+        wait_for(lambda: prometheus.value(refreshes % "node") == before, 30, "the textfile through node_exporter")
+        base = prometheus.value(coalesced % "tokend")
+        grants = len(server.grants("refresh_token"))
+        generation = daemon.call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"]
+
+        replies = stampede(daemon.socket, generation)
+
+        assert all(r["parameters"]["token"]["generation"] == generation + 1 for r in replies), replies[:3]
+        assert len(server.grants("refresh_token")) == grants + 1  # what the provider saw
+        for job in ("tokend", "node"):
+            wait_for(lambda: prometheus.value(refreshes % job) == before + 1
+                     and prometheus.value(coalesced % job) == base + 99, 30, f"the stampede in {job}'s series")
+        # The refresh as a rate an operator graphs, and the provider's answers by endpoint and status.
+        assert prometheus.value(f'increase({refreshes % "tokend"}[1m])') > 0
+        assert prometheus.value('tokend_provider_responses_total{job="tokend",endpoint="token",code="200"}') >= 2
+        assert prometheus.value('tokend_session_authenticated{job="tokend",session="default"}') == 1
+        assert all(t["health"] == "up" for t in prometheus.targets()), prometheus.targets()
+    finally:
+        prometheus.stop()
+        node.stop()
+
+
+def test_every_form_passes_promtool_or_the_openmetrics_parser(server, make_tokend, workdir):
+    daemon = metrics_tokend(make_tokend, server, workdir)
+    daemon.call("io.tokend.Broker.GetToken")
+    url = f"http://127.0.0.1:{daemon.metrics_port}/metrics"
+    textfile = os.path.join(daemon.textfiles, "tokend.prom")
+    wait_for(lambda: os.path.exists(textfile), 10, "the metrics textfile")
+
+    result = daemon.ctl("metrics")
+    assert result.returncode == 0 and result.stdout.endswith("# EOF\n"), result
+    status, content_type, openmetrics = get(url, {"Accept": "application/openmetrics-text;version=1.0.0,*/*;q=0.1"})
+    assert status == 200 and content_type.startswith("application/openmetrics-text; version=1.0.0")
+    for text in (result.stdout, openmetrics):
+        check = openmetrics_check(text)
+        assert check.returncode == 0 and int(check.stdout) > 20, check.stderr
+        assert "# TYPE tokend_varlink_calls counter" in text and "# UNIT tokend_state_write_duration_seconds seconds" in text
+
+    status, content_type, plain = get(url)
+    assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
+    with open(textfile) as f:
+        file_text = f.read()
+    assert oct(os.stat(textfile).st_mode & 0o777) == "0o644"
+    for text in (plain, file_text):
+        check = promtool_check(text)
+        assert check.returncode == 0 and check.stdout + check.stderr == "", check
+        assert "# TYPE tokend_varlink_calls_total counter" in text
+
+    # One registry: the forms carry the same series (values move between reads).
+    assert set(samples(plain)) == set(samples(openmetrics)) == set(samples(result.stdout))
+    calls = samples(plain)['tokend_varlink_calls_total{method="io.tokend.Broker.GetToken",result="ok"}']
+    assert calls >= 1
+
+
+def test_every_exported_metric_is_in_tokend_8(server, make_tokend, workdir):
+    daemon = metrics_tokend(make_tokend, server, workdir)
+    text = daemon.ctl("metrics").stdout
+    names = re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M)
+    with open(os.path.join(ROOT, "man", "tokend.8")) as f:
+        manual = f.read().replace("\\_", "_").replace("\\-", "-")
+    exported = [name + "_total" if kind == "counter" else name for name, kind in names]
+    assert len(exported) > 20
+    assert [name for name in exported if name not in manual] == []
+
+
+def test_the_metrics_listener_answers_programs_and_refuses_web_pages(server, make_tokend, workdir):
+    daemon = metrics_tokend(make_tokend, server, workdir)
+    url = f"http://127.0.0.1:{daemon.metrics_port}"
+    assert get(url + "/metrics")[0] == 200
+    assert get(url + "/metrics", {"Host": f"localhost:{daemon.metrics_port}"})[0] == 200
+    # A page whose name was rebound to 127.0.0.1 sends its own name as Host.
+    assert get(url + "/metrics", {"Host": f"attacker.example:{daemon.metrics_port}"})[0] == 421
+    assert get(url + "/metrics", {"Host": f"127.0.0.1:{daemon.metrics_port + 1}"})[0] == 421
+    # What browsers add to a page's requests.
+    assert get(url + "/metrics", {"Origin": "http://attacker.example"})[0] == 403
+    assert get(url + "/metrics", {"Sec-Fetch-Site": "cross-site"})[0] == 403
+    assert get(url + "/metrics", {"Sec-Fetch-Site": "same-site"})[0] == 403
+    # A person typing the address into the browser's bar.
+    assert get(url + "/metrics", {"Sec-Fetch-Site": "none"})[0] == 200
+    assert get(url + "/other")[0] == 404
+    request = __import__("urllib.request").request.Request(url + "/metrics", data=b"x", method="POST")
+    try:
+        __import__("urllib.request").request.urlopen(request, timeout=10)
+        raise AssertionError("POST answered")
+    except __import__("urllib.error").error.HTTPError as error:
+        assert error.code == 405
+    # A head that never ends, and garbage: the listener answers and goes on.
+    with socket.create_connection(("127.0.0.1", daemon.metrics_port)) as s:
+        s.sendall(b"NOT HTTP\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 400")
+    with socket.create_connection(("127.0.0.1", daemon.metrics_port)) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 9000)
+        assert s.recv(100).startswith(b"HTTP/1.1 431")
+    text = get(url + "/metrics")[2]
+    counts = samples(text)
+    assert counts['tokend_metrics_http_requests_total{code="421"}'] == 2
+    assert counts['tokend_metrics_http_requests_total{code="403"}'] == 3
+    # The Varlink socket is served all along by the same loop.
+    assert daemon.call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"] >= 1

@@ -1,0 +1,74 @@
+import Foundation
+import Testing
+import TokendClient
+
+@testable import tokenctl
+
+/// What `tokenctl status` says of a session, made from its status alone.
+@Suite struct StatusAdviceTests {
+    let now = 1_780_000_000  // 2026-05-28 20:26:40 UTC
+    let utc = TimeZone(identifier: "UTC")!
+
+    func status(_ state: String, session: String = "default") -> SessionStatus {
+        SessionStatus(session: session, state: state, generation: 3, refreshes: 4, coalesced: 17, failures: 0)
+    }
+
+    @Test func aRefusedRefreshTokenAsksForALoginAndNamesTheCommand() {
+        var refused = status("loginRequired")
+        refused.lastError = "token endpoint refused the refresh (invalid_grant: Invalid grant)"
+        let advice = StatusAdvice(refused, now: now, zone: utc)
+        #expect(advice.severity == .broken)
+        #expect(advice.headline == "login required — token endpoint refused the refresh (invalid_grant: Invalid grant)")
+        #expect(advice.command == "tokenctl login --device")
+        #expect(advice.text.contains("\n  Run: tokenctl login --device"))
+    }
+
+    @Test func aSessionOtherThanDefaultIsNamedInTheCommand() {
+        let advice = StatusAdvice(status("loggedOut", session: "ci"), now: now, zone: utc)
+        #expect(advice.headline == "logged out")
+        #expect(advice.command == "tokenctl login --session ci --device")
+    }
+
+    @Test func anActiveSessionSaysUntilWhenItsTokenIsValid() {
+        var active = status("active")
+        active.expiresAt = now + 600
+        active.lastRefreshAt = now - 60
+        active.nextRefreshAt = now + 540
+        let advice = StatusAdvice(active, now: now, zone: utc)
+        #expect(advice.severity == .fine && advice.command == nil)
+        #expect(advice.headline == "active — token valid until 20:36 (in 10 min)")
+        #expect(advice.details.contains(
+            "last refresh 20:25 (60 s ago), next 20:35 (in 9 min), 4 refreshes here, 17 callers served by one already under way"))
+    }
+
+    @Test func backingOffWithAValidTokenNeedsALookNotALogin() {
+        var failing = status("backingOff")
+        failing.expiresAt = now + 300
+        failing.failures = 3
+        failing.nextRefreshAt = now + 8
+        failing.lastError = "token endpoint answered HTTP 503"
+        let advice = StatusAdvice(failing, now: now, zone: utc)
+        #expect(advice.severity == .attention)
+        #expect(advice.headline == "refreshing fails — token endpoint answered HTTP 503")
+        #expect(advice.details.contains("3 failed attempts; tokend tries again at 20:26 (in 8 s) by itself"))
+        #expect(advice.command == "tokenctl doctor")
+        failing.expiresAt = now - 1
+        #expect(StatusAdvice(failing, now: now, zone: utc).severity == .broken)
+    }
+
+    @Test func anUnavailableFleetStoreIsSaid() {
+        var shared = status("active")
+        shared.expiresAt = now + 600
+        shared.store = "unavailable: connection refused"
+        let advice = StatusAdvice(shared, now: now, zone: utc)
+        #expect(advice.severity == .attention)
+        #expect(advice.details.contains("fleet store unavailable: connection refused; tokend reconnects by itself"))
+    }
+
+    @Test func timesAreRelativeAndDatedWhenNotToday() {
+        #expect(StatusAdvice.relative(40) == "in 40 s")
+        #expect(StatusAdvice.relative(-300) == "5 min ago")
+        #expect(StatusAdvice.relative(7200) == "in 2 h")
+        #expect(StatusAdvice.time(now + 86_400, now: now, zone: utc) == "2026-05-29 20:26 (in 24 h)")
+    }
+}
