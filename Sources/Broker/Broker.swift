@@ -1,4 +1,5 @@
 import Synchronization
+import TokendMetrics
 
 /// All configured sessions, by name.
 public final class Broker: Sendable {
@@ -53,5 +54,16 @@ public final class Broker: Sendable {
         await withDiscardingTaskGroup { group in
             for session in all { group.addTask { await session.stop() } }
         }
+    }
+}
+
+extension SessionActor {
+    /// Counts a refresh's outcome and how long it took from sending the
+    /// request (nil: none was sent) to now, in the session's metrics: the one
+    /// call the refresh path makes at each outcome.
+    func refreshFinished(_ result: SessionMetrics.RefreshResult, sentAt: ContinuousClock.Instant?) {
+        let took = sentAt.map { ContinuousClock.now - $0 } ?? .zero
+        file.metrics.refreshFinished(
+            result, seconds: Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18)
     }
 }

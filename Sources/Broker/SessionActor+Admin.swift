@@ -77,6 +77,7 @@ extension SessionActor {
         var status = sessionStatus()
         let (strategy, reason) = strategyInUse
         status.resources = keyPolicy.resources
+        status.webResources = keyPolicy.webResources
         status.strategy = strategy
         status.strategyReason = reason
         status.tokens = keyStatuses

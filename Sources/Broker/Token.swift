@@ -59,6 +59,8 @@ public struct SessionStatus: Sendable, Equatable {
     public var sharedVersion: Int?
     /// The resources the session serves tokens for.
     public var resources: [String] = []
+    /// The resources web pages may ask for (web-resources).
+    public var webResources: [String] = []
     /// How keyed tokens are refreshed ("shared-audience", "per-resource", "undetermined") and why.
     public var strategy = "shared-audience"
     public var strategyReason = ""

@@ -49,6 +49,8 @@ public struct KeyPolicy: Sendable, Equatable {
     public var maximumKeys: Int
     /// Seconds a key may go unused before it is forgotten.
     public var idleLifetime: Int
+    /// The resources web pages may ask for (web-resources); the browser bridge and web views enforce it.
+    public var webResources: [String] = []
 
     public init(
         resources: [String] = [], scope: String? = nil, narrowing: Narrowing = .auto, maximumKeys: Int = 64,

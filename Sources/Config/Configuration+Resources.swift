@@ -22,6 +22,12 @@ extension TableReader {
                 "resources", "is not supported yet with shared-store: a fleet session serves one token (remove one of the two)")
         }
         session.narrowing = try oneOf("narrowing", ["auto", "narrows", "keeps-wide"]) ?? "auto"
+        for resource in try strings("web-resources") ?? [] {
+            guard session.resources.contains(resource) else {
+                throw problem("web-resources", "\"\(resource)\" is not one of the session's resources")
+            }
+            session.webResources.append(resource)
+        }
         guard let table = try table("resource-access") else { return }
         for resource in table.keys.sorted() {
             guard session.resources.contains(resource) else {

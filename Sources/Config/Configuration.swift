@@ -170,6 +170,9 @@ public struct SessionSettings: Sendable, Equatable {
     /// Who may have tokens for a resource: users and groups by resource; a
     /// resource not named here is open to whoever may read the session.
     public var resourceAccess: [String: AccessSettings] = [:]
+    /// The resources web pages (web-origins, through the browser bridge or a
+    /// web view) may ask tokens for; none unless listed.
+    public var webResources: [String] = []
 
     public init(name: String, tokenEndpoint: URL?, clientID: String) {
         self.name = name

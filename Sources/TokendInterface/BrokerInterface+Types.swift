@@ -57,6 +57,7 @@ extension BrokerInterface {
         public var store: String?
         public var sharedVersion: Int?
         public var resources: [String] = []
+        public var webResources: [String] = []
         public var strategy: String = "shared-audience"
         public var strategyReason: String = ""
         public var tokens: [KeyedToken] = []

@@ -13,8 +13,13 @@ final class FastGetToken: Sendable {
     let policy: @Sendable () -> AccessPolicy
     /// The reply's parameters, shared with the service's GetToken and Refresh.
     let tokenReplies: TokenReplies
-    /// The encoded reply per session, for the generation it was made for.
-    private let replies = Mutex<[String: (generation: Int, expiresAt: Int, bytes: [UInt8])]>([:])
+    /// The encoded reply per session and key, for the generation it was made for.
+    private let replies = Mutex<[Cached: (generation: Int, expiresAt: Int, bytes: [UInt8])]>([:])
+
+    struct Cached: Hashable {
+        var session: String
+        var key: TokenKey
+    }
 
     init(broker: Broker, policy: @escaping @Sendable () -> AccessPolicy, tokenReplies: TokenReplies = TokenReplies()) {
         self.broker = broker
@@ -57,27 +62,37 @@ final class FastGetToken: Sendable {
         }
         var name = Broker.defaultSession
         var minValid: Int?
+        var resource: String?
+        var scope: String?
         for (key, value) in call.parameters {
             switch (key, value) {
             case ("session", .string(let session)): name = session
             case ("minValidSeconds", let number):
                 guard let seconds = number.intValue, seconds >= 0 else { return nil }
                 minValid = seconds
+            case ("resource", .string(let named)): resource = named
+            case ("scope", .string(let named)): scope = named
             case (_, .null): continue
             default: return nil
             }
         }
-        guard policy().allows(peer, .read, session: name), let session = try? broker.session(name),
-            let (token, goodFor) = session.cachedTokenAndLife(minValidSeconds: minValid)
+        // Only keys the session already holds are cached: they were checked when first asked for.
+        let key = TokenKey(resource: resource, scope: scope)
+        let rules = policy()
+        guard rules.allows(peer, .read, session: name), resource.map({ rules.allows(peer, resource: $0, session: name) }) ?? true,
+            let session = try? broker.session(name),
+            let (token, goodFor) = session.cachedTokenAndLife(minValidSeconds: minValid, key: key)
         else { return nil }
+        let cachedAs = Cached(session: name, key: key)
         let bytes: [UInt8]? = replies.withLock { cache in
-            if let cached = cache[name], cached.generation == token.generation, cached.expiresAt == token.expiresAt {
+            if let cached = cache[cachedAs], cached.generation == token.generation, cached.expiresAt == token.expiresAt {
                 return cached.bytes
             }
             var bytes: [UInt8] = []
             guard let parameters = try? tokenReplies.parameters(for: token) else { return nil }
             VarlinkReply(parameters: parameters).encode(into: &bytes)
-            cache[name] = (token.generation, token.expiresAt, bytes)
+            if cache.count >= 1024 { cache.removeAll() }  // keys forgotten long ago
+            cache[cachedAs] = (token.generation, token.expiresAt, bytes)
             return bytes
         }
         return bytes.map { ($0, goodFor) }

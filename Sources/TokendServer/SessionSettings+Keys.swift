@@ -4,6 +4,8 @@ import Config
 extension SessionSettings {
     /// The keys (resource, scope) the session may serve besides its own token.
     var keyPolicy: KeyPolicy {
-        KeyPolicy(resources: resources, scope: scope, narrowing: KeyPolicy.Narrowing(rawValue: narrowing) ?? .auto)
+        var policy = KeyPolicy(resources: resources, scope: scope, narrowing: KeyPolicy.Narrowing(rawValue: narrowing) ?? .auto)
+        policy.webResources = webResources
+        return policy
     }
 }

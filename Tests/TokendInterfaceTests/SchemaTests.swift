@@ -32,7 +32,7 @@ import Varlink
         let swift: [String: any Codable.Type] = [
             "Token": BrokerInterface.Token.self, "SessionStatus": BrokerInterface.SessionStatus.self,
             "PendingLogin": BrokerInterface.PendingLogin.self, "Cookie": BrokerInterface.Cookie.self,
-            "CookieChange": BrokerInterface.CookieChange.self,
+            "CookieChange": BrokerInterface.CookieChange.self, "KeyedToken": BrokerInterface.KeyedToken.self,
         ]
         #expect(Set(swift.keys) == Set(declaration.types.keys))
         for (name, type) in declaration.types {
