@@ -26,6 +26,6 @@ module CookieJar "$root"/Sources/CookieJar/*.swift
 quiet swiftc "${flags[@]}" -module-name CookieJar -I "$out/modules" "$root"/Sources/CookieJar/*.swift \
     "$root/Tests/Fuzz/SetCookieFuzz.swift" "$out/modules/Loopback.o" -o "$out/fuzz-set-cookie"
 quiet swiftc "${flags[@]}" -module-name OAuth -I "$out/modules" "$root/Sources/OAuth/TokenResponse.swift" \
-    "$root/Sources/OAuth/TokenRequest.swift" "$root/Sources/OAuth/ProviderJSON.swift" "$root/Sources/StateStore/SessionRecord.swift" \
+    "$root/Sources/OAuth/TokenRequest.swift" "$root/Sources/OAuth/ProviderJSON.swift" "$root/Sources/StateStore/SessionRecord.swift" "$root/Sources/StateStore/KeyedToken.swift" \
     "$root/Tests/Fuzz/TokenResponseFuzz.swift" "$out/modules/Secrets.o" "$out/modules/CookieJar.o" \
     "$out/modules/Loopback.o" "$out/modules/Varlink.o" -o "$out/fuzz-token-response"
