@@ -39,6 +39,7 @@ extension SessionActor {
             lastError = nil
             reschedule()
             let cookieChanges = jar.removeAll()
+            countCookieChanges(cookieChanges)
             await persist(what: "logout")
             return (refreshToken, cookieChanges)
         }

@@ -223,9 +223,10 @@ extension SessionActor {
 
     /// A key's successful refresh: the rotated refresh token and the key's
     /// token on disk, then delivered to subscribers, then to callers.
-    func adoptKeyed(_ response: TokenResponse, key: TokenKey, startedAt: Double, cookieChanges: [CookieChange]) async throws
-        -> Token
-    {
+    func adoptKeyed(
+        _ response: TokenResponse, key: TokenKey, startedAt: Double, sentAt: ContinuousClock.Instant,
+        cookieChanges: [CookieChange]
+    ) async throws -> Token {
         let issuedAt = SessionRecord.clampedTime(Int(startedAt))
         let lifetime = lifetime(of: response, issuedAt: issuedAt)
         var next = record
@@ -240,8 +241,10 @@ extension SessionActor {
         next.keyedTokens.removeAll { $0.resource == key.resource && $0.scope == key.scope }
         next.keyedTokens.append(held)
         if case .fenced = await persist(next, what: "refreshed state") {
+            refreshFinished(.store, sentAt: sentAt)
             return try fleetWriteFailed(what: "the refreshed token")
         }
+        refreshFinished(.success, sentAt: sentAt)
         announcing = true  // until subscribers have the events, callers do not see the new token
         record = next
         backoff.reset()

@@ -25,6 +25,7 @@ extension SessionActor {
         marked.refreshStartedAt = Int(startedAt)
         // A shared session sends nothing upstream unless the fleet's copy carries the marker.
         if await persist(marked, what: "refresh marker") != .saved {
+            refreshFinished(.store, sentAt: nil)
             return try fleetWriteFailed(what: "the refresh marker")
         }
         record.refreshStartedAt = marked.refreshStartedAt
@@ -77,7 +78,8 @@ extension SessionActor {
                     because: "the provider issued one token for all \(keyPolicy.resources.count) resources, so every "
                         + "refresh asks for all of them and never narrows the refresh token")
             }
-            return try await adoptKeyed(response, key: key, startedAt: startedAt, cookieChanges: cookieChanges)
+            return try await adoptKeyed(
+                response, key: key, startedAt: startedAt, sentAt: sentAt, cookieChanges: cookieChanges)
         case .failure(let error)
         where (error.kind == .rejected && !error.refusesClient) || (error.kind == .refused && confirming):
             var reason = error.kind == .rejected
@@ -86,12 +88,15 @@ extension SessionActor {
                 reason = "tokend stopped during a refresh and the server then refused the stored refresh token "
                     + "(\(error.code ?? "rejected")); the rotated token was lost. Log in again"
             }
+            refreshFinished(.rejected, sentAt: sentAt)
             await requireLogin(reason: reason, earlierChanges: cookieChanges)
             throw BrokerError.loginRequired(name, reason)
         case .failure(let error) where !key.isSession && error.refusesTarget:
+            refreshFinished(.failed, sentAt: sentAt)
             await persistCookies(cookieChanges)
             return try await refuseKey(key, error)
         case .failure(let error):
+            refreshFinished(error.refusesClient ? .clientRefused : .failed, sentAt: sentAt)
             await persistCookies(cookieChanges)
             if error.refusesClient {
                 // The grant is not in question: keep it, and ask again only after
@@ -130,7 +135,9 @@ extension SessionActor {
         let next = applying(response, to: record, issuedAt: Int(startedAt))
         switch await persist(next, what: "refreshed state") {
         case .saved: break
-        case .fenced: return try fleetWriteFailed(what: "the refreshed token")
+        case .fenced:
+            refreshFinished(.store, sentAt: sentAt)
+            return try fleetWriteFailed(what: "the refreshed token")
         case .fleetUnreachable(let problem):
             // Kept here (and on disk): written to the fleet when the store answers again, unless
             // another host has taken over by then (with a grace period at the server, both tokens work).
@@ -140,6 +147,7 @@ extension SessionActor {
         // Without a server grace period, a crash loses the rotated token anywhere from the moment the
         // server may have processed the request (it was sent) until the answer is on disk: exposure.
         // durable: from the server's answer until it is on disk.
+        refreshFinished(.success, sentAt: sentAt)
         let durableAt = ContinuousClock.now
         let durableAfter = durableAt - answeredAt
         let exposure = durableAt - sentAt
@@ -273,7 +281,9 @@ extension SessionActor {
         record = next
         backoff.reset()
         lastError = reason
-        let cookieChanges = earlierChanges + jar.removeAll()
+        let removed = jar.removeAll()
+        countCookieChanges(removed)
+        let cookieChanges = earlierChanges + removed
         await persist(next, what: "login-required state")
         logger.error("login required", metadata: ["reason": "\(reason)"])
         await publish(endingEvents(.loginRequired, cookieChanges: cookieChanges), waitForDelivery: true)

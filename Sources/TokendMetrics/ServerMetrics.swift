@@ -12,6 +12,9 @@ public final class ServerMetrics: Sendable {
     let refusals: [Refusal: Counter]
     let closings: [Closing: Counter]
     let answers: [Int: Counter]
+    /// The method the loop answers itself (a cached GetToken) and its `ok`
+    /// counter: found by comparing the name, without hashing it.
+    let hot: (method: String, counter: Counter)?
     public static let httpStatuses = [200, 400, 403, 404, 405, 408, 421, 431, 503]
 
     /// Why a connection was turned away at accept.
@@ -36,8 +39,9 @@ public final class ServerMetrics: Sendable {
         case replyTooLarge = "reply_too_large"
     }
 
-    /// `methods` and `errors`: qualified names ("io.tokend.Broker.GetToken").
-    public init(_ metrics: Metrics, methods: [String], errors: [String]) {
+    /// `methods` and `errors`: qualified names ("io.tokend.Broker.GetToken");
+    /// `hot`: the method most calls name, whose `ok` counter is found first.
+    public init(_ metrics: Metrics, methods: [String], errors: [String], hot: String? = nil) {
         var results: [String: String] = [:]
         for error in errors { results[error] = String(error.split(separator: ".").last ?? "other") }
         self.results = results
@@ -53,6 +57,7 @@ public final class ServerMetrics: Sendable {
             calls[method] = byResult
         }
         self.calls = calls
+        self.hot = hot.flatMap { method in calls[method].map { (method, $0["ok"]!) } }
         connections = metrics.gauge("tokend_connections", help: "Connections open on the Varlink socket.")
         accepted = metrics.counter("tokend_connections_accepted", help: "Connections admitted on the Varlink socket.")
         subscribers = metrics.gauge("tokend_subscribers", help: "Subscribe calls open (connections receiving events).")
@@ -82,6 +87,7 @@ public final class ServerMetrics: Sendable {
     /// The counter for a method's result: resolved once by code on a hot path
     /// (the loop's cached GetToken), looked up per call elsewhere.
     public func calls(method: String, error: String?) -> Counter {
+        if error == nil, let hot, method == hot.method { return hot.counter }
         let byResult = calls[method] ?? calls["other"]!
         guard let error else { return byResult["ok"]! }
         return byResult[results[error] ?? "other"] ?? byResult["other"]!

@@ -73,7 +73,8 @@ public final class SessionMetrics: Sendable {
         self.results = results
         refreshDuration = metrics.histogram(
             "tokend_session_refresh_duration_seconds",
-            help: "From the refresh marker to the new token on disk, or to the failure.", labels: label)
+            help: "From sending the refresh request to its outcome: the new token on disk, or the failure.",
+            labels: label)
         var cookies: [CookieChangeKind: Counter] = [:]
         for kind in CookieChangeKind.allCases {
             cookies[kind] = metrics.counter(

@@ -275,7 +275,8 @@ public final class Daemon: Service, CustomStringConvertible {
                 .handler, fastPathStamp: { [reuse] in reuse.value },
             admission: { peer in self.access.withLock { $0 }.standing(of: peer) },
             subordinateIDs: loadSubordinateIDs(),
-            metrics: ServerMetrics(metrics, served: [VarlinkInterface.service, BrokerInterface.declaration]),
+            metrics: ServerMetrics(
+                metrics, served: [VarlinkInterface.service, BrokerInterface.declaration], hot: FastGetToken.getToken),
             http: settings.metricsListen.map { metricsListener($0) })
     }
 

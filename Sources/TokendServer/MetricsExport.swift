@@ -48,10 +48,10 @@ extension Daemon {
 
 extension ServerMetrics {
     /// Instruments for every method and error of the interfaces a server serves.
-    convenience init(_ metrics: Metrics, served interfaces: [VarlinkInterface]) {
+    convenience init(_ metrics: Metrics, served interfaces: [VarlinkInterface], hot: String? = nil) {
         self.init(
             metrics, methods: interfaces.flatMap { interface in interface.methods.keys.map { "\(interface.name).\($0)" } },
             errors: interfaces.flatMap { interface in interface.errors.keys.map { "\(interface.name).\($0)" } }
-                + ["org.varlink.service.InternalError"])
+                + ["org.varlink.service.InternalError"], hot: hot)
     }
 }

@@ -4,11 +4,26 @@ OpenMetrics parser on every form, and the listener's refusal of web pages."""
 import json
 import os
 import re
+import shutil
 import socket
+import subprocess
+import tempfile
 import threading
 
-from conftest import ROOT, free_port, login, read_frame, wait_for
+import pytest
+
+from conftest import BIN, ROOT, AuthServer, free_port, login, open_to_other_users, read_frame, wait_for
 from prometheus import NodeExporter, Prometheus, get, openmetrics_check, promtool_check, samples
+
+
+@pytest.fixture(scope="module")
+def server():
+    """One authorization server for the module: its start is most of each test's time."""
+    directory = tempfile.mkdtemp(prefix="tkms", dir="/tmp")
+    instance = AuthServer(os.path.join(directory, "as"))
+    yield instance
+    instance.stop()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def metrics_tokend(make_tokend, server, workdir):
@@ -141,12 +156,9 @@ def test_the_metrics_listener_answers_programs_and_refuses_web_pages(server, mak
     # A person typing the address into the browser's bar.
     assert get(url + "/metrics", {"Sec-Fetch-Site": "none"})[0] == 200
     assert get(url + "/other")[0] == 404
-    request = __import__("urllib.request").request.Request(url + "/metrics", data=b"x", method="POST")
-    try:
-        __import__("urllib.request").request.urlopen(request, timeout=10)
-        raise AssertionError("POST answered")
-    except __import__("urllib.error").error.HTTPError as error:
-        assert error.code == 405
+    with socket.create_connection(("127.0.0.1", daemon.metrics_port)) as s:
+        s.sendall(f"POST /metrics HTTP/1.1\r\nHost: 127.0.0.1:{daemon.metrics_port}\r\n\r\n".encode())
+        assert s.recv(100).startswith(b"HTTP/1.1 405")
     # A head that never ends, and garbage: the listener answers and goes on.
     with socket.create_connection(("127.0.0.1", daemon.metrics_port)) as s:
         s.sendall(b"NOT HTTP\r\n\r\n")
@@ -160,3 +172,68 @@ def test_the_metrics_listener_answers_programs_and_refuses_web_pages(server, mak
     assert counts['tokend_metrics_http_requests_total{code="403"}'] == 3
     # The Varlink socket is served all along by the same loop.
     assert daemon.call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"] >= 1
+
+
+def test_a_metrics_address_another_program_holds_stops_tokend_naming_it(server, make_tokend, workdir):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        daemon = make_tokend(server, daemon={"metrics-listen": f'"127.0.0.1:{port}"'})
+        run = subprocess.run([os.path.join(BIN, "tokend"), "--config", daemon.config],
+                             capture_output=True, text=True, timeout=30)
+    said = run.stdout + run.stderr
+    assert run.returncode != 0 and f"127.0.0.1:{port}" in said and "in use" in said, said
+
+
+def test_fleet_hosts_count_their_lock_waits_and_the_shared_refresh(server, workdir):
+    """Two hosts sharing a session through a real PostgreSQL: both stampede at once;
+    each takes the fleet lock (its wait is measured), one refresh reaches the provider."""
+    from fleet import Fleet, Postgres
+    pg = Postgres(os.path.join(workdir, "pg"))
+    fleet = Fleet(workdir, server, pg, hosts=("a", "b"))
+    try:
+        fleet.start()
+        login(fleet["a"], server)
+        generation = fleet.status("a")["generation"]
+        fleet.wait_generation(generation)
+        grants = len(server.grants("refresh_token"))
+        threads = [threading.Thread(target=stampede, args=(fleet[name].socket, generation, 50)) for name in "ab"]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        fleet.wait_generation(generation + 1)
+        assert len(server.grants("refresh_token")) == grants + 1
+        for name in "ab":
+            counts = samples(fleet[name].ctl("metrics").stdout)
+            assert counts['tokend_fleet_lock_wait_seconds_count{session="default"}'] >= 1, name
+            assert counts['tokend_fleet_lock_losses_total{session="default"}'] == 0
+    finally:
+        fleet.stop()
+        pg.stop("immediate")
+
+
+def test_connections_subscribers_and_refused_peers_are_counted(server, make_tokend, workdir):
+    port = free_port()
+    daemon = open_to_other_users(make_tokend, server, workdir, 'read-users = ["root"]\nread-groups = []',
+                                 **{"metrics-listen": f'"[::1]:{port}"'})
+    url = f"http://[::1]:{port}/metrics"
+
+    def counts():
+        return samples(get(url)[2])
+
+    with socket.socket(socket.AF_UNIX) as subscriber:
+        subscriber.connect(daemon.socket)
+        subscriber.sendall(json.dumps({"method": "io.tokend.Broker.Subscribe", "parameters": {}, "more": True}).encode() + b"\0")
+        assert json.loads(read_frame(subscriber))["parameters"]["event"] == "status"
+        wait_for(lambda: counts()["tokend_subscribers"] == 1, 10, "the subscriber counted")
+        assert counts()["tokend_connections"] >= 1
+    wait_for(lambda: counts()["tokend_subscribers"] == 0 and counts()["tokend_connections"] == 0, 10, "both gone")
+    # A user the policy allows nothing (uid 65534) is refused at accept, and counted by reason.
+    nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                             os.path.join(BIN, "tokenctl"), "status", "--socket", daemon.socket],
+                            capture_output=True, text=True, timeout=30)
+    assert nobody.returncode != 0
+    assert counts()['tokend_connections_refused_total{reason="permission"}'] == 1
+    assert counts()['tokend_varlink_calls_total{method="io.tokend.Broker.Subscribe",result="ok"}'] == 1
