@@ -9,10 +9,19 @@
 //   //   "io.tokend.Broker.LoginRequired"        the user logs in again ("loggedOut" follows)
 //   tokend.on("refreshed", ({ generation }) => ...);        // also "loggedIn", "loggedOut"
 //
+// One login, several APIs: a token for one of the session's web-resources (RFC 8707), or for a
+// narrower scope, is a key of its own with its own generation:
+//   const mail = await tokend.getToken({ resource: "https://mail.example.com/", scope: "mail.read" });
+//   await tokend.refresh({ staleGeneration: mail.generation, resource: mail.resource, scope: "mail.read" });
+//   tokend.on("refreshed", ({ generation }) => ..., { resource: "https://mail.example.com/" });
+// A resource the session does not let pages have is refused before tokend is asked:
+//   "org.varlink.service.PermissionDenied", error.parameters.reason says why.
+// "refreshed" listeners hear the refreshes of the key they name (none: the session's own token).
+//
 // Wire format (usable without this file): the page posts
 // { tokend: "request", id, method: "GetToken" | "Refresh", parameters } to its own origin and gets
-// { tokend: "response", id, parameters } or { tokend: "response", id, error }, and events
-// { tokend: "event", event, generation }.
+// { tokend: "response", id, parameters } or { tokend: "response", id, error, parameters }, and events
+// { tokend: "event", event, generation } ({ ..., resource, scope } for another key's refreshed event).
 "use strict";
 
 (() => {
@@ -30,9 +39,20 @@
       if (message.error) reject(Object.assign(new Error(message.error), { name: message.error, parameters: message.parameters }));
       else resolve(message.parameters);
     } else if (message.tokend === "event") {
-      for (const listener of listeners.get(message.event) ?? []) listener({ generation: message.generation });
+      const key = keyOf(message);
+      for (const { listener, wanted } of listeners.get(message.event) ?? []) {
+        if (message.event === "refreshed" && wanted !== key) continue; // loggedIn, loggedOut: every key's
+        listener(key ? { generation: message.generation, resource: message.resource, scope: message.scope }
+          : { generation: message.generation });
+      }
     }
   });
+
+  // A (resource, scope) key as tokend names it: scope split, without repeats, sorted; "" is the session's own.
+  function keyOf({ resource, scope } = {}) {
+    const scopes = [...new Set((scope ?? "").split(" ").filter(Boolean))].sort().join(" ");
+    return resource == null && !scopes ? "" : `${resource ?? ""}|${scopes}`;
+  }
 
   function request(method, parameters = {}, timeoutMs = 10000) {
     return new Promise((resolve, reject) => {
@@ -49,8 +69,8 @@
   window.tokend = {
     getToken: (options = {}) => request("GetToken", options).then((answer) => answer.token),
     refresh: (options = {}) => request("Refresh", options).then((answer) => answer.token),
-    on(event, listener) {
-      listeners.set(event, [...(listeners.get(event) ?? []), listener]);
+    on(event, listener, key = {}) {
+      listeners.set(event, [...(listeners.get(event) ?? []), { listener, wanted: keyOf(key) }]);
     },
     request,
   };

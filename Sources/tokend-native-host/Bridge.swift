@@ -12,7 +12,9 @@ import VarlinkNIO
 /// Extension → host: `{id, method, parameters, origin?}`; host → extension:
 /// `{id, parameters}` or `{id, error, parameters}`; Subscribe answers with
 /// many `{id, parameters, continues: true}` and ends with `continues: false`
-/// or an error when tokend goes away.
+/// or an error when tokend goes away. What pages may not do (another origin,
+/// a resource outside web-resources) is refused here, before tokend is asked:
+/// org.varlink.service.PermissionDenied (see Bridge+Access.swift).
 final class Bridge: Sendable {
     /// What the extension may ask for; everything else is refused here.
     static let methods: Set<String> = [
@@ -27,8 +29,8 @@ final class Bridge: Sendable {
     let output: Output
     /// The connection for single-reply calls (opened on demand, reopened after a failure).
     let calls = Mutex<VarlinkClient?>(nil)
-    /// Each session's web origins, from tokend, refreshed when an origin is not found.
-    let origins = Mutex<[String: [String]]>([:])
+    /// Each session's web origins and web resources, from tokend, refreshed when a request is not allowed.
+    let web = Mutex<[String: WebAccess]>([:])
 
     init(socket: String, output: Output) {
         self.socket = socket
@@ -45,9 +47,11 @@ final class Bridge: Sendable {
         parameters = parameters.filter { !$0.value.isNull }
         let session = parameters["session"]?.stringValue ?? "default"
         do {
-            try await checkOrigin(method: method, session: session, parameters: parameters, origin: message["origin"]?.stringValue)
+            try await checkAccess(
+                method: method, session: session, parameters: parameters, origin: message["origin"]?.stringValue)
         } catch {
-            output.send(["id": id, "error": .string(VarlinkError.permissionDenied.name), "parameters": [:]])
+            let details = (error as? Refusal)?.parameters ?? [:]
+            output.send(["id": id, "error": .string(VarlinkError.permissionDenied.name), "parameters": .object(details)])
             return
         }
         if method == "Subscribe" {
@@ -99,26 +103,6 @@ final class Bridge: Sendable {
         } catch {
             output.send(["id": id, "error": "io.tokend.Bridge.Disconnected", "parameters": ["reason": .string("\(error)")]])
         }
-    }
-
-    /// A page may ask only from one of the session's web origins; cookies move
-    /// only for those origins' hosts.
-    func checkOrigin(method: String, session: String, parameters: JSONObject, origin: String?) async throws {
-        let allowed: (([String]) -> Bool)
-        if Self.pageMethods.contains(method) {
-            guard let origin else { throw VarlinkError.permissionDenied }
-            allowed = { $0.contains(origin) }
-        } else if Self.cookieMethods.contains(method) {
-            guard let url = parameters["url"]?.stringValue else { throw VarlinkError.permissionDenied }
-            allowed = { CookieImportRule(webOrigins: $0).allows(url: url) }
-        } else {
-            return
-        }
-        if let known = origins.withLock({ $0[session] }), allowed(known) { return }
-        let reply = try await call(BrokerInterface.method("GetStatus"), ["session": .string(session)])
-        let fresh = reply["status"]?["webOrigins"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        origins.withLock { $0[session] = fresh }
-        guard allowed(fresh) else { throw VarlinkError.permissionDenied }
     }
 }
 

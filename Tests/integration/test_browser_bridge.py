@@ -16,6 +16,7 @@ import pytest
 from browser import Browser
 from firefox import Firefox
 from conftest import BIN, ROOT, issued_refresh_tokens, login, scan_for_secrets, wait_for
+from resources import password_grant
 from webapp import WebApp
 
 B = "io.tokend.Broker."
@@ -202,3 +203,41 @@ def test_page_to_token_latency(bridge):
     p50, p99 = times[len(times) // 2], times[int(len(times) * 0.99)]
     print(f"\npage -> token through the bridge in {bridge.kind}: p50 {p50:.2f} ms, p99 {p99:.2f} ms (300 calls)")
     assert len(times) == 300
+
+
+@pytest.mark.parametrize("kind", ["chromium", "firefox"])
+def test_page_gets_tokens_for_its_web_resources_only(kind, server, make_tokend, workdir):
+    """One login, two APIs, of which pages may ask for one (web-resources): the page gets that
+    resource's token and its refreshes' events; the other is refused before tokend is asked."""
+    shared, private = "https://shared.api.test/", "https://private.api.test/"
+    bridge = Bridge(kind, server, make_tokend, workdir, scope='"read write"', resources=json.dumps([shared, private]),
+                    **{"web-resources": json.dumps([shared])})
+    try:
+        status, grant = password_grant(server, [shared, private], "read write")
+        assert status == 200, grant
+        assert "error" not in bridge.daemon.call(B + "Login", refreshToken=grant["refresh_token"])[1]
+        bridge.js(f"Promise.resolve(window.keyed = [], tokend.on('refreshed', (e) => keyed.push([e.resource, "
+                  f"e.generation]), {{resource: {json.dumps(shared)}}}))")
+        token = bridge.js(f"tokend.getToken({{resource: {json.dumps(shared)}}})")
+        assert token == bridge.daemon.call(B + "GetToken", resource=shared)[1]["parameters"]["token"]
+        assert token["resource"] == shared
+        own_generation = bridge.daemon.call(B + "GetStatus")[1]["parameters"]["status"]["generation"]
+        fresh = token
+        while fresh["generation"] <= own_generation:  # the key's generations pass the session's own
+            stale = fresh["generation"]
+            fresh = bridge.js(f"tokend.refresh({{staleGeneration: {stale}, resource: {json.dumps(shared)}}})")
+            assert (fresh["resource"], fresh["generation"]) == (shared, stale + 1)
+        wait_for(lambda: [shared, fresh["generation"]] in bridge.js("Promise.resolve(window.keyed)"), 10,
+                 "the key's refreshed event in the page")
+        heard = bridge.js("Promise.resolve(window.events.filter(e => e[0] === 'refreshed').map(e => e[1]))")
+        assert max(heard, default=0) <= own_generation, "the session's own listeners hear no other key's refresh"
+        upstream = len(server.grants())
+        refused = bridge.js(f"tokend.getToken({{resource: {json.dumps(private)}}})"
+                            ".catch(e => ({error: e.name, resource: e.parameters.resource, reason: e.parameters.reason}))")
+        assert refused["error"] == "org.varlink.service.PermissionDenied" and refused["resource"] == private, refused
+        assert "web-resources" in refused["reason"]
+        assert len(server.grants()) == upstream, "no upstream call for a refused resource"
+        own = bridge.js("tokend.getToken()")
+        assert own == bridge.daemon.call(B + "GetToken")[1]["parameters"]["token"], "a call without resource as before"
+    finally:
+        bridge.close()

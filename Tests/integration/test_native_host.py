@@ -3,11 +3,13 @@ messaging framing, the caller check, the origin checks, the input bound, the
 1 MiB output split, and exit when stdin closes."""
 import json
 import os
+import signal
 import struct
 import subprocess
 import time
 
-from conftest import BIN, login
+from conftest import BIN, login, wait_for
+from resources import password_grant
 
 EXTENSION = "chrome-extension://eidjeejmieedlnhkabcigeekkgfpheoa/"
 B = "io.tokend.Broker."
@@ -81,5 +83,57 @@ def test_large_cookie_events_are_split_under_one_mebibyte(server, make_tokend):
     assert len(pieces) >= 2
     assert all(p["id"] == 5 and p["parameters"]["event"] == "cookies" for p in pieces)
     assert sum(len(p["parameters"]["changes"]) for p in pieces) >= 300
+    host.process.stdin.close()
+    assert host.process.wait(5) == 0
+
+
+def test_pages_get_tokens_for_their_web_resources_only(server, make_tokend, workdir):
+    """A session serving two resources, one of which web pages may ask for (web-resources): the host
+    passes that one (and a scope) to tokend and refuses the other before tokend is asked."""
+    app = "http://127.0.0.1:8123"
+    shared, private = "https://shared.api.test/", "https://private.api.test/"
+    daemon = make_tokend(server, **{"web-origins": json.dumps([app]), "scope": '"read write"',
+                                    "resources": json.dumps([shared, private]),
+                                    "web-resources": json.dumps([shared])}).start()
+    status, grant = password_grant(server, [shared, private], "read write")
+    assert status == 200, grant
+    assert "error" not in daemon.call(B + "Login", refreshToken=grant["refresh_token"])[1]
+    host = Host(daemon)
+    assert host.call("GetStatus")["parameters"]["status"]["webResources"] == [shared]
+    token = host.call("GetToken", origin=app, resource=shared)["parameters"]["token"]
+    assert token["resource"] == shared
+    assert daemon.call(B + "GetToken", resource=shared)[1]["parameters"]["token"] == token, "tokend's token for that key"
+    fresh = host.call("Refresh", origin=app, resource=shared, staleGeneration=token["generation"])["parameters"]["token"]
+    assert fresh["resource"] == shared and fresh["generation"] == token["generation"] + 1
+    narrow = host.call("GetToken", origin=app, resource=shared, scope="read")["parameters"]["token"]
+    assert narrow["resource"] == shared and "read" in narrow["scope"].split()
+    beyond = host.call("GetToken", origin=app, resource=shared, scope="read admin")
+    assert beyond["error"] == B + "ScopeNotAllowed", beyond  # tokend's own check, relayed
+    # Refused here: a resource of the session that pages may not have, one of no session, one that is no string.
+    upstream = len(server.grants())
+    for resource in (private, "https://elsewhere.test/"):
+        for method in ("GetToken", "Refresh"):
+            refused = host.call(method, origin=app, resource=resource)
+            assert refused["error"] == "org.varlink.service.PermissionDenied", refused
+            assert refused["parameters"]["resource"] == resource and "web-resources" in refused["parameters"]["reason"]
+    assert host.call("GetToken", origin=app, resource=5)["error"] == "org.varlink.service.PermissionDenied"
+    assert host.call("GetToken", origin="http://127.0.0.1:9999", resource=shared) == \
+        {"id": 1, "error": "org.varlink.service.PermissionDenied", "parameters": {}}, "an origin refused as before"
+    assert len(server.grants()) == upstream, "no upstream call for a refused resource"
+    keys = {t.get("resource") for t in daemon.call(B + "GetStatus")[1]["parameters"]["status"]["tokens"]}
+    assert private not in keys, "tokend was never asked for it"
+    # A call without a resource is the session's token, as before.
+    own = host.call("GetToken", origin=app)["parameters"]["token"]
+    assert own.get("resource") is None and own == daemon.call(B + "GetToken")[1]["parameters"]["token"]
+    # The configuration changes (SIGHUP): the host asks tokend again rather than trust what it knew.
+    with open(daemon.config) as f:
+        text = f.read()
+    with open(daemon.config, "w") as f:
+        f.write(text.replace(f"web-resources = {json.dumps([shared])}", f"web-resources = {json.dumps([shared, private])}"))
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: daemon.call(B + "GetStatus")[1]["parameters"]["status"]["webResources"] == [shared, private],
+             10, "the reloaded web-resources")
+    token = host.call("GetToken", origin=app, resource=private)
+    assert token["parameters"]["token"]["resource"] == private, token
     host.process.stdin.close()
     assert host.process.wait(5) == 0

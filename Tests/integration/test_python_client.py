@@ -1,7 +1,9 @@
 """The Python client (clients/python) against the built tokend and the real
 authorization server, with a test API that refuses the current token."""
 import asyncio
+import json
 import os
+import socket
 import threading
 from types import SimpleNamespace
 
@@ -9,10 +11,11 @@ import httpx
 import pytest
 import requests
 
-from conftest import login, wait_for
+from conftest import login, read_frame, wait_for
 from faultproxy import FaultProxy
+from resources import password_grant
 from testapi import TestAPI
-from tokend_client import AsyncTokend, NoSuchSession, Tokend, Unreachable
+from tokend_client import AsyncTokend, NoSuchSession, ResourceNotAllowed, ScopeNotAllowed, Tokend, Unreachable
 from tokend_client import httpx_auth, requests_auth
 
 
@@ -187,3 +190,157 @@ def test_the_client_works_with_descriptors_above_1024(server, make_tokend):
         for f in held:
             f.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+# --- tokens per resource and scope (issue #30) ------------------------------------------------------------------------
+
+APIS = "apis"
+
+
+@pytest.fixture
+def resource_api(server):
+    """The test API as two resource servers, api0 and api1, that accept a token only for their own audience."""
+    instance = TestAPI(introspection=server.base + "/o/introspect/")
+    yield instance
+    instance.stop()
+
+
+def resource_session(server, make_tokend, workdir, resources):
+    """A started tokend whose session "apis" serves `resources`, logged in with a grant for all of them."""
+    session = {"token-endpoint": server.token_url, "client-id": "tokend-test",
+               "client-secret-file": os.path.join(workdir, "client-secret"), "scope": "read write",
+               "resources": resources}
+    daemon = make_tokend(server, sessions={APIS: session}).start()
+    status, grant = password_grant(server, resources, "read write")
+    assert status == 200, grant
+    assert Tokend(socket=daemon.socket).call("Login", session=APIS, refreshToken=grant["refresh_token"])
+    return daemon
+
+
+def test_a_token_for_a_resource_names_it_and_others_are_refused(server, make_tokend, workdir, resource_api):
+    resources = [resource_api.resource("api0"), resource_api.resource("api1")]
+    daemon = resource_session(server, make_tokend, workdir, resources)
+    tokend = Tokend(socket=daemon.socket)
+    for name, resource in zip(("api0", "api1"), resources):
+        token = tokend.get_token(APIS, resource=resource)
+        assert token.resource == resource and token.generation >= 1, token
+        status, document, _ = resource_api.check(name, token.access_token, None)
+        assert status == 200 and resource in document["aud"], document
+    narrow = tokend.get_token(APIS, resource=resources[0], scope="read")
+    assert narrow.resource == resources[0] and "read" in (narrow.scope or "").split(), narrow
+    own = tokend.get_token(APIS)
+    assert own.resource is None
+    upstream = len(server.grants())
+    other = resource_api.resource("other")
+    with pytest.raises(ResourceNotAllowed) as refused:
+        tokend.get_token(APIS, resource=other)
+    assert refused.value.resource == other and other in str(refused.value)
+    with pytest.raises(ResourceNotAllowed):
+        tokend.refresh(APIS, resource=other)
+    with pytest.raises(ScopeNotAllowed) as beyond:
+        tokend.get_token(APIS, resource=resources[0], scope="read admin")
+    assert set(beyond.value.scope.split()) == {"read", "admin"}, beyond.value.parameters
+    assert len(server.grants()) == upstream, "refused without asking the provider"
+    status = tokend.status(APIS)
+    assert status["resources"] == resources and status["webResources"] == []
+    assert status["strategy"] == "shared-audience" and status["strategyReason"], status  # the test server narrows
+    held = {(t.get("resource"), t.get("scope")): t["generation"] for t in status["tokens"]}
+    assert held[(resources[0], None)] >= 1 and held[(resources[0], "read")] == narrow.generation, held
+
+
+def test_events_of_a_resource_carry_its_refreshes_only(server, make_tokend, workdir, resource_api):
+    resources = [resource_api.resource("api0"), resource_api.resource("api1")]
+    daemon = resource_session(server, make_tokend, workdir, resources)
+    tokend = Tokend(socket=daemon.socket)
+    first = {r: tokend.get_token(APIS, resource=r) for r in resources}
+    events = []
+
+    def watch():
+        for event in tokend.events(APIS, resource=resources[1]):
+            events.append(event)
+            if event.event == "refreshed":
+                return
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    # The same subscription, read raw: what tokend sends.
+    raw = socket.socket(socket.AF_UNIX)
+    raw.connect(daemon.socket)
+    raw.sendall(json.dumps({"method": "io.tokend.Broker.Subscribe", "more": True,
+                            "parameters": {"session": APIS, "resource": resources[1]}}).encode() + b"\0")
+    assert json.loads(read_frame(raw))["parameters"]["event"] == "status"
+    wait_for(lambda: events, 10, "the status event")
+    assert (events[0].event, events[0].resource) == ("status", resources[1])
+    assert events[0].generation == first[resources[1]].generation
+    # api0's refresh comes first: tokend sends it to this subscriber too, named; the stream skips it.
+    zero = tokend.refresh(APIS, first[resources[0]].generation, resource=resources[0])
+    one = tokend.refresh(APIS, first[resources[1]].generation, resource=resources[1])
+    watcher.join(10)
+    refreshed = [e for e in events if e.event == "refreshed"]
+    assert [(e.resource, e.generation) for e in refreshed] == [(resources[1], one.generation)], events
+    sent = []
+    while len(sent) < 2:
+        event = json.loads(read_frame(raw))["parameters"]
+        if event["event"] == "refreshed":
+            sent.append((event.get("resource"), event["generation"]))
+    raw.close()
+    assert sent == [(resources[0], zero.generation), (resources[1], one.generation)]
+
+
+def test_the_auth_classes_retry_once_after_a_401_for_their_resource(server, make_tokend, workdir, resource_api):
+    resources = [resource_api.resource("api0"), resource_api.resource("api1")]
+    daemon = resource_session(server, make_tokend, workdir, resources)
+    tokend = Tokend(socket=daemon.socket)
+    target = resources[1]
+
+    def key_generation():
+        return {t.get("resource"): t["generation"] for t in tokend.status(APIS)["tokens"] if not t.get("scope")}
+
+    # requests: the resource server refuses the key's token once; the auth class refreshes that key and retries.
+    refused = tokend.get_token(APIS, resource=target)
+    own = tokend.get_token(APIS)
+    resource_api.refuse(refused.access_token)
+    before = len(server.grants("refresh_token"))
+    answer = requests.get(target + "items", auth=requests_auth.TokendAuth(tokend, APIS, resource=target), timeout=30)
+    assert answer.status_code == 200 and [r.status_code for r in answer.history] == [401], answer.text
+    assert answer.json()["resource"] == target and answer.json()["token"] != refused.access_token
+    assert resource_api.checks[-2:] == [(target, 401), (target, 200)]
+    assert len(server.grants("refresh_token")) == before + 1, "one upstream refresh"
+    assert key_generation()[target] == refused.generation + 1, "that key's generation moved"
+    assert tokend.get_token(APIS) == own, "the session's own token was not the one refreshed"
+    # httpx, asynchronous: 20 requests, those that meet the 401 ask for a refresh naming the refused
+    # generation; one refresh of the key serves them all.
+    refused = tokend.get_token(APIS, resource=target)
+    resource_api.refuse(refused.access_token)
+    before = len(server.grants("refresh_token"))
+    checked = len(resource_api.checks)
+
+    async def main():
+        auth = httpx_auth.TokendAuth(async_tokend=AsyncTokend(socket=daemon.socket), session=APIS, resource=target)
+        async with httpx.AsyncClient(auth=auth, timeout=30) as client:
+            return await asyncio.gather(*(client.get(target + "items") for _ in range(20)))
+    responses = asyncio.run(main())
+    assert [r.status_code for r in responses] == [200] * 20
+    assert {r.json()["resource"] for r in responses} == {target}
+    met = sum(1 for _, status in resource_api.checks[checked:] if status == 401)
+    assert met >= 2 and sum(len(r.history) for r in responses) == met, f"{met} requests met the 401"
+    assert len(server.grants("refresh_token")) == before + 1
+    print(f"\n{met} of 20 requests met the 401 for {target}; 1 upstream refresh")
+    assert key_generation()[target] == refused.generation + 1
+    # httpx, synchronous, with a scope: the key (api1, read) is its own; a 401 refreshes it alone.
+    auth = httpx_auth.TokendAuth(tokend=tokend, session=APIS, resource=target, scope="read")
+    narrow = tokend.get_token(APIS, resource=target, scope="read")
+    resource_api.refuse(narrow.access_token)
+    with httpx.Client(auth=auth, timeout=30) as client:
+        answer = client.get(target + "items", params={"scope": "read"})
+    assert answer.status_code == 200 and [r.status_code for r in answer.history] == [401], answer.text
+    fresh = tokend.get_token(APIS, resource=target, scope="read")
+    assert fresh.generation == narrow.generation + 1 and answer.json()["token"] == fresh.access_token
+
+
+def test_an_auth_class_gives_up_on_a_resource_the_session_does_not_serve(server, make_tokend, workdir, resource_api):
+    resources = [resource_api.resource("api0")]
+    daemon = resource_session(server, make_tokend, workdir, resources)
+    auth = requests_auth.TokendAuth(Tokend(socket=daemon.socket), APIS, resource=resource_api.resource("api1"))
+    with pytest.raises(ResourceNotAllowed):
+        requests.get(resource_api.resource("api1") + "items", auth=auth, timeout=30)
+    assert resource_api.checks == [], "no request went out without a token"

@@ -1,6 +1,8 @@
 // The tokend bridge's service worker: one native port to tokend-native-host,
 // a Subscribe per session that has web origins, pages' requests relayed with
 // their origin, and the session's cookies kept in step in both directions.
+// Tokens for other keys of a session (a resource, a narrower scope) have
+// generations of their own: each key's is tracked apart from the session's.
 "use strict";
 
 const api = globalThis.browser ?? globalThis.chrome;
@@ -12,7 +14,7 @@ let port = null;
 let nextId = 1;
 let reconnectDelay = 250;
 const pending = new Map(); // id -> { resolve, reject } or { stream: onReply, parts }
-const sessions = new Map(); // name -> { origins, hosts, applied, waiters, chain }
+const sessions = new Map(); // name -> { origins, hosts, resources, applied, keys, waiters, chain }
 const echoes = new Map(); // cookie keys this worker set or removed itself -> expiry time
 
 // --- The native port -------------------------------------------------------
@@ -80,8 +82,9 @@ async function start() {
   for (const status of reply.parameters.sessions) {
     if (!status.webOrigins?.length) continue;
     const hosts = new Set(status.webOrigins.map((origin) => new URL(origin).hostname));
-    const session = sessions.get(status.session) ?? { applied: 0, waiters: [], chain: Promise.resolve() };
-    Object.assign(session, { name: status.session, origins: status.webOrigins, hosts });
+    const session = sessions.get(status.session) ?? { applied: 0, keys: new Map(), waiters: [], chain: Promise.resolve() };
+    Object.assign(session, { name: status.session, origins: status.webOrigins, hosts, resources: status.webResources ?? [] });
+    for (const token of status.tokens ?? []) appliedKey(session, keyOf(token), token.generation);
     sessions.set(status.session, session);
     origins.push(...status.webOrigins);
     await subscribe(session);
@@ -119,8 +122,17 @@ async function apply(session, event) {
       else for (const change of event.changes) await applyChange(session, change);
       await api.storage.local.set({ [`version:${session.name}`]: event.version });
       break;
-    case "loggedIn":
     case "refreshed":
+      if (event.resource != null || event.scope != null) {
+        // Another key's token: its generation is its own. Pages hear of the keys they may ask for.
+        appliedKey(session, keyOf(event), event.generation);
+        if (event.resource == null || session.resources.includes(event.resource)) {
+          broadcast(session, { event: event.event, generation: event.generation, resource: event.resource, scope: event.scope });
+        }
+        break;
+      }
+    // falls through: the session's own token
+    case "loggedIn":
       session.applied = Math.max(session.applied, event.generation);
       broadcast(session, { event: event.event, generation: event.generation });
       break;
@@ -130,16 +142,30 @@ async function apply(session, event) {
       broadcast(session, { event: "loggedOut", generation: event.generation });
       break;
   }
-  session.waiters = session.waiters.filter((waiter) => !waiter(session.applied));
+  session.waiters = session.waiters.filter((waiter) => !waiter());
 }
 
-/// Resolves once the session's events up to `generation` are applied (at most `ms`).
-function appliedThrough(session, generation, ms = 3000) {
-  if (session.applied >= generation) return Promise.resolve();
+/// A (resource, scope) key as tokend names it: scope split, without repeats, sorted; "" is the session's own.
+function keyOf({ resource, scope }) {
+  const scopes = [...new Set((scope ?? "").split(" ").filter(Boolean))].sort().join(" ");
+  return resource == null && !scopes ? "" : `${resource ?? ""}|${scopes}`;
+}
+
+function appliedKey(session, key, generation) {
+  session.keys.set(key, Math.max(session.keys.get(key) ?? 0, generation));
+}
+
+function appliedGeneration(session, key) {
+  return key === "" ? session.applied : session.keys.get(key) ?? 0;
+}
+
+/// Resolves once the session's events up to `generation` of `key` are applied (at most `ms`).
+function appliedThrough(session, key, generation, ms = 3000) {
+  if (appliedGeneration(session, key) >= generation) return Promise.resolve();
   return new Promise((resolve) => {
     const timer = setTimeout(resolve, ms);
-    session.waiters.push((applied) => {
-      if (applied < generation) return false;
+    session.waiters.push(() => {
+      if (appliedGeneration(session, key) < generation) return false;
       clearTimeout(timer);
       resolve();
       return true;
@@ -178,11 +204,12 @@ async function answerPage(origin, message) {
   if (!session || !["GetToken", "Refresh"].includes(message.method)) {
     return { error: "io.tokend.Broker.PermissionDenied" };
   }
+  // resource and scope pass on: tokend-native-host refuses a resource outside the session's web-resources.
   const parameters = { ...(message.parameters ?? {}), session: session.name };
   const answer = await call(message.method, parameters, origin);
   if (answer.error) return { error: answer.error, parameters: answer.parameters };
   const generation = answer.parameters.token?.generation ?? 0;
-  await appliedThrough(session, generation);
+  await appliedThrough(session, keyOf(parameters), generation);
   return { parameters: answer.parameters };
 }
 

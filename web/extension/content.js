@@ -19,7 +19,10 @@
 
   api.runtime.onMessage.addListener((message) => {
     if (message?.tokend !== "event") return;
-    window.postMessage({ tokend: "event", event: message.event, generation: message.generation }, origin);
+    const { event, generation, resource, scope } = message;
+    // resource and scope: a refreshed event of another key of the session (neither: its own token).
+    const key = resource != null || scope != null ? { resource, scope } : {};
+    window.postMessage({ tokend: "event", event, generation, ...key }, origin);
   });
 
   window.postMessage({ tokend: "ready" }, origin);

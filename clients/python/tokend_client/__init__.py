@@ -5,16 +5,20 @@ from .errors import (
     NoSuchSession,
     PermissionDenied,
     RateLimited,
+    ResourceNotAllowed,
+    ScopeNotAllowed,
     StoreUnavailable,
+    TargetRefused,
     TokendError,
     TooManyConnections,
     Unreachable,
     UpstreamUnavailable,
 )
-from .values import Cookie, CookieSet, Event, Token
+from .values import Cookie, CookieSet, Event, KeyedToken, SessionStatus, Token
 
 __all__ = [
-    "AsyncTokend", "Tokend", "default_socket", "Token", "Cookie", "CookieSet", "Event", "TokendError",
-    "LoginRequired", "NoSuchSession", "PermissionDenied", "RateLimited", "StoreUnavailable", "TooManyConnections",
+    "AsyncTokend", "Tokend", "default_socket", "Token", "Cookie", "CookieSet", "Event", "KeyedToken",
+    "SessionStatus", "TokendError", "LoginRequired", "NoSuchSession", "PermissionDenied", "RateLimited",
+    "ResourceNotAllowed", "ScopeNotAllowed", "StoreUnavailable", "TargetRefused", "TooManyConnections",
     "Unreachable", "UpstreamUnavailable",
 ]

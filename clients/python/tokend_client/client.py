@@ -13,10 +13,10 @@ import os
 import select
 import socket
 import threading
-from typing import Any, AsyncIterator, Dict, Iterator, Optional
+from typing import Any, AsyncIterator, Dict, Iterator, Optional, Tuple, cast
 
 from .errors import TokendError, Unreachable, error_for
-from .values import Cookie, CookieSet, Event, Token
+from .values import Cookie, CookieSet, Event, SessionStatus, Token
 
 INTERFACE = "io.tokend.Broker"
 SYSTEM_SOCKET = "/run/tokend/io.tokend.Broker"
@@ -44,7 +44,7 @@ def _message(method: str, parameters: Dict[str, Any], more: bool = False) -> byt
 
 
 def _answer(frame: bytes) -> Dict[str, Any]:
-    reply = json.loads(frame)
+    reply: Dict[str, Any] = json.loads(frame)
     if "error" in reply:
         raise error_for(reply["error"], reply.get("parameters"))
     return reply
@@ -52,6 +52,21 @@ def _answer(frame: bytes) -> Dict[str, Any]:
 
 def _cookie_set(parameters: Dict[str, Any]) -> CookieSet:
     return CookieSet([Cookie.from_wire(c) for c in parameters["cookies"]], parameters["header"], parameters["version"])
+
+
+class _OwnKey:
+    """Which events a stream yields: tokend sends every key's refreshed events to each subscriber,
+    naming the key; the stream keeps those of the key its status reply names (neither resource nor
+    scope: the session's own token), so that a generation is always compared with its own key's."""
+
+    def __init__(self) -> None:
+        self.key: Tuple[Optional[str], Optional[str]] = (None, None)
+
+    def keeps(self, event: Event) -> bool:
+        if event.event == "status":
+            self.key = (event.resource, event.scope)
+            return True
+        return event.event != "refreshed" or (event.resource, event.scope) == self.key
 
 
 class Tokend:
@@ -63,29 +78,40 @@ class Tokend:
         self._lock = threading.Lock()
         self._connection: Optional["_Connection"] = None
 
-    def get_token(self, session: Optional[str] = None, min_valid: Optional[int] = None) -> Token:
-        reply = self.call("GetToken", session=session, minValidSeconds=min_valid)
+    def get_token(self, session: Optional[str] = None, min_valid: Optional[int] = None,
+                  resource: Optional[str] = None, scope: Optional[str] = None) -> Token:
+        """The session's token, or with `resource` (one of the session's `resources`) and `scope`
+        (a subset of its scope, space-separated) the token of that key of the same grant."""
+        reply = self.call("GetToken", session=session, minValidSeconds=min_valid, resource=resource, scope=scope)
         return Token.from_wire(reply["token"])
 
-    def refresh(self, session: Optional[str] = None, stale_generation: Optional[int] = None) -> Token:
-        """After a 401: name the generation that was refused; tokend refreshes once for everyone."""
-        reply = self.call("Refresh", session=session, staleGeneration=stale_generation)
+    def refresh(self, session: Optional[str] = None, stale_generation: Optional[int] = None,
+                resource: Optional[str] = None, scope: Optional[str] = None) -> Token:
+        """After a 401: name the generation that was refused (of the key named by `resource` and
+        `scope`, as for get_token); tokend refreshes once for everyone."""
+        reply = self.call("Refresh", session=session, staleGeneration=stale_generation, resource=resource, scope=scope)
         return Token.from_wire(reply["token"])
 
     def cookies(self, url: str, session: Optional[str] = None) -> CookieSet:
         return _cookie_set(self.call("GetCookies", session=session, url=url))
 
-    def status(self, session: Optional[str] = None) -> Dict[str, Any]:
-        return self.call("GetStatus", session=session)["status"]
+    def status(self, session: Optional[str] = None) -> SessionStatus:
+        return cast(SessionStatus, self.call("GetStatus", session=session)["status"])
 
-    def events(self, session: Optional[str] = None, since_version: Optional[int] = None) -> Iterator[Event]:
-        """The session's events on a connection of their own ("status" first); ends when tokend stops."""
+    def events(self, session: Optional[str] = None, since_version: Optional[int] = None,
+               resource: Optional[str] = None, scope: Optional[str] = None) -> Iterator[Event]:
+        """The session's events on a connection of their own ("status" first); ends when tokend stops.
+        refreshed events are those of the key named by `resource` and `scope` (neither: the session's own)."""
         connection = _Connection(self.socket, timeout=None)
+        own = _OwnKey()
         try:
-            connection.send(_message("Subscribe", {"session": session, "sinceVersion": since_version}, more=True))
+            connection.send(_message("Subscribe", {"session": session, "sinceVersion": since_version,
+                                                   "resource": resource, "scope": scope}, more=True))
             while True:
                 reply = _answer(connection.frame())
-                yield Event.from_wire(reply.get("parameters", {}))
+                event = Event.from_wire(reply.get("parameters", {}))
+                if own.keeps(event):
+                    yield event
                 if not reply.get("continues"):
                     return
         finally:
@@ -182,6 +208,9 @@ class _Connection:
         self.sock.close()
 
 
+_Streams = Tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
 def _timed_out(path: str, timeout: Optional[float]) -> Unreachable:
     return Unreachable("io.tokend.Unreachable", {"reason": f"{path}: no reply within {timeout or 0:g} s"})
 
@@ -193,30 +222,38 @@ class AsyncTokend:
         self.socket = default_socket(socket)
         self.timeout = timeout
         self._lock: Optional[asyncio.Lock] = None
-        self._streams: Optional[tuple] = None
+        self._streams: Optional[_Streams] = None
 
-    async def get_token(self, session: Optional[str] = None, min_valid: Optional[int] = None) -> Token:
-        reply = await self.call("GetToken", session=session, minValidSeconds=min_valid)
+    async def get_token(self, session: Optional[str] = None, min_valid: Optional[int] = None,
+                        resource: Optional[str] = None, scope: Optional[str] = None) -> Token:
+        reply = await self.call("GetToken", session=session, minValidSeconds=min_valid, resource=resource, scope=scope)
         return Token.from_wire(reply["token"])
 
-    async def refresh(self, session: Optional[str] = None, stale_generation: Optional[int] = None) -> Token:
-        reply = await self.call("Refresh", session=session, staleGeneration=stale_generation)
+    async def refresh(self, session: Optional[str] = None, stale_generation: Optional[int] = None,
+                      resource: Optional[str] = None, scope: Optional[str] = None) -> Token:
+        reply = await self.call("Refresh", session=session, staleGeneration=stale_generation, resource=resource,
+                                scope=scope)
         return Token.from_wire(reply["token"])
 
     async def cookies(self, url: str, session: Optional[str] = None) -> CookieSet:
         return _cookie_set(await self.call("GetCookies", session=session, url=url))
 
-    async def status(self, session: Optional[str] = None) -> Dict[str, Any]:
-        return (await self.call("GetStatus", session=session))["status"]
+    async def status(self, session: Optional[str] = None) -> SessionStatus:
+        return cast(SessionStatus, (await self.call("GetStatus", session=session))["status"])
 
-    async def events(self, session: Optional[str] = None, since_version: Optional[int] = None) -> AsyncIterator[Event]:
+    async def events(self, session: Optional[str] = None, since_version: Optional[int] = None,
+                     resource: Optional[str] = None, scope: Optional[str] = None) -> AsyncIterator[Event]:
         reader, writer = await self._open()
+        own = _OwnKey()
         try:
-            writer.write(_message("Subscribe", {"session": session, "sinceVersion": since_version}, more=True))
+            writer.write(_message("Subscribe", {"session": session, "sinceVersion": since_version,
+                                                "resource": resource, "scope": scope}, more=True))
             await writer.drain()
             while True:
                 reply = _answer(await self._frame(reader))
-                yield Event.from_wire(reply.get("parameters", {}))
+                event = Event.from_wire(reply.get("parameters", {}))
+                if own.keeps(event):
+                    yield event
                 if not reply.get("continues"):
                     return
         finally:
@@ -253,7 +290,7 @@ class AsyncTokend:
             self._streams[1].close()
             self._streams = None
 
-    async def _open(self) -> tuple:
+    async def _open(self) -> _Streams:
         try:
             return await asyncio.open_unix_connection(self.socket, limit=16 << 20)
         except OSError as error:

@@ -51,6 +51,36 @@ class TooManyConnections(TokendError):
     pass
 
 
+class ResourceNotAllowed(TokendError):
+    """The resource is not one of the session's (`resources` in tokend.toml), or this user may not have
+    tokens for it (`resource-access`); tokend asked no one."""
+
+    @property
+    def resource(self) -> str:
+        return str(self.parameters.get("resource", ""))
+
+
+class ScopeNotAllowed(TokendError):
+    """The scope asks for more than the session's; tokend asked no one."""
+
+    @property
+    def scope(self) -> str:
+        return str(self.parameters.get("scope", ""))
+
+
+class TargetRefused(TokendError):
+    """The provider would not issue a token for this (resource, scope) (invalid_target, invalid_scope);
+    the session and its other keys are unaffected."""
+
+    @property
+    def resource(self) -> Optional[str]:
+        return self.parameters.get("resource")
+
+    @property
+    def scope(self) -> Optional[str]:
+        return self.parameters.get("scope")
+
+
 _BY_NAME: Dict[str, Type[TokendError]] = {
     "io.tokend.Broker.NoSuchSession": NoSuchSession,
     "io.tokend.Broker.LoginRequired": LoginRequired,
@@ -58,6 +88,9 @@ _BY_NAME: Dict[str, Type[TokendError]] = {
     "io.tokend.Broker.StoreUnavailable": StoreUnavailable,
     "io.tokend.Broker.RateLimited": RateLimited,
     "io.tokend.Broker.TooManyConnections": TooManyConnections,
+    "io.tokend.Broker.ResourceNotAllowed": ResourceNotAllowed,
+    "io.tokend.Broker.ScopeNotAllowed": ScopeNotAllowed,
+    "io.tokend.Broker.TargetRefused": TargetRefused,
     "org.varlink.service.PermissionDenied": PermissionDenied,
 }
 

@@ -1,11 +1,12 @@
 """`httpx` auth, for Client and AsyncClient: the session's token on every
-request; on a 401 with it, one compare-and-refresh through tokend and one retry."""
+request (or its token for a resource and scope); on a 401 with it, one
+compare-and-refresh of that key through tokend and one retry."""
 from typing import AsyncGenerator, Generator, Optional
 
 import httpx
 
 from .client import AsyncTokend, Tokend
-from .errors import LoginRequired, UpstreamUnavailable
+from .errors import LoginRequired, TargetRefused, UpstreamUnavailable
 
 
 class TokendAuth(httpx.Auth):
@@ -13,22 +14,25 @@ class TokendAuth(httpx.Auth):
     requires_request_body = True
 
     def __init__(self, tokend: Optional[Tokend] = None, async_tokend: Optional[AsyncTokend] = None,
-                 session: Optional[str] = None, min_valid: Optional[int] = None) -> None:
+                 session: Optional[str] = None, min_valid: Optional[int] = None, resource: Optional[str] = None,
+                 scope: Optional[str] = None) -> None:
         self._tokend = tokend
         self._async_tokend = async_tokend
         self.session = session
         self.min_valid = min_valid
+        self.resource = resource
+        self.scope = scope
 
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         tokend = self._tokend = self._tokend or Tokend()
-        token = tokend.get_token(self.session, self.min_valid)
+        token = tokend.get_token(self.session, self.min_valid, self.resource, self.scope)
         request.headers["Authorization"] = token.authorization
         response = yield request
         if response.status_code == 401:
             # tokend has nothing newer than the refused token: the 401 stands.
             try:
-                fresh = tokend.refresh(self.session, stale_generation=token.generation)
-            except (UpstreamUnavailable, LoginRequired):
+                fresh = tokend.refresh(self.session, token.generation, self.resource, self.scope)
+            except (UpstreamUnavailable, LoginRequired, TargetRefused):
                 return
             if fresh.access_token != token.access_token:
                 request.headers["Authorization"] = fresh.authorization
@@ -36,13 +40,13 @@ class TokendAuth(httpx.Auth):
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
         tokend = self._async_tokend = self._async_tokend or AsyncTokend()
-        token = await tokend.get_token(self.session, self.min_valid)
+        token = await tokend.get_token(self.session, self.min_valid, self.resource, self.scope)
         request.headers["Authorization"] = token.authorization
         response = yield request
         if response.status_code == 401:
             try:
-                fresh = await tokend.refresh(self.session, stale_generation=token.generation)
-            except (UpstreamUnavailable, LoginRequired):
+                fresh = await tokend.refresh(self.session, token.generation, self.resource, self.scope)
+            except (UpstreamUnavailable, LoginRequired, TargetRefused):
                 return
             if fresh.access_token != token.access_token:
                 request.headers["Authorization"] = fresh.authorization

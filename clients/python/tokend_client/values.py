@@ -1,6 +1,7 @@
-"""The interface's values (io.tokend.Broker) as dataclasses."""
+"""The interface's values (io.tokend.Broker) as dataclasses, and the session
+status as the typed dictionary tokend sends."""
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, TypedDict
 
 
 @dataclass(frozen=True)
@@ -10,6 +11,8 @@ class Token:
     expires_at: int
     generation: int
     scope: Optional[str] = None
+    # The resource (RFC 8707) the token is for, when the call named one.
+    resource: Optional[str] = None
 
     @property
     def authorization(self) -> str:
@@ -19,7 +22,7 @@ class Token:
     @classmethod
     def from_wire(cls, value: Dict[str, Any]) -> "Token":
         return cls(value["accessToken"], value.get("tokenType") or "Bearer", value["expiresAt"], value["generation"],
-                   value.get("scope"))
+                   value.get("scope"), value.get("resource"))
 
 
 @dataclass(frozen=True)
@@ -58,8 +61,62 @@ class Event:
     reason: Optional[str] = None
     version: Optional[int] = None
     raw: Dict[str, Any] = field(default_factory=dict, compare=False)
+    # refreshed and status events: the key whose token this is (neither: the session's own).
+    resource: Optional[str] = None
+    scope: Optional[str] = None
 
     @classmethod
     def from_wire(cls, value: Dict[str, Any]) -> "Event":
         return cls(value.get("event", ""), value.get("session", ""), value.get("generation", 0),
-                   value.get("expiresAt"), value.get("reason"), value.get("version"), value)
+                   value.get("expiresAt"), value.get("reason"), value.get("version"), value,
+                   value.get("resource"), value.get("scope"))
+
+
+class _KeyedTokenAlways(TypedDict):
+    generation: int
+
+
+class KeyedToken(_KeyedTokenAlways, total=False):
+    """A session's token for a (resource, scope) key other than its own (absent members were null)."""
+    resource: str
+    scope: str
+    expiresAt: int
+    lastError: str
+
+
+class _StatusAlways(TypedDict):
+    session: str
+    state: str
+    generation: int
+    refreshes: int
+    coalesced: int
+    failures: int
+    cookies: int
+    cookieVersion: int
+    pendingLogins: int
+    webOrigins: List[str]
+    gitHosts: List[str]
+    # The resources the session serves tokens for, those web pages may ask for, how keyed tokens
+    # are refreshed ("shared-audience", "per-resource" or "undetermined") and why, and their tokens.
+    resources: List[str]
+    webResources: List[str]
+    strategy: str
+    strategyReason: str
+    tokens: List[KeyedToken]
+
+
+class SessionStatus(_StatusAlways, total=False):
+    """GetStatus's answer as tokend sends it: camelCase keys, absent when null."""
+    expiresAt: int
+    expirySource: str
+    lastRefreshAt: int
+    nextRefreshAt: int
+    lastError: str
+    subject: str
+    username: str
+    email: str
+    gitUsername: str
+    redirectUri: str
+    hostId: str
+    store: str
+    sharedVersion: int
