@@ -18,6 +18,11 @@ struct DoctorCommand: AsyncParsableCommand {
     func run() async throws {
         let environment = ProcessInfo.processInfo.environment
         let configPath = config ?? environment["TOKEND_CONFIG"] ?? "/etc/tokend/tokend.toml"
+        let systemd = DoctorSystemd.here()
+        let standIns = systemd?.credentials("tokend.service").flatMap(CredentialStandIns.make)
+        defer { standIns?.remove() }
+        var parserEnvironment = environment
+        if let standIns { parserEnvironment["CREDENTIALS_DIRECTORY"] = standIns.directory }
         var failed = false
         func report(_ results: [DoctorResult]) {
             // Written at once, so a slow check (a provider that does not answer) shows where it is.
@@ -27,26 +32,31 @@ struct DoctorCommand: AsyncParsableCommand {
             }
         }
 
-        report([DoctorConfigCheck.run(config: configPath, tokend: DoctorProgram.find("tokend"))])
+        report([
+            DoctorConfigCheck.run(
+                config: configPath, tokend: DoctorProgram.find("tokend"), environment: parserEnvironment,
+                standIns: standIns?.directory)
+        ])
         let setup: DoctorSetup?
         do {
-            setup = try DoctorSetup.load(path: configPath, environment: environment)
+            setup = try DoctorSetup.load(path: configPath, environment: parserEnvironment)
         } catch {
             setup = nil
             report([.skip("configured values", "\(error): the checks that compare with them are left out")])
         }
 
-        let explicitSocket = common.socket ?? environment["TOKEND_SOCKET"]
-        let socketPath = explicitSocket ?? setup?.socket ?? TokendClient.defaultSocket
+        // What tokenctl's other commands ask, and what the doctor probes: the
+        // configured socket when nothing names one.
+        let clientSocket = TokendClient.socketPath(common.socket)
+        let socketPath = common.socket ?? environment["TOKEND_SOCKET"] ?? setup?.socket ?? clientSocket
         let socket = SocketFacts.probe(socketPath)
         let daemon = DoctorSocketCheck.identity(of: socket)
         let me = (uid: getuid(), name: DoctorSocketCheck.userName(getuid()))
         report(
             DoctorSocketCheck.judge(
-                socket, expectedMode: setup?.socketMode, daemon: daemon,
-                configuredSocket: explicitSocket == nil ? nil : setup?.socket, me: me))
+                socket, expectedMode: setup?.socketMode, daemon: daemon, clientSocket: clientSocket,
+                configuredSocket: setup?.socket, me: me))
 
-        let systemd = DoctorSystemd.here()
         if let setup {
             report(DoctorStateCheck.run(directory: setup.stateDirectory, daemon: daemon))
             let facts = DoctorEncryptionCheck.probe(
@@ -58,25 +68,9 @@ struct DoctorCommand: AsyncParsableCommand {
         let curl = DoctorProgram.find("curl")
         for (name, status) in statuses {
             report([DoctorSessionCheck.judge(session: name, status)])
-            guard let session = setup?.sessions.first(where: { $0.name == name }) else { continue }
-            if let target = DoctorProviderCheck.targets(of: session) {
-                guard let curl else {
-                    report([.skip("provider (\(name))", "curl is not installed (apt install curl) to ask \(target.urls[0])")])
-                    continue
-                }
-                let answer = DoctorProviderCheck.ask(target.urls, curl: curl)
-                report([DoctorProviderCheck.judge(answer, session: name, isDiscovery: target.isDiscovery)])
-                report(DoctorProviderCheck.judgeClock(answer, session: name).map { [$0] } ?? [])
+            if let session = setup?.sessions.first(where: { $0.name == name }) {
+                report(Self.check(session, status: status.success, curl: curl))
             }
-            let hasToken = status.success.map { ($0.expiresAt ?? 0) > Int(Date().timeIntervalSince1970) }
-            for file in session.tokenFiles {
-                report([
-                    DoctorTokenFileCheck.judge(
-                        file, found: FileFacts.of(file.path), session: name, hasToken: hasToken,
-                        groupID: file.group.flatMap(DoctorTokenFileCheck.groupID))
-                ])
-            }
-            if let store = session.sharedStore { report(DoctorFleetCheck.run(url: store, session: name)) }
         }
 
         let webOrigins = setup.map { $0.sessions.contains { !$0.webOrigins.isEmpty } }
@@ -84,6 +78,30 @@ struct DoctorCommand: AsyncParsableCommand {
         report([DoctorBridgeCheck.run(webOrigins: webOrigins, user: me.name, environment: environment)])
         report([DoctorUnitCheck.run(systemd: systemd)])
         if failed { throw ExitCode(Exit.failure) }
+    }
+
+    /// A configured session's provider and clock, token files and fleet store.
+    static func check(_ session: DoctorSetup.Session, status: SessionStatus?, curl: DoctorProgram?) -> [DoctorResult] {
+        var results: [DoctorResult] = []
+        let name = session.name
+        if let target = DoctorProviderCheck.targets(of: session) {
+            if let curl {
+                let answer = DoctorProviderCheck.ask(target.urls, curl: curl)
+                results.append(DoctorProviderCheck.judge(answer, session: name, isDiscovery: target.isDiscovery))
+                results += DoctorProviderCheck.judgeClock(answer, session: name).map { [$0] } ?? []
+            } else {
+                results.append(.skip("provider (\(name))", "curl is not installed (apt install curl) to ask \(target.urls[0])"))
+            }
+        }
+        let hasToken = status.map { ($0.expiresAt ?? 0) > Int(Date().timeIntervalSince1970) }
+        for file in session.tokenFiles {
+            results.append(
+                DoctorTokenFileCheck.judge(
+                    file, found: FileFacts.of(file.path), session: name, hasToken: hasToken,
+                    groupID: file.group.flatMap(DoctorTokenFileCheck.groupID)))
+        }
+        if let store = session.sharedStore { results += DoctorFleetCheck.run(url: store, session: name) }
+        return results
     }
 
     /// Each session to check (the one named, else every configured one, else
@@ -95,7 +113,6 @@ struct DoctorCommand: AsyncParsableCommand {
         guard reachable, let client = try? await TokendClient.connect(socket: socket) else {
             return names.map { ($0, .failure(.unreachable(socket: socket, reason: "not reachable"))) }
         }
-        defer { Task { await client.close() } }
         if names.isEmpty { names = ((try? await client.sessions()) ?? []).map(\.session) }
         var statuses: [(name: String, status: Result<SessionStatus, TokendClientError>)] = []
         for name in names {
@@ -105,6 +122,7 @@ struct DoctorCommand: AsyncParsableCommand {
                 statuses.append((name, .failure(error)))
             }
         }
+        await client.close()
         return statuses
     }
 }

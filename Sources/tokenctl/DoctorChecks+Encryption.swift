@@ -56,12 +56,7 @@ enum DoctorEncryptionCheck {
 
     static func probe(stateDirectory: String, keyFile: String?, systemd: DoctorSystemd?) -> Facts {
         var facts = Facts(keyFile: keyFile, keyFileFacts: keyFile.flatMap(FileFacts.of))
-        facts.unitLoadsCredential = systemd?.unitText("tokend.service").map { text in
-            text.split(separator: "\n").contains { line in
-                line.hasPrefix("LoadCredential") || line.hasPrefix("SetCredential")
-                    ? line.split(separator: "=", maxSplits: 1).last?.hasPrefix(credential) == true : false
-            }
-        }
+        facts.unitLoadsCredential = systemd?.credentials("tokend.service")?.contains(credential)
         let names = (try? FileManager.default.contentsOfDirectory(atPath: stateDirectory)) ?? []
         for name in names where name.hasSuffix(".session") {
             guard let data = FileManager.default.contents(atPath: "\(stateDirectory)/\(name)"),

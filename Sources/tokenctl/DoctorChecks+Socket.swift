@@ -91,15 +91,15 @@ enum DoctorSocketCheck {
     /// Reachable, then mode and group against the configuration and tokend's group.
     /// `expectedMode` nil: the configuration was not read.
     static func judge(
-        _ facts: SocketFacts, expectedMode: UInt32?, daemon: DaemonIdentity?, configuredSocket: String?,
-        me: (uid: UInt32, name: String)
+        _ facts: SocketFacts, expectedMode: UInt32?, daemon: DaemonIdentity?, clientSocket: String,
+        configuredSocket: String?, me: (uid: UInt32, name: String)
     ) -> [DoctorResult] {
         var results: [DoctorResult] = []
         let path = facts.path
-        if let configuredSocket, configuredSocket != path {
+        if let configuredSocket, configuredSocket != clientSocket {
             results.append(
                 .warn(
-                    "socket path", "tokenctl asks \(path), the configuration's daemon.socket is \(configuredSocket)",
+                    "socket path", "tokenctl asks \(clientSocket), the configuration's daemon.socket is \(configuredSocket)",
                     fix: "export TOKEND_SOCKET=\(configuredSocket) (or pass --socket)"))
         }
         guard let mode = facts.mode else {

@@ -19,6 +19,26 @@ struct DoctorSystemd {
         return output.standardOutput
     }
 
+    /// The credentials the unit hands tokend (LoadCredential=, SetCredential= and
+    /// their Encrypted forms), nil when the unit is not installed.
+    func credentials(_ unit: String) -> Set<String>? {
+        unitText(unit).map(Self.credentials(inUnitText:))
+    }
+
+    static func credentials(inUnitText text: String) -> Set<String> {
+        var names: Set<String> = []
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2,
+                ["LoadCredential", "LoadCredentialEncrypted", "SetCredential", "SetCredentialEncrypted"].contains(
+                    parts[0].trimmingCharacters(in: .whitespaces))
+            else { continue }
+            let name = parts[1].split(separator: ":", maxSplits: 1).first.map(String.init) ?? ""
+            if !name.isEmpty { names.insert(name.trimmingCharacters(in: .whitespaces)) }
+        }
+        return names
+    }
+
     func properties(_ unit: String, _ names: [String]) -> [String: String] {
         guard let output = systemctl.run(["show", unit, "--property=" + names.joined(separator: ",")]),
             output.status == 0

@@ -25,10 +25,11 @@ struct DoctorProgram {
 
     /// nil when it cannot be started. Its output is read while it runs, so a
     /// long answer never blocks it on a full pipe.
-    func run(_ arguments: [String]) -> Output? {
+    func run(_ arguments: [String], environment: [String: String]? = nil) -> Output? {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
+        if let environment { process.environment = environment }
         let output = Pipe()
         let errors = Pipe()
         process.standardOutput = output

@@ -65,12 +65,14 @@ struct StatusAdvice: Equatable, Sendable {
             let name = [status.username, status.email.map { "<\($0)>" }].compactMap { $0 }.joined(separator: " ")
             details.append("logged in as \(name.isEmpty ? "subject \(subject)" : name)")
         }
-        var refreshes: [String] = []
-        if let last = status.lastRefreshAt { refreshes.append("last refresh \(time(last))") }
-        if let next = status.nextRefreshAt, status.state == "active" { refreshes.append("next \(time(next))") }
-        refreshes.append(
-            "\(status.refreshes) refresh\(status.refreshes == 1 ? "" : "es") here, \(status.coalesced) caller\(status.coalesced == 1 ? "" : "s") served by one already under way")
-        details.append(refreshes.joined(separator: ", "))
+        if status.refreshes > 0 || status.lastRefreshAt != nil {
+            var refreshes: [String] = []
+            if let last = status.lastRefreshAt { refreshes.append("last refresh \(time(last))") }
+            if let next = status.nextRefreshAt, status.state == "active" { refreshes.append("next \(time(next))") }
+            refreshes.append(
+                "\(status.refreshes) refresh\(status.refreshes == 1 ? "" : "es") here, \(status.coalesced) caller\(status.coalesced == 1 ? "" : "s") served by one already under way")
+            details.append(refreshes.joined(separator: ", "))
+        }
         if status.pendingLogins > 0 {
             details.append("\(status.pendingLogins) login\(status.pendingLogins == 1 ? "" : "s") waiting for approval")
         }
@@ -89,17 +91,17 @@ struct StatusAdvice: Equatable, Sendable {
         return "\(formatter.string(from: date)) (\(relative(unix - now)))"
     }
 
-    /// "in 40 s", "5 min ago", "in 2 h".
+    /// "in 40 s", "5 min ago", "in 2 h", "now".
     static func relative(_ seconds: Int) -> String {
+        if seconds == 0 { return "now" }
         let size = abs(seconds)
         let amount = size < 90 ? "\(size) s" : size < 90 * 60 ? "\((size + 30) / 60) min" : "\((size + 1800) / 3600) h"
         return seconds >= 0 ? "in \(amount)" : "\(amount) ago"
     }
 
-    /// The session's block of `tokenctl status`.
+    /// The session's block of `tokenctl status`: what is happening, what to do, then the rest.
     var text: String {
-        var lines = details.map { "  \($0)" }
-        if let command { lines.append("  Run: \(command)") }
-        return lines.isEmpty ? headline : headline + "\n" + lines.joined(separator: "\n")
+        let lines = (command.map { ["Run: \($0)"] } ?? []) + details
+        return ([headline] + lines.map { "  \($0)" }).joined(separator: "\n")
     }
 }

@@ -64,7 +64,8 @@ def oidc_server(workdir) -> Iterator[AuthServer]:
     """The authorization server with OpenID Connect on: it serves a discovery document."""
     instance = AuthServer(os.path.join(workdir, "as"), extra=["--oidc"])
     yield instance
-    instance.stop()
+    if instance.process.poll() is None:  # a test may have stopped it
+        instance.stop()
 
 
 @pytest.fixture

@@ -23,6 +23,26 @@ import Testing
             == .ok("configuration", "/etc/t.toml: valid (default)"))
     }
 
+    @Test func theUnitsCredentialsAreReadFromItsTextAndDropIns() throws {
+        let shipped = try String(contentsOfFile: #filePath.replacingOccurrences(
+            of: "Tests/tokenctlTests/DoctorTests.swift", with: "systemd/tokend.service"), encoding: .utf8)
+        let dropIn = "\n# /etc/systemd/system/tokend.service.d/key.conf\n[Service]\nLoadCredentialEncrypted=tokend.state-key\n"
+        #expect(DoctorSystemd.credentials(inUnitText: shipped) == ["default.client-secret"])
+        #expect(DoctorSystemd.credentials(inUnitText: shipped + dropIn) == ["default.client-secret", "tokend.state-key"])
+    }
+
+    @Test func aProblemWithAStandInForTheUnitsCredentialIsNotOne() throws {
+        let standIns = try #require(CredentialStandIns.make(for: ["default.client-secret"]))
+        defer { standIns.remove() }
+        #expect(FileManager.default.isReadableFile(atPath: "\(standIns.directory)/default.client-secret"))
+        let key = "tokend: session default: client key \(standIns.directory)/default.client-key: not a PEM key\n"
+        #expect(DoctorConfigCheck.judge(config: "/etc/t.toml", status: 78, output: key, standIns: standIns.directory)
+            .outcome == .ok)
+        #expect(DoctorConfigCheck.judge(config: "/etc/t.toml", status: 78, output: key, standIns: nil).outcome == .fail)
+        standIns.remove()
+        #expect(!FileManager.default.fileExists(atPath: standIns.directory))
+    }
+
     @Test func aListeningSocketIsProbedAndItsModeComparedWithTheConfiguration() throws {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -34,18 +54,19 @@ import Testing
         #expect(facts.connectError == nil && facts.mode == 0o666)
         #expect(facts.peer?.pid == getpid(), "SO_PEERCRED names the listening process")
         let results = DoctorSocketCheck.judge(
-            facts, expectedMode: 0o660, daemon: DoctorSocketCheck.identity(of: facts), configuredSocket: nil,
-            me: (uid: getuid(), name: "me"))
+            facts, expectedMode: 0o660, daemon: DoctorSocketCheck.identity(of: facts), clientSocket: path,
+            configuredSocket: path, me: (uid: getuid(), name: "me"))
         #expect(results.map(\.outcome) == [.ok, .fail, .ok])
         #expect(results[1].fix?.hasPrefix("chmod 0660 \(path)") == true)
     }
 
     @Test func noSocketSaysHowToStartTokend() {
         let results = DoctorSocketCheck.judge(
-            SocketFacts.probe("/nonexistent/sock"), expectedMode: 0o660, daemon: nil, configuredSocket: nil,
-            me: (uid: 1000, name: "me"))
-        #expect(results.count == 1 && results[0].outcome == .fail)
-        #expect(results[0].fix!.contains("systemctl start tokend.socket"))
+            SocketFacts.probe("/nonexistent/sock"), expectedMode: 0o660, daemon: nil,
+            clientSocket: "/run/tokend/io.tokend.Broker", configuredSocket: "/nonexistent/sock", me: (uid: 1000, name: "me"))
+        #expect(results.map(\.outcome) == [.warn, .fail])
+        #expect(results[0].fix == "export TOKEND_SOCKET=/nonexistent/sock (or pass --socket)")
+        #expect(results[1].fix!.contains("systemctl start tokend.socket"))
     }
 
     @Test func theStateDirectoryFollowsTokendsOwnRules() {

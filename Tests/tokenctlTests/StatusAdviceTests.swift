@@ -16,11 +16,13 @@ import TokendClient
     @Test func aRefusedRefreshTokenAsksForALoginAndNamesTheCommand() {
         var refused = status("loginRequired")
         refused.lastError = "token endpoint refused the refresh (invalid_grant: Invalid grant)"
+        refused.refreshes = 0
         let advice = StatusAdvice(refused, now: now, zone: utc)
         #expect(advice.severity == .broken)
         #expect(advice.headline == "login required — token endpoint refused the refresh (invalid_grant: Invalid grant)")
         #expect(advice.command == "tokenctl login --device")
-        #expect(advice.text.contains("\n  Run: tokenctl login --device"))
+        #expect(advice.text.hasPrefix(advice.headline + "\n  Run: tokenctl login --device\n"))
+        #expect(!advice.text.contains("refreshes here"), "a session never refreshed here has no counts to show")
     }
 
     @Test func aSessionOtherThanDefaultIsNamedInTheCommand() {
@@ -69,6 +71,7 @@ import TokendClient
         #expect(StatusAdvice.relative(40) == "in 40 s")
         #expect(StatusAdvice.relative(-300) == "5 min ago")
         #expect(StatusAdvice.relative(7200) == "in 2 h")
+        #expect(StatusAdvice.relative(0) == "now")
         #expect(StatusAdvice.time(now + 86_400, now: now, zone: utc) == "2026-05-29 20:26 (in 24 h)")
     }
 }

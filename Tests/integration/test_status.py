@@ -1,0 +1,82 @@
+"""tokenctl status for people, against the built tokend and the real
+authorization server: what each session is doing and the command that fixes
+it, made from the status alone; --json stays tokend's status as it is."""
+import json
+import os
+import re
+import subprocess
+import time
+
+from conftest import BIN, CLIENT_ID, AuthServer, login, varlink_call
+
+
+def status_text(daemon, *args):
+    """`tokenctl status` in UTC, so times read as the status's Unix times say."""
+    run = subprocess.run([os.path.join(BIN, "tokenctl"), "status", "--socket", daemon.socket, *args],
+                         capture_output=True, text=True, timeout=30, env={**os.environ, "TZ": "UTC"})
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def hhmm(unix):
+    return time.strftime("%H:%M", time.gmtime(unix))
+
+
+def test_a_refused_refresh_token_says_login_required_and_the_command(server, make_tokend, workdir):
+    sessions = {"ci": {"token-endpoint": server.token_url, "client-id": CLIENT_ID,
+                       "client-secret-file": os.path.join(workdir, "client-secret")}}
+    daemon = make_tokend(server, sessions=sessions).start()
+    login(daemon, server)
+    # Someone else uses tokend's refresh token: the server rotates it away and
+    # refuses tokend's next refresh (invalid_grant).
+    with open(os.path.join(daemon.state, "default.session")) as f:
+        stolen = json.load(f)["record"]["refreshToken"]
+    assert server.post("/o/token/", grant_type="refresh_token", refresh_token=stolen)[0] == 200
+    assert daemon.ctl("refresh").returncode == 2
+    machine = json.loads(daemon.ctl("status", "--json").stdout)
+    assert machine["state"] == "loginRequired" and "invalid_grant" in machine["lastError"]
+    text = status_text(daemon)
+    block = text.split("\n\n")[1]
+    assert block.startswith(f"default: login required — {machine['lastError']}\n  Run: tokenctl login --device\n"), text
+    assert "or, on a machine with a browser: tokenctl login --browser" in block
+    never = text.split("\n\n")[0]
+    assert never.startswith("ci: login required — not logged in yet"), text
+    assert "Run: tokenctl login --session ci --device" in never
+    assert status_text(daemon, "--session", "default") == block
+
+
+def test_an_active_session_says_until_when_its_token_is_valid(server, make_tokend):
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    machine = json.loads(daemon.ctl("status", "--json").stdout)
+    assert machine["state"] == "active"
+    text = status_text(daemon)
+    first, *rest = text.splitlines()
+    assert re.fullmatch(rf"default: active — token valid until {hhmm(machine['expiresAt'])} \(in (59|60) min\)", first), text
+    assert "Run:" not in text, "nothing to do"
+    assert any(line.startswith(f"  last refresh {hhmm(machine['lastRefreshAt'])} (") for line in rest), text
+
+
+def test_a_failing_provider_is_said_with_the_token_still_served(workdir, make_tokend):
+    # A server of this test's own: it stops here, and the fixture's would be stopped again.
+    server = AuthServer(os.path.join(workdir, "as"))
+    try:
+        daemon = make_tokend(server).start()
+        login(daemon, server)
+    finally:
+        server.stop()
+    generation = json.loads(daemon.ctl("status", "--json").stdout)["generation"]
+    assert daemon.ctl("refresh", "--stale-generation", str(generation)).returncode == 4
+    machine = json.loads(daemon.ctl("status", "--json").stdout)
+    assert machine["state"] == "backingOff" and machine["failures"] == 1
+    text = status_text(daemon)
+    assert text.startswith(f"default: refreshing fails — {machine['lastError']}\n  Run: tokenctl doctor\n"), text
+    assert f"the current token is still served until {hhmm(machine['expiresAt'])}" in text
+    assert "1 failed attempt; tokend tries again at " in text
+
+
+def test_json_is_tokends_status_unchanged(server, make_tokend):
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    reply = varlink_call(daemon.socket, "io.tokend.Broker.GetStatus", {})[1]["parameters"]["status"]
+    assert json.loads(daemon.ctl("status", "--json").stdout) == reply
