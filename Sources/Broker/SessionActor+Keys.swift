@@ -276,6 +276,7 @@ extension SessionActor {
     /// other keys go on.
     func refuseKey(_ key: TokenKey, _ error: TokenEndpointError) async throws -> Token {
         let reason = "the provider will not issue a token for \(key): \(error.reason)"
+        forgetErrorsOfKeysNotHeld()
         keyErrors[key] = reason
         let now = clock.now()
         keyRefusedUntil[key] = now + Self.keyRefusalPause
@@ -292,6 +293,16 @@ extension SessionActor {
 
     /// Seconds a refused key is answered from memory.
     static let keyRefusalPause = 60.0
+
+    /// Refusals are remembered for at most `maximumKeys` keys the session does not hold: callers choose scopes.
+    func forgetErrorsOfKeysNotHeld() {
+        guard keyErrors.count >= keyPolicy.maximumKeys else { return }
+        for key in keyErrors.keys where keyedToken(key) == nil {
+            keyErrors[key] = nil
+            keyRefusedUntil[key] = nil
+            keyDue[key] = nil
+        }
+    }
 
     // MARK: Keeping keys
 

@@ -258,7 +258,10 @@ extension SessionActor {
         let now = clock.now()
         failures += 1
         lastError = reason
-        if !key.isSession { keyErrors[key] = reason }
+        if !key.isSession {
+            forgetErrorsOfKeysNotHeld()
+            keyErrors[key] = reason
+        }
         backoff.recordFailure(now: now, retryAfter: retryAfter, jitter: random())
         logger.warning(
             "refresh failed",

@@ -71,8 +71,16 @@ public final class KeyedSnapshots: Sendable {
         }
     }
 
+    /// Keys asked for and never held (refused ones) are not kept past this many.
+    static let maximumUses = 1024
+
     func touch(_ key: TokenKey, at now: Double) {
-        state.withLock { $0.used[key] = now }
+        state.withLock { state in
+            if state.used.count >= Self.maximumUses, state.used[key] == nil {
+                state.used = state.used.filter { state.held[$0.key] != nil }
+            }
+            state.used[key] = now
+        }
     }
 
     func lastUse(of key: TokenKey) -> Double? {
