@@ -8,12 +8,15 @@ public struct Backoff: Sendable, Equatable {
 
     public private(set) var failures = 0
     public private(set) var nextAttemptAt: Double?
+    /// When the first of the current run of failures happened.
+    public private(set) var failingSince: Double?
 
     public init() {}
 
     /// `jitter` is a random number in [0, 1].
     public mutating func recordFailure(now: Double, retryAfter: Int?, jitter: Double) {
         failures += 1
+        if failingSince == nil { failingSince = now }
         let exponent = Double(min(failures - 1, 30))
         let base = min(Self.maximumDelay, Self.initialDelay * pow2(exponent))
         var delay = min(Self.maximumDelay, base * (0.8 + 0.4 * jitter))
@@ -24,6 +27,7 @@ public struct Backoff: Sendable, Equatable {
     public mutating func reset() {
         failures = 0
         nextAttemptAt = nil
+        failingSince = nil
     }
 
     /// True while no upstream call may be made.

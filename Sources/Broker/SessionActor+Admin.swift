@@ -78,6 +78,11 @@ extension SessionActor {
         var status = sessionStatus()
         let (strategy, reason) = strategyInUse
         status.resources = keyPolicy.resources
+        switch status.state {
+        case "loginRequired", "loggedOut": status.stateSince = phaseSince.map { Int($0) }
+        case "backingOff": status.stateSince = backoff.failingSince.map { Int($0) }
+        default: break
+        }
         status.webResources = keyPolicy.webResources
         status.strategy = strategy
         status.strategyReason = reason

@@ -34,8 +34,13 @@ public actor SessionActor {
     let random: @Sendable () -> Double
 
     var record: SessionRecord {
-        didSet { if !announcing { updateSnapshot() } }
+        didSet {
+            if oldValue.phase != record.phase { phaseSince = clock.now() }
+            if !announcing { updateSnapshot() }
+        }
     }
+    /// When the record took its phase (in this process: a loaded phase counts from the start).
+    var phaseSince: Double?
     /// The current token for the lock-only fast path (see TokenSnapshot);
     /// `tokenChanged` (an init parameter) is called whenever it is set.
     public nonisolated let snapshot: TokenSnapshot
@@ -175,6 +180,7 @@ public actor SessionActor {
             logger.warning("previous process stopped during a refresh; retrying once with the stored refresh token")
             inFlight = Task { try await self.performRefresh(afterCrash: true) }
         }
+        if phaseSince == nil { phaseSince = clock.now() }
         startDiscovery()
         reschedule()
         updateKeyedSnapshots()

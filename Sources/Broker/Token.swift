@@ -57,6 +57,8 @@ public struct SessionStatus: Sendable, Equatable {
     public var store: String?
     /// The version of the fleet's copy this host has.
     public var sharedVersion: Int?
+    /// Since when the session has been in `state` (loginRequired, loggedOut, backingOff), Unix seconds.
+    public var stateSince: Int?
     /// The resources the session serves tokens for.
     public var resources: [String] = []
     /// The resources web pages may ask for (web-resources).

@@ -56,6 +56,7 @@ extension BrokerInterface {
         public var hostId: String?
         public var store: String?
         public var sharedVersion: Int?
+        public var stateSince: Int?
         public var resources: [String] = []
         public var webResources: [String] = []
         public var strategy: String = "shared-audience"

@@ -51,6 +51,7 @@ extension SessionStatus {
         status.store = store
         status.sharedVersion = sharedVersion
         status.resources = resources
+        status.stateSince = stateSince
         status.webResources = webResources
         status.strategy = strategy
         status.strategyReason = strategyReason
