@@ -10,13 +10,14 @@ extension SessionActor {
     /// and refreshes at once to validate it.
     public func login(refreshToken: Secret) async throws -> SessionStatus {
         await settle()
-        try await fleetExclusive("login") {
+        try await withRefreshTurn { try await fleetExclusive("login") {
             record = SessionRecord(phase: .active, refreshToken: refreshToken, generation: record.generation)
-                .keepingStrategy(of: record)
+            // A refresh token handed in was granted for what the session asks logins for.
+            record.grantResources = keyPolicy.resources
             backoff.reset()
             lastError = nil
             await persist(what: "login")
-        }
+        } }
         logger.notice("logged in")
         await publish([event(.loggedIn)], waitForDelivery: false)
         do {
@@ -32,7 +33,7 @@ extension SessionActor {
     /// happens even when the server is unreachable.
     public func logout(revoke: Bool) async throws {
         await settle()
-        let (refreshToken, cookieChanges) = try await fleetExclusive("logout") {
+        let (refreshToken, cookieChanges) = try await withRefreshTurn { try await fleetExclusive("logout") {
             let refreshToken = record.refreshToken
             record = SessionRecord(phase: .loggedOut, reason: "logged out", generation: record.generation)
             backoff.reset()
@@ -42,7 +43,7 @@ extension SessionActor {
             countCookieChanges(cookieChanges)
             await persist(what: "logout")
             return (refreshToken, cookieChanges)
-        }
+        } }
         logger.notice("logged out", metadata: ["revoke": "\(revoke)"])
         await publish(endingEvents(.loggedOut, cookieChanges: cookieChanges), waitForDelivery: true)
         guard revoke, let refreshToken else { return }
@@ -51,6 +52,14 @@ extension SessionActor {
         } catch {
             logger.warning("revocation failed", metadata: ["reason": "\(error)"])
         }
+    }
+
+    /// Runs `body` while no refresh of any key can be on its way (a login or
+    /// logout replaces the refresh token a refresh would otherwise rotate).
+    func withRefreshTurn<T>(_ body: () async throws -> T) async rethrows -> T {
+        await refreshTurns.take()
+        defer { refreshTurns.pass() }
+        return try await body()
     }
 
     /// Waits until no refresh is in flight (re-checking after each wait).

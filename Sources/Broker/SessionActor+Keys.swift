@@ -41,10 +41,19 @@ extension SessionActor {
                 name, resource: resource,
                 "\(resource) is not one of session \(name)'s resources: add it to resources in tokend.toml and log in again")
         }
+        if let resource = key.resource, !record.grantResources.contains(resource) {
+            throw BrokerError.resourceNotAllowed(
+                name, resource: resource,
+                "the session's login did not ask the provider for \(resource): log in again (tokenctl login) so the grant covers it")
+        }
         guard let scope = key.scope else { return key }
         let granted = TokenKey.tokens(keyPolicy.scope ?? record.scope)
         let asked = TokenKey.tokens(scope)
-        if !granted.isEmpty, !asked.isSubset(of: granted) {
+        if granted.isEmpty {
+            throw BrokerError.scopeNotAllowed(
+                name, scope: scope, "the session's scope is not known: set scope in tokend.toml to ask for narrower ones")
+        }
+        if !asked.isSubset(of: granted) {
             let beyond = asked.subtracting(granted).sorted().joined(separator: " ")
             throw BrokerError.scopeNotAllowed(
                 name, scope: scope, "\"\(beyond)\" is beyond the session's scope \"\(granted.sorted().joined(separator: " "))\"")
@@ -57,6 +66,9 @@ extension SessionActor {
     /// GetToken for `key` (the session's own token when `key.isSession`).
     public func getToken(minValidSeconds: Int?, key: TokenKey) async throws -> Token {
         guard !key.isSession else { return try await getToken(minValidSeconds: minValidSeconds) }
+        if try await sharesSessionToken(key) {
+            return stamped(try await getToken(minValidSeconds: minValidSeconds), key)
+        }
         if let task = keyedInFlight[key] {
             // Also while its events are being delivered: nobody sees the new token before subscribers.
             coalesced += 1
@@ -82,6 +94,9 @@ extension SessionActor {
         -> Token
     {
         guard !key.isSession else { return try await refresh(staleGeneration: staleGeneration, mayStart: mayStart) }
+        if try await sharesSessionToken(key) {
+            return stamped(try await refresh(staleGeneration: staleGeneration, mayStart: mayStart), key)
+        }
         let refused = staleGeneration.map { min($0, keyedToken(key)?.generation ?? 0) }
         let token = try await refreshKeyOrCurrent(key, staleGeneration: staleGeneration, mayStart: mayStart)
         guard let refused, token.generation <= refused else { return token }
@@ -132,6 +147,25 @@ extension SessionActor {
         return try await task.value
     }
 
+    /// Whether the session's own token serves `key` (shared-audience): it
+    /// then has every resource of the grant in its audience and the whole
+    /// scope. While that is not known, the session's next refresh asks for all
+    /// the grant's resources at once and learns it; this waits for it.
+    func sharesSessionToken(_ key: TokenKey) async throws -> Bool {
+        if strategy == nil {
+            try requireActive()
+            _ = try await joinOrStartRefresh(countAsCoalesced: true)
+        }
+        return strategy != .perResource
+    }
+
+    /// The session's own token, named for the key it answers.
+    func stamped(_ token: Token, _ key: TokenKey) -> Token {
+        var token = token
+        token.resource = key.resource
+        return token
+    }
+
     func keyedToken(_ key: TokenKey) -> KeyedToken? {
         record.keyedTokens.first { $0.resource == key.resource && $0.scope == key.scope }
     }
@@ -161,42 +195,54 @@ extension SessionActor {
         switch keyPolicy.narrowing {
         case .narrows: .sharedAudience
         case .keepsWide: .perResource
-        case .auto: record.strategy.flatMap(RefreshStrategy.init) ?? (keyPolicy.resources.count < 2 ? .sharedAudience : nil)
+        case .auto:
+            record.strategy.flatMap(RefreshStrategy.init) ?? (record.grantResources.count < 2 ? .sharedAudience : nil)
         }
     }
 
     /// What status says: the strategy ("undetermined" until learnt) and why.
     var strategyInUse: (String, String) {
+        let (strategy, reason) = strategyAndReason
+        guard strategy != RefreshStrategy.perResource.rawValue, keyPolicy.restrictsResources else { return (strategy, reason) }
+        return (
+            strategy,
+            reason + "; every token's audience covers all the grant's resources, so a user whom resource-access denies "
+                + "one of them gets no token of this session at all")
+    }
+
+    var strategyAndReason: (String, String) {
         switch (keyPolicy.narrowing, strategy) {
         case (.narrows, _):
             return (RefreshStrategy.sharedAudience.rawValue, "narrowing = \"narrows\" in tokend.toml")
         case (.keepsWide, _):
             return (RefreshStrategy.perResource.rawValue, "narrowing = \"keeps-wide\" in tokend.toml")
         case (.auto, nil):
-            return ("undetermined", "learnt at the first refresh for a resource, which asks for all of them at once")
+            return ("undetermined", "learnt at the next refresh, which asks for all the grant's resources at once")
         case (.auto, let learnt?) where record.strategy != nil:
             return (learnt.rawValue, record.strategyReason ?? "")
         case (.auto, let assumed?):
             return (
                 assumed.rawValue,
-                "fewer than two resources: nothing tells whether the provider narrows refresh tokens, so every "
-                    + "refresh asks for the whole grant (set narrowing = \"keeps-wide\" for tokens of narrower scope)")
+                "the grant has fewer than two resources: nothing tells whether the provider narrows refresh tokens, so "
+                    + "every refresh asks for the whole grant (set narrowing = \"keeps-wide\" for tokens of narrower scope)")
         }
     }
 
     /// What a refresh of `key` asks the provider for.
+    /// The session's own refresh asks for every resource of the grant (which
+    /// no provider narrows) unless the provider issues one resource per token;
+    /// a key's own refresh happens only then (per-resource).
     func refreshTarget(for key: TokenKey) -> RefreshTargetChoice {
-        let everything = RefreshTarget(resources: keyPolicy.resources, scope: keyPolicy.scope)
-        guard !key.isSession else { return RefreshTargetChoice(request: RefreshTarget(scope: keyPolicy.scope), probing: false) }
-        switch strategy {
-        case .sharedAudience:
-            return RefreshTargetChoice(request: everything, probing: false)
-        case .perResource:
+        let everything = RefreshTarget(resources: record.grantResources, scope: keyPolicy.scope)
+        guard key.isSession else {
             return RefreshTargetChoice(
                 request: RefreshTarget(resources: key.resource.map { [$0] } ?? [], scope: key.scope ?? keyPolicy.scope),
                 probing: false)
-        case nil:
-            return RefreshTargetChoice(request: everything, probing: true)
+        }
+        switch strategy {
+        case .sharedAudience: return RefreshTargetChoice(request: everything, probing: false)
+        case .perResource: return RefreshTargetChoice(request: RefreshTarget(scope: keyPolicy.scope), probing: false)
+        case nil: return RefreshTargetChoice(request: everything, probing: true)
         }
     }
 
@@ -238,7 +284,8 @@ extension SessionActor {
             resource: key.resource, scope: key.scope, accessToken: response.accessToken, tokenType: response.tokenType,
             grantedScope: response.scope, expiresAt: lifetime.expiresAt, generation: (previous?.generation ?? 0) + 1,
             lastRefreshAt: issuedAt, lastUsedAt: SessionRecord.clampedTime(lastUsed))
-        next.keyedTokens.removeAll { $0.resource == key.resource && $0.scope == key.scope }
+        makeRoom(for: key)
+        next.keyedTokens = record.keyedTokens.filter { $0.resource != key.resource || $0.scope != key.scope }
         next.keyedTokens.append(held)
         if case .fenced = await persist(next, what: "refreshed state") {
             refreshFinished(.store, sentAt: sentAt)
@@ -389,16 +436,21 @@ extension SessionActor {
     /// The fast path's copy of the keyed tokens (nothing while stopping or not active).
     func updateKeyedSnapshots() {
         let live = stopping || record.phase != .active ? [] : record.keyedTokens
-        keyedSnapshots.set(live.map { (TokenKey(resource: $0.resource, scope: $0.scope), token(of: $0), $0.lastRefreshAt) })
+        keyedSnapshots.set(
+            live.map { (TokenKey(resource: $0.resource, scope: $0.scope), token(of: $0), $0.lastRefreshAt) },
+            sharing: strategy == .sharedAudience && !record.grantResources.isEmpty
+                ? Set(record.grantResources).intersection(keyPolicy.resources) : nil)
     }
-}
 
-extension SessionRecord {
-    /// A new grant from the same provider refreshes keys the way the last one learnt.
-    func keepingStrategy(of earlier: SessionRecord) -> SessionRecord {
-        var next = self
-        next.strategy = earlier.strategy
-        next.strategyReason = earlier.strategyReason
-        return next
+    /// Keyed tokens the configuration no longer allows (a resource removed, a
+    /// narrower session scope) are not served or refreshed.
+    func dropKeysNoLongerAllowed() {
+        let allowedScope = TokenKey.tokens(keyPolicy.scope ?? record.scope)
+        let stale = record.keyedTokens.filter { held in
+            if let resource = held.resource, !keyPolicy.resources.contains(resource) { return true }
+            if let scope = held.scope, !TokenKey.tokens(scope).isSubset(of: allowedScope) { return true }
+            return false
+        }
+        forget(stale.map { TokenKey(resource: $0.resource, scope: $0.scope) }, why: "no longer allowed by tokend.toml")
     }
 }

@@ -213,15 +213,16 @@ extension SessionActor {
             logger.warning("identity unknown", metadata: ["problem": "\(error.description)"])
         }
         await settle()
-        try await fleetExclusive("login") {
+        try await withRefreshTurn { try await fleetExclusive("login") {
             var next = SessionRecord(
                 phase: .active, refreshToken: refreshToken, generation: record.generation, subject: identity?.subject,
                 username: identity?.username, email: identity?.email
-            ).keepingStrategy(of: record)
+            )
+            next.grantResources = keyPolicy.resources
             next = applying(response, to: next, issuedAt: Int(clock.now()))
             await persist(next, what: "login")
             record = next
-        }
+        } }
         backoff.reset()
         lastError = record.lifetimeNote
         reschedule()

@@ -68,15 +68,16 @@ extension SessionActor {
         refusedGeneration = nil
         switch answer.result {
         case .success(let response):
-            if key.isSession {
-                return try await adopt(
-                    response, startedAt: startedAt, sentAt: sentAt, answeredAt: answeredAt, cookieChanges: cookieChanges)
-            }
             if target.probing {
                 learnStrategy(
                     .sharedAudience,
-                    because: "the provider issued one token for all \(keyPolicy.resources.count) resources, so every "
-                        + "refresh asks for all of them and never narrows the refresh token")
+                    because: "the provider issued one token for all \(record.grantResources.count) resources of the grant, "
+                        + "so the session's one token serves them all and every refresh asks for all of them, which "
+                        + "never narrows the refresh token")
+            }
+            if key.isSession {
+                return try await adopt(
+                    response, startedAt: startedAt, sentAt: sentAt, answeredAt: answeredAt, cookieChanges: cookieChanges)
             }
             return try await adoptKeyed(
                 response, key: key, startedAt: startedAt, sentAt: sentAt, cookieChanges: cookieChanges)

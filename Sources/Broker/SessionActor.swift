@@ -181,6 +181,7 @@ public actor SessionActor {
             inFlight = Task { try await self.performRefresh(afterCrash: true) }
         }
         if phaseSince == nil { phaseSince = clock.now() }
+        dropKeysNoLongerAllowed()
         startDiscovery()
         reschedule()
         updateKeyedSnapshots()

@@ -51,6 +51,8 @@ public struct KeyPolicy: Sendable, Equatable {
     public var idleLifetime: Int
     /// The resources web pages may ask for (web-resources); the browser bridge and web views enforce it.
     public var webResources: [String] = []
+    /// Whether resource-access limits who may have some resource's tokens.
+    public var restrictsResources = false
 
     public init(
         resources: [String] = [], scope: String? = nil, narrowing: Narrowing = .auto, maximumKeys: Int = 64,

@@ -48,8 +48,9 @@ extension SessionActor {
     /// Called whenever the record changes (and after a refresh's events are
     /// delivered): the fast path and the token files follow the current token.
     func updateSnapshot() {
-        snapshot.set(stopping ? nil : currentToken, issuedAt: record.lastRefreshAt)
+        // Keyed tokens first: setting the session's snapshot tells the server loop that answers changed.
         updateKeyedSnapshots()
+        snapshot.set(stopping ? nil : currentToken, issuedAt: record.lastRefreshAt)
         syncTokenFiles()
     }
 }
@@ -61,15 +62,20 @@ public final class KeyedSnapshots: Sendable {
         var token: Token
         var issuedAt: Int?
     }
-    private let state = Mutex<(held: [TokenKey: Held], used: [TokenKey: Double])>(([:], [:]))
+    private let state = Mutex<(held: [TokenKey: Held], used: [TokenKey: Double], sharing: Set<String>?)>(([:], [:], nil))
 
     init() {}
 
-    func set(_ tokens: [(TokenKey, Token, Int)]) {
+    /// `sharing`: the resources the session's own token serves (shared-audience), nil when it serves none.
+    func set(_ tokens: [(TokenKey, Token, Int)], sharing: Set<String>?) {
         state.withLock { state in
             state.held = Dictionary(tokens.map { ($0.0, Held(token: $0.1, issuedAt: $0.2)) }, uniquingKeysWith: { a, _ in a })
+            state.sharing = sharing
         }
     }
+
+    /// The resources the session's own token serves, when it serves them all (shared-audience).
+    public var sharedResources: Set<String>? { state.withLock { $0.sharing } }
 
     /// Keys asked for and never held (refused ones) are not kept past this many.
     static let maximumUses = 1024
@@ -111,8 +117,17 @@ public final class KeyedSnapshots: Sendable {
 extension SessionActor {
     /// As `cachedTokenAndLife`, for another key of the session.
     public nonisolated func cachedTokenAndLife(minValidSeconds: Int?, key: TokenKey) -> (token: Token, goodFor: Double)? {
-        key.isSession
-            ? cachedTokenAndLife(minValidSeconds: minValidSeconds)
-            : keyedSnapshots.token(key, minValidSeconds: minValidSeconds, policy: policy, now: clock.now())
+        guard !key.isSession else { return cachedTokenAndLife(minValidSeconds: minValidSeconds) }
+        if let shared = keyedSnapshots.sharedResources {
+            // The session's own token, when it serves this key (else the actor decides).
+            guard key.resource.map(shared.contains) ?? true,
+                key.scope.map({ TokenKey.tokens($0).isSubset(of: TokenKey.tokens(keyPolicy.scope)) && keyPolicy.scope != nil })
+                    ?? true,
+                var cached = cachedTokenAndLife(minValidSeconds: minValidSeconds)
+            else { return nil }
+            cached.token.resource = key.resource
+            return cached
+        }
+        return keyedSnapshots.token(key, minValidSeconds: minValidSeconds, policy: policy, now: clock.now())
     }
 }

@@ -52,6 +52,10 @@ public struct SessionRecord: Sendable, Equatable {
     /// once known, and why: learnt from the provider, kept across restarts.
     public var strategy: String?
     public var strategyReason: String?
+    /// The resources the login asked the provider for (RFC 8707): the only
+    /// ones a refresh may name, since asking for more is refused and, at some
+    /// providers, taken as narrowing. Empty for a grant made without resources.
+    public var grantResources: [String] = []
 
     public init(
         phase: Phase, reason: String? = nil, refreshToken: Secret? = nil, accessToken: Secret? = nil,
@@ -103,6 +107,8 @@ struct StoredRecord: Codable {
     var keyed: [StoredKeyedToken]?
     var strategy: String?
     var strategyReason: String?
+    /// Absent in files written before resources existed: a grant made without any.
+    var grantResources: [String]?
 
     init(_ record: SessionRecord) {
         phase = record.phase
@@ -126,6 +132,7 @@ struct StoredRecord: Codable {
         keyed = record.keyedTokens.isEmpty ? nil : record.keyedTokens.map(StoredKeyedToken.init)
         strategy = record.strategy
         strategyReason = record.strategyReason
+        grantResources = record.grantResources.isEmpty ? nil : record.grantResources
     }
 
     var record: SessionRecord {
@@ -146,6 +153,7 @@ struct StoredRecord: Codable {
         record.keyedTokens = (keyed ?? []).map(\.token)
         record.strategy = strategy
         record.strategyReason = strategyReason
+        record.grantResources = grantResources ?? []
         record.lifetimeNote = note
         return record
     }

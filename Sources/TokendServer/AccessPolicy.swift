@@ -78,6 +78,12 @@ struct AccessPolicy: Sendable {
         return rules.allows(peer, .read)
     }
 
+    /// Whether the peer may have tokens for every resource resource-access limits: what
+    /// any token of a session whose one token serves all its resources needs.
+    func allowsEveryResource(_ peer: PeerCredentials?, session: String) -> Bool {
+        (resources[session] ?? [:]).keys.allSatisfy { allows(peer, resource: $0, session: session) }
+    }
+
     static func methodClass(_ member: String) -> MethodClass {
         switch member {
         case "Login", "Logout", "BeginLogin", "FinishLogin", "CancelLogin": .admin

@@ -18,7 +18,10 @@ func brokerImplementation(
             brokerMethods(
                 broker, limiter: limiter, tokenReplies: tokenReplies, metrics: metrics, logger: logger,
                 mayRead: { context, session in policy().allows(context.peer, .read, session: session) },
-                mayUse: { context, session, resource in policy().allows(context.peer, resource: resource, session: session) }),
+                mayUse: { context, session, resource in
+                    guard let resource else { return policy().allowsEveryResource(context.peer, session: session) }
+                    return policy().allows(context.peer, resource: resource, session: session)
+                }),
             policy: policy, logger: logger))
 }
 
@@ -68,7 +71,8 @@ func guarded(
 func brokerMethods(
     _ broker: Broker, limiter: ForcedRefreshLimiter, tokenReplies: TokenReplies, metrics: Metrics, logger: Logger,
     mayRead: @escaping @Sendable (CallContext, String) -> Bool,
-    mayUse: @escaping @Sendable (CallContext, String, String) -> Bool
+    /// Whether the caller may have `resource`'s tokens (nil: every resource resource-access limits).
+    mayUse: @escaping @Sendable (CallContext, String, String?) -> Bool
 ) -> [String: MethodHandler] {
     typealias I = BrokerInterface
     let fanOuts = FanOuts()
@@ -77,6 +81,13 @@ func brokerMethods(
     @Sendable func key(_ session: SessionActor, _ resource: String?, _ scope: String?, _ context: CallContext) async throws
         -> TokenKey
     {
+        // A session whose one token serves all its resources gives each of them with any token.
+        if session.keyedSnapshots.sharedResources != nil, !mayUse(context, session.name, nil) {
+            throw BrokerError.resourceNotAllowed(
+                session.name, resource: resource ?? "",
+                "this provider issues one token for all the session's resources, and this user may not have tokens "
+                    + "for some of them (resource-access in tokend.toml)")
+        }
         guard resource != nil || scope != nil else { return .session }
         let key = try await session.key(resource: resource, scope: scope)
         if let resource = key.resource, !mayUse(context, session.name, resource) {

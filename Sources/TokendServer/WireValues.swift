@@ -19,7 +19,8 @@ final class TokenReplies: Sendable {
     private let made = Mutex<[String: JSONObject]>([:])
 
     func parameters(for token: Token) throws -> JSONObject {
-        let key = token.accessToken.reveal()
+        // One token may answer several resources (shared-audience): each reply names its own.
+        let key = (token.resource ?? "") + "\u{0}" + token.accessToken.reveal()
         if let known = made.withLock({ $0[key] }) { return known }
         let parameters = try BrokerInterface.GetToken.Out(token: token.wire).parameters()
         made.withLock { made in
