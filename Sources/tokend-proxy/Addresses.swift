@@ -30,11 +30,6 @@ struct Upstream: Sendable {
         let literal = host.contains(":") ? "[\(host)]" : host
         authority = port == standard ? literal : "\(literal):\(port)"
     }
-
-    /// The upstream URL for a request target RequestPath has normalized ("/v1/items?x=1"): under the prefix.
-    func url(for target: String) -> String {
-        base + prefix + target
-    }
 }
 
 enum ListenAddress: Sendable {

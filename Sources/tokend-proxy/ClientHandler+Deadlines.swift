@@ -11,6 +11,13 @@ extension ClientHandler {
         alarm?.ensure(deadline)
     }
 
+    /// The request is upstream whole: the answer must begin within --timeout.
+    func awaitUpstream() {
+        let deadline = NIODeadline.now() + settings.timeout
+        upstreamDeadline = deadline
+        alarm?.ensure(deadline)
+    }
+
     /// No more of the client's body for now; the time until `resume` is not the client's.
     func pause() {
         paused = true

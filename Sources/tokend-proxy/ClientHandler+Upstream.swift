@@ -129,7 +129,7 @@ extension ClientHandler: UpstreamUser {
             pool.release(upstream, reusable: whole && exchange.upstreamKeepAlive)
         }
         exchange.upstreamKeepAlive = true
-        let credentials = RequestCredentials(token: fresh, authorization: fresh.authorizationHeaderValue, cookies: old.cookies)
+        let credentials = RequestCredentials(checked: fresh, authorization: fresh.authorizationHeaderValue, cookies: old.cookies)
         send(exchange, credentials: credentials)
     }
 

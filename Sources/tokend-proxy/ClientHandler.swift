@@ -89,8 +89,9 @@ final class ClientHandler: ChannelDuplexHandler {
                 .writeAndClose(on: context.channel)
             return context.fireChannelActive()
         }
-        headDeadline = .now() + settings.headerTimeout
-        alarm?.ensure(headDeadline!)
+        let deadline = NIODeadline.now() + settings.headerTimeout
+        headDeadline = deadline
+        alarm?.ensure(deadline)
         context.fireChannelActive()
     }
 
@@ -177,8 +178,7 @@ final class ClientHandler: ChannelDuplexHandler {
                 upstream.write(.end(nil))
                 upstream.flush()
                 exchange.sent = true
-                upstreamDeadline = .now() + settings.timeout
-                alarm?.ensure(upstreamDeadline!)
+                awaitUpstream()
             }
         case (.done, _):
             break
@@ -201,8 +201,7 @@ final class ClientHandler: ChannelDuplexHandler {
         switch RequestPath.normalized(head.uri) {
         case .success(let target):
             let path = target.prefix { $0 != "?" }
-            let uri = settings.upstream.prefix + target
-            phase = .exchange(Exchange(head: head, url: settings.upstream.url(for: target), uri: uri, path: path))
+            phase = .exchange(Exchange(head: head, upstream: settings.upstream, target: target, path: path))
         case .failure(let refusal):
             settings.logger.warning("refused a request path", metadata: ["reason": "\(refusal.why)"])
             lastVersion = head.version
@@ -236,94 +235,5 @@ final class ClientHandler: ChannelDuplexHandler {
             exchange.pending.append(chunk)
             pause()
         }
-    }
-
-    /// The body is whole or streams: tokend's answers from the cache, else from tokend.
-    private func obtainCredentials(for exchange: Exchange) {
-        if exchange.streaming { pause() }
-        if let cached = settings.credentials.cached(path: exchange.path) {
-            return send(exchange, credentials: cached)
-        }
-        let credentials = settings.credentials
-        let url = exchange.url
-        let path = exchange.path
-        let loop = pool.loop
-        let bound = NIOLoopBound((self, exchange), eventLoop: loop)
-        Task {
-            let result: Result<RequestCredentials, any Error>
-            do {
-                result = .success(try await credentials.fetch(url: url, path: path))
-            } catch {
-                result = .failure(error)
-            }
-            loop.execute {
-                let (handler, exchange) = bound.value
-                handler.credentialsArrived(result, for: exchange)
-            }
-        }
-    }
-
-    private func credentialsArrived(_ result: Result<RequestCredentials, any Error>, for exchange: Exchange) {
-        guard case .exchange(let current) = phase, current === exchange else { return }
-        switch result {
-        case .success(let credentials):
-            send(exchange, credentials: credentials)
-        case .failure(let error):
-            settings.logger.error("no token from tokend", metadata: ["problem": "\(error)"])
-            let answer = Answer.tokendFailed(error)
-            release(exchange)
-            if exchange.bodyDone {
-                phase = .idle
-                write(answer, version: exchange.head.version, close: false)
-                answered()
-            } else {
-                lastVersion = exchange.head.version
-                phase = .skipping(answer, close: false)
-                resume()
-            }
-        }
-    }
-
-    /// The request goes upstream on a kept connection (or a new one when `fresh`).
-    func send(_ exchange: Exchange, credentials: RequestCredentials, fresh: Bool = false) {
-        exchange.credentials = credentials
-        let connected: (Result<UpstreamConnection, any Error>) -> Void = { [self] result in
-            guard case .exchange(let current) = phase, current === exchange else {
-                if case .success(let connection) = result { pool.release(connection, reusable: true) }
-                return
-            }
-            switch result {
-            case .success(let connection): transmit(exchange, on: connection)
-            case .failure(let error): fail(exchange, error)
-            }
-        }
-        if fresh { pool.connect(connected) } else { pool.acquire(connected) }
-    }
-
-    private func transmit(_ exchange: Exchange, on connection: UpstreamConnection) {
-        guard let credentials = exchange.credentials else { return }
-        exchange.upstream = connection
-        exchange.upstreamWasReused = connection.reused
-        exchange.answered = false
-        connection.user = self
-        connection.write(.head(exchange.upstreamHead(host: settings.upstream.authority, credentials: credentials)))
-        if !exchange.streaming {
-            if exchange.kept.readableBytes > 0 { connection.write(.body(.byteBuffer(exchange.kept))) }
-            connection.write(.end(nil))
-            exchange.sent = true
-        } else {
-            for chunk in exchange.pending { connection.write(.body(.byteBuffer(chunk))) }
-            exchange.pending = []
-            if exchange.bodyDone {
-                connection.write(.end(nil))
-                exchange.sent = true
-            }
-        }
-        connection.flush()
-        if exchange.sent {
-            upstreamDeadline = .now() + settings.timeout
-            alarm?.ensure(upstreamDeadline!)
-        }
-        if exchange.streaming && !exchange.bodyDone && connection.channel.isWritable { resume() }
     }
 }

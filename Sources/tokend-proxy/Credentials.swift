@@ -8,6 +8,29 @@ struct RequestCredentials: Sendable {
     let token: AccessToken
     let authorization: String
     let cookies: String
+
+    /// Nil when a value could not be a header's (a CR or LF in it would add headers of its own).
+    init?(token: AccessToken, cookies: String) {
+        let authorization = token.authorizationHeaderValue
+        guard Headers.isFieldValue(authorization), Headers.isFieldValue(cookies) else { return nil }
+        self.token = token
+        self.authorization = authorization
+        self.cookies = cookies
+    }
+}
+
+extension RequestCredentials {
+    /// Values checked when tokend gave them.
+    init(checked token: AccessToken, authorization: String, cookies: String) {
+        self.token = token
+        self.authorization = authorization
+        self.cookies = cookies
+    }
+}
+
+/// tokend gave a token or cookies no header can carry.
+struct UnusableCredentials: Error, CustomStringConvertible {
+    var description: String { "the token or the cookies tokend gave contain characters no HTTP header may carry" }
 }
 
 /// The session's token and cookies as tokend last gave them, kept current by
@@ -62,7 +85,7 @@ final class Credentials: Sendable {
             guard state.live, let token = state.token, token.until > now, token.token.generation >= state.generation,
                 let cookies = state.cookies[String(path)], cookies.version == state.version, cookies.until > now
             else { return nil }
-            return RequestCredentials(token: token.token, authorization: token.authorization, cookies: cookies.header)
+            return RequestCredentials(checked: token.token, authorization: token.authorization, cookies: cookies.header)
         }
     }
 
@@ -73,8 +96,8 @@ final class Credentials: Sendable {
             let token = try await client.token(session: self.session)
             return (token, try await client.cookies(session: self.session, url: url))
         }
-        let authorization = token.authorizationHeaderValue
-        remember(token, authorization: authorization, at: asked)
+        guard let answer = RequestCredentials(token: token, cookies: cookies.header) else { throw UnusableCredentials() }
+        remember(token, authorization: answer.authorization, at: asked)
         let until = cookies.cookies.compactMap(\.expiresAt).min().map(Double.init) ?? .infinity
         state.withLock { state in
             guard state.live, cookies.version >= state.version else { return }
@@ -82,7 +105,7 @@ final class Credentials: Sendable {
             if state.cookies.count >= Self.cookiePaths { state.cookies.removeAll(keepingCapacity: true) }
             state.cookies[String(path)] = CookieHeader(header: cookies.header, version: cookies.version, until: until)
         }
-        return RequestCredentials(token: token, authorization: authorization, cookies: cookies.header)
+        return answer
     }
 
     /// Compare-and-refresh after a 401 to `stale`: the newer token, or nil when tokend has none to give.
@@ -91,7 +114,7 @@ final class Credentials: Sendable {
         guard
             let fresh = try? await withTokend({ client in
                 try await client.refresh(session: self.session, staleGeneration: stale.generation)
-            }), fresh.accessToken != stale.accessToken
+            }), fresh.accessToken != stale.accessToken, Headers.isFieldValue(fresh.authorizationHeaderValue)
         else { return nil }
         remember(fresh, authorization: fresh.authorizationHeaderValue, at: asked)
         return fresh

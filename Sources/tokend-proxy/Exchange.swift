@@ -6,9 +6,11 @@ import NIOHTTP1
 /// answer has come.
 final class Exchange {
     let head: HTTPRequestHead
-    /// The upstream URL (for cookies and logs) and the request target under the prefix.
-    let url: String
+    /// The request target under the upstream's path prefix.
     let uri: String
+    /// The upstream URL (for cookies and logs), made when one of them needs it.
+    var url: String { upstreamBase + uri }
+    private let upstreamBase: String
     /// The target's path, without the query: what a Cookie header depends on.
     let path: Substring
 
@@ -40,10 +42,10 @@ final class Exchange {
     var upstreamEnded = false
     var upstreamKeepAlive = true
 
-    init(head: HTTPRequestHead, url: String, uri: String, path: Substring) {
+    init(head: HTTPRequestHead, upstream: Upstream, target: String, path: Substring) {
         self.head = head
-        self.url = url
-        self.uri = uri
+        upstreamBase = upstream.base
+        uri = upstream.prefix.isEmpty ? target : upstream.prefix + target
         self.path = path
     }
 

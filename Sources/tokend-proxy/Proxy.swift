@@ -25,7 +25,7 @@ final class Proxy: Sendable {
     let timeout: Duration
     let logger: Logger
     /// Connections being served: at most `maxConnections`, so that memory is bounded in total.
-    private let open = Mutex(0)
+    let admission: Admission
 
     init(
         upstream: Upstream, session: String?, tokendSocket: String?, bufferLimit: Int, bodyBudget: Int,
@@ -38,6 +38,7 @@ final class Proxy: Sendable {
         self.bodyTimeout = bodyTimeout
         self.headerTimeout = headerTimeout
         self.maxConnections = maxConnections
+        admission = Admission(limit: maxConnections)
         self.timeout = timeout
         self.logger = logger
     }
@@ -59,16 +60,12 @@ final class Proxy: Sendable {
             guard let settings = settingsBox.withLock({ $0 }), let pool = pools[ObjectIdentifier(channel.eventLoop)] else {
                 return channel.close()
             }
-            let admitted = self.open.withLock { open in
-                guard open < self.maxConnections else { return false }
-                open += 1
-                return true
-            }
-            if admitted { channel.closeFuture.whenComplete { _ in self.open.withLock { $0 -= 1 } } }
+            let admitted = self.admission.admitted(channel)
             let peer: EventLoopFuture<Bool> =
                 settings.pages.hosts == nil ? Self.peerIsThisUser(channel) : channel.eventLoop.makeSucceededFuture(true)
             return peer.flatMapThrowing { allowed in
-                try channel.pipeline.syncOperations.configureHTTPServerPipeline(withPipeliningAssistance: false, withErrorHandling: true)
+                try channel.pipeline.syncOperations.configureHTTPServerPipeline(
+                    withPipeliningAssistance: false, withErrorHandling: true, withOutboundHeaderValidation: false)
                 try channel.pipeline.syncOperations.addHandler(
                     ClientHandler(settings: settings, pool: pool.value, allowed: allowed, admitted: admitted))
             }
@@ -78,6 +75,9 @@ final class Proxy: Sendable {
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             // Nothing is accepted until the settings, which need the bound address, are made.
             .serverChannelOption(.autoRead, value: false)
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(AdmissionHandler(self.admission)) }
+            }
             .childChannelOption(.allowRemoteHalfClosure, value: true)
             .childChannelInitializer(initializer)
         let server: Channel

@@ -9,7 +9,11 @@ enum RequestPath {
         guard target.hasPrefix("/") else {
             return .failure(Refusal("the request target must be a path (origin-form)"))
         }
-        if isPlain(target) { return .success(target) }
+        return isPlain(target) ? .success(target) : dotSegmentsRemoved(target)
+    }
+
+    /// The whole rule, for a target in origin-form.
+    static func dotSegmentsRemoved(_ target: String) -> Result<String, Refusal> {
         let path = target.prefix { $0 != "?" }
         let query = target[path.endIndex...]
         let segments = path.dropFirst().split(separator: "/", omittingEmptySubsequences: false)

@@ -29,18 +29,18 @@ final class UpstreamPool {
         self.keep = keep
     }
 
-    /// An idle connection, else a new one; `done` runs on the loop, perhaps at once.
-    func acquire(_ done: @escaping (Result<UpstreamConnection, any Error>) -> Void) {
+    /// A kept connection that is still open, if there is one.
+    func idleConnection() -> UpstreamConnection? {
         while let connection = idle.popLast() {
             if connection.channel.isActive {
                 connection.reused = true
-                return done(.success(connection))
+                return connection
             }
         }
-        connect(done)
+        return nil
     }
 
-    /// A new connection, never one that sat idle (after a kept one failed before it answered).
+    /// A new connection; `done` runs on the loop.
     func connect(_ done: @escaping (Result<UpstreamConnection, any Error>) -> Void) {
         let tls = self.tls
         let name = upstream.host
@@ -51,7 +51,7 @@ final class UpstreamPool {
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
                     if let tls { try pipeline.addHandler(NIOSSLClientHandler(context: tls, serverHostname: serverHostname)) }
-                    try pipeline.addHTTPClientHandlers()
+                    try pipeline.addHTTPClientHandlers(enableOutboundHeaderValidation: false)  // Headers.isFieldValue
                     try pipeline.addHandler(UpstreamConnection(channel: channel))
                 }
             }

@@ -7,8 +7,10 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
+import types
 
 import pytest
 
@@ -147,6 +149,68 @@ def test_cookies_the_api_sets_and_deletes_reach_tokend(api, setup):
         pass
     kinds = [json.loads(f)["parameters"]["event"] for f in feed.split(b"\0") if f]
     assert kinds[:3] == ["status", "cookies", "cookies"], kinds
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """A keep-alive HTTP connection to a Unix socket."""
+
+    def __init__(self, path):
+        super().__init__("localhost", timeout=30)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(30)
+        self.sock.connect(self.unix_path)
+
+
+def get_json(connection, target):
+    connection.request("GET", target)
+    response = connection.getresponse()
+    body = response.read()
+    assert response.status == 200, (response.status, body)
+    return json.loads(body)
+
+
+def test_the_token_and_cookies_come_from_tokend_s_events_not_a_call_per_request(server, make_tokend, api, workdir):
+    """The proxy asks tokend once, then follows its event stream: 200 requests cost no further GetToken
+    or GetCookies; a refresh and a cookie another client causes reach the next request without a 401."""
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    spy_path, capture = os.path.join(workdir, "spy.sock"), os.path.join(workdir, "spy.bin")
+    spy = subprocess.Popen([sys.executable, os.path.join(ROOT, "Tests", "integration", "socketspy.py"), spy_path,
+                            daemon.socket, capture])
+    wait_for(lambda: os.path.exists(spy_path), 10, "the spy's socket")
+    proxy = ProxyProcess(types.SimpleNamespace(socket=spy_path), api.url, workdir)
+    try:
+        def sent(method):
+            with open(capture, "rb") as f:
+                return f.read().count(f'"method":"io.tokend.Broker.{method}"'.encode())
+        wait_for(lambda: sent("Subscribe") == 1, 10, "the proxy's subscription")
+        connection = UnixHTTPConnection(proxy.path)
+        first = token_of(daemon)["accessToken"]
+        assert get_json(connection, "/data")["token"] == first
+        asked = sent("GetToken"), sent("GetCookies")
+        assert asked == (1, 1), asked
+        for _ in range(200):
+            assert get_json(connection, "/data")["token"] == first
+        assert (sent("GetToken"), sent("GetCookies")) == asked, "200 requests, no call to tokend"
+        # Another client forces a refresh: the proxy's next requests carry the new token, no 401 needed.
+        refreshed = varlink_call(daemon.socket, B + "Refresh")[1]["parameters"]["token"]["accessToken"]
+        assert refreshed != first
+        wait_for(lambda: get_json(connection, "/data")["token"] == refreshed, 5, "the refreshed token upstream")
+        assert not any(token == first for path, token, _ in api.seen[-1:]), "the stale token is no longer sent"
+        # Another client puts a cookie in the jar: the next requests carry it.
+        imported = varlink_call(daemon.socket, B + "ImportCookies",
+                                {"url": api.url + "/", "setCookie": ["elsewhere=v2; Path=/"]})[1]
+        assert imported["parameters"]["applied"] == 1, imported
+        wait_for(lambda: "elsewhere=v2" in (get_json(connection, "/data")["cookie"] or ""), 5, "the cookie upstream")
+        assert not [path for path, token, _ in api.seen if token in api.refused], "no request met a 401"
+        connection.close()
+    finally:
+        proxy.stop()
+        spy.terminate()
+        spy.wait(10)
 
 
 def vm_hwm_kib(pid):
@@ -363,6 +427,22 @@ def test_a_path_that_leaves_the_upstream_prefix_is_refused(recording, tcp_proxy)
         assert code == 200 and json.loads(body)["path"] == forwarded, (target, body)
     assert [path for _, path, _ in recording.seen] == [
         "/api/a/data", "/api/data?q=/../x", "/api/a/b", "/api/a/", "/api/", "/api/group%2Fproject/files"]
+
+
+def test_pipelined_requests_are_answered_in_order_on_one_connection(recording, tcp_proxy):
+    daemon, proxy = tcp_proxy
+    host = f"127.0.0.1:{proxy.port}"
+    requests = b"".join(f"GET /p{n} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode() for n in range(5))
+    requests += f"POST /p5 HTTP/1.1\r\nHost: {host}\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc".encode()
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as s:
+        s.sendall(requests)  # six requests in one write: the proxy takes them one after another
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    bodies = [json.loads(b) for b in re.findall(rb"\{[^{}]*\}", data)]
+    assert data.count(b"HTTP/1.1 200") == 6, data[:500]
+    assert [b["path"] for b in bodies] == [f"/api/p{n}" for n in range(6)], bodies
+    assert bodies[-1]["bytes"] == 3 and [path for _, path, _ in recording.seen] == [f"/api/p{n}" for n in range(6)]
 
 
 def vm_rss_kib(pid):

@@ -1,0 +1,98 @@
+import NIOCore
+import NIOHTTP1
+
+/// A request on its way upstream: tokend's answers for it, an upstream connection, the request written.
+extension ClientHandler {
+    /// The body is whole or streams: tokend's answers from the cache, else from tokend.
+    func obtainCredentials(for exchange: Exchange) {
+        if exchange.streaming { pause() }
+        if let cached = settings.credentials.cached(path: exchange.path) {
+            return send(exchange, credentials: cached)
+        }
+        let credentials = settings.credentials
+        let url = exchange.url
+        let path = exchange.path
+        let loop = pool.loop
+        let bound = NIOLoopBound((self, exchange), eventLoop: loop)
+        Task {
+            let result: Result<RequestCredentials, any Error>
+            do {
+                result = .success(try await credentials.fetch(url: url, path: path))
+            } catch {
+                result = .failure(error)
+            }
+            loop.execute {
+                let (handler, exchange) = bound.value
+                handler.credentialsArrived(result, for: exchange)
+            }
+        }
+    }
+
+    func credentialsArrived(_ result: Result<RequestCredentials, any Error>, for exchange: Exchange) {
+        guard case .exchange(let current) = phase, current === exchange else { return }
+        switch result {
+        case .success(let credentials):
+            send(exchange, credentials: credentials)
+        case .failure(let error):
+            settings.logger.error("no token from tokend", metadata: ["problem": "\(error)"])
+            let answer = Answer.tokendFailed(error)
+            release(exchange)
+            if exchange.bodyDone {
+                phase = .idle
+                write(answer, version: exchange.head.version, close: false)
+                answered()
+            } else {
+                lastVersion = exchange.head.version
+                phase = .skipping(answer, close: false)
+                resume()
+            }
+        }
+    }
+
+    /// The request goes upstream on a kept connection (or a new one when `fresh`).
+    func send(_ exchange: Exchange, credentials: RequestCredentials, fresh: Bool = false) {
+        exchange.credentials = credentials
+        if !fresh, let idle = pool.idleConnection() { return transmit(exchange, on: idle) }
+        pool.connect { [self] result in
+            guard case .exchange(let current) = phase, current === exchange else {
+                if case .success(let connection) = result { pool.release(connection, reusable: true) }
+                return
+            }
+            switch result {
+            case .success(let connection): transmit(exchange, on: connection)
+            case .failure(let error): fail(exchange, error)
+            }
+        }
+    }
+
+    func transmit(_ exchange: Exchange, on connection: UpstreamConnection) {
+        guard let credentials = exchange.credentials else { return }
+        exchange.upstream = connection
+        exchange.upstreamWasReused = connection.reused
+        exchange.answered = false
+        connection.user = self
+        connection.write(.head(exchange.upstreamHead(host: settings.upstream.authority, credentials: credentials)))
+        if !exchange.streaming {
+            if exchange.kept.readableBytes > 0 { connection.write(.body(.byteBuffer(exchange.kept))) }
+            connection.write(.end(nil))
+            exchange.sent = true
+        } else {
+            // What was kept before the body outgrew the limit goes first; no retry needs it any more.
+            if exchange.kept.readableBytes > 0 { connection.write(.body(.byteBuffer(exchange.kept))) }
+            settings.bodyBudget.give(exchange.budgeted)
+            exchange.budgeted = 0
+            exchange.kept = ByteBuffer()
+            for chunk in exchange.pending { connection.write(.body(.byteBuffer(chunk))) }
+            exchange.pending = []
+            if exchange.bodyDone {
+                connection.write(.end(nil))
+                exchange.sent = true
+            }
+        }
+        connection.flush()
+        if exchange.sent {
+            awaitUpstream()
+        }
+        if exchange.streaming && !exchange.bodyDone && connection.channel.isWritable { resume() }
+    }
+}

@@ -1,0 +1,309 @@
+"""make bench-proxy: tokend-proxy against what a user would pick instead, in one run.
+
+An nginx upstream returns a fixed body; nginx as a reverse proxy in front of it adds a fixed
+Authorization header (keep-alive upstream connections); tokend-proxy on tcp:127.0.0.1 puts a
+logged-in tokend session's token on the same requests to the same upstream. wrk (keep-alive)
+drives the upstream directly and each proxy at 1, 16 and 64 connections, rounds interleaved so
+that drift affects all alike. For each proxy: requests/s, p50 and p99 (wrk's), CPU per request
+(user + system from /proc around the run, all of nginx's processes) and RSS after the run.
+
+    python bench/proxy_nginx.py BIN_DIR RESULTS_MD [--rounds 3] [--seconds 5] [--connections 1,16,64]
+                                [--before OLD_TOKEND_PROXY]
+
+With --before, another tokend-proxy binary (an older build) runs in the same rounds, in front of
+the same upstream and tokend, as "tokend-proxy (before)".
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+
+BODY = '{"items":[1,2,3],"ok":true}'  # the upstream's fixed answer
+PATH = "/v1/items"
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, process: subprocess.Popen, what: str) -> None:
+    import socket
+    deadline = time.time() + 20
+    while True:
+        assert process.poll() is None, f"{what} exited ({process.returncode})"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            assert time.time() < deadline, f"{what} did not listen on {port}"
+            time.sleep(0.05)
+
+
+@dataclass
+class Nginx:
+    """One nginx (master + workers) with a configuration of its own in `directory`."""
+    directory: str
+    port: int
+    server: str  # the body of the server block
+    http: str = ""  # more of the http block (an upstream)
+    workers: str = "auto"
+    process: subprocess.Popen = field(init=False)
+
+    def __post_init__(self) -> None:
+        os.makedirs(self.directory, exist_ok=True)
+        config = os.path.join(self.directory, "nginx.conf")
+        with open(config, "w") as f:
+            f.write(f"""daemon off;
+master_process on;
+worker_processes {self.workers};
+pid {self.directory}/nginx.pid;
+error_log {self.directory}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {self.directory}/body;
+  proxy_temp_path {self.directory}/proxy;
+  fastcgi_temp_path {self.directory}/fastcgi;
+  uwsgi_temp_path {self.directory}/uwsgi;
+  scgi_temp_path {self.directory}/scgi;
+  keepalive_requests 1000000;
+  {self.http}
+  server {{
+    listen 127.0.0.1:{self.port};
+    {self.server}
+  }}
+}}
+""")
+        self.process = subprocess.Popen(["nginx", "-c", config, "-p", self.directory], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, self.process, "nginx")
+
+    def pids(self) -> list[int]:
+        children = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == self.process.pid:
+                            children.append(int(entry))
+                except (OSError, IndexError, ValueError):
+                    pass
+        return [self.process.pid, *children]
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGQUIT)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        user, system = bench.cpu_split(pid)
+        total += user + system
+    return total
+
+
+def rss_kib(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as f:
+            total += int(next(line for line in f if line.startswith("VmRSS")).split()[1])
+    return total
+
+
+def wrk(port: int, connections: int, seconds: int) -> dict[str, float]:
+    threads = min(connections, os.cpu_count() or 1)
+    out = subprocess.run(["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds}s", "--latency",
+                          f"http://127.0.0.1:{port}{PATH}"], capture_output=True, text=True, check=True).stdout
+
+    def micros(label: str) -> float:
+        match = re.search(rf"^\s*{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        assert match, out
+        return float(match.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[match.group(2)]
+    requests = re.search(r"(\d+) requests in", out)
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    assert requests and rps, out
+    return {"rps": float(rps.group(1)), "requests": int(requests.group(1)), "p50_us": micros("50%"),
+            "p99_us": micros("99%"), "non_2xx": int(errors.group(1)) if errors else 0}
+
+
+def measure(port: int, pids: list[int], connections: int, seconds: int) -> dict[str, float]:
+    before = cpu_seconds(pids)
+    run = wrk(port, connections, seconds)
+    run["cpu_us_per_request"] = (cpu_seconds(pids) - before) * 1e6 / max(run["requests"], 1)
+    run["rss_kib"] = rss_kib(pids)
+    return run
+
+
+class Stand:
+    """tokend (logged in), the nginx upstream, nginx as the proxy and tokend-proxy, all on loopback."""
+
+    def __init__(self, bin_dir: str, directory: str, before: str | None = None) -> None:
+        self.directory = directory
+        self.daemon = bench.Daemon(bin_dir, directory, bench.FakeEndpoint())
+        self.nginxes: list[Nginx] = []
+        self.proxy: subprocess.Popen | None = None
+        self.before: subprocess.Popen | None = None
+        try:
+            token = self.daemon.call("GetToken")["parameters"]["token"]["accessToken"]
+            self.up_port, self.nginx_port, self.proxy_port = free_port(), free_port(), free_port()
+            self.upstream = Nginx(os.path.join(directory, "upstream"), self.up_port,
+                                  f"location / {{ default_type application/json; return 200 '{BODY}'; }}")
+            self.nginxes.append(self.upstream)
+            self.nginx = Nginx(os.path.join(directory, "nginx-proxy"), self.nginx_port, f"""location / {{
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Authorization "Bearer {token}";
+    }}""", http=f"upstream up {{ server 127.0.0.1:{self.up_port}; keepalive 64; }}")
+            self.nginxes.append(self.nginx)
+            self.proxy = self.start_proxy(os.path.join(bin_dir, "tokend-proxy"), self.proxy_port, "proxy.log")
+            if before:
+                self.before_port = free_port()
+                self.before = self.start_proxy(before, self.before_port, "before.log")
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_proxy(self, binary: str, port: int, log: str) -> subprocess.Popen:
+        process = subprocess.Popen(
+            [binary, "--socket", self.daemon.socket, "--listen", f"tcp:127.0.0.1:{port}",
+             "--upstream", f"http://127.0.0.1:{self.up_port}"],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.directory, log), "w"),
+            preexec_fn=bench.raise_nofile)
+        wait_for_port(port, process, binary)
+        return process
+
+    def targets(self) -> dict[str, tuple[int, list[int]]]:
+        assert self.proxy is not None
+        targets = {"direct": (self.up_port, self.upstream.pids()), "nginx": (self.nginx_port, self.nginx.pids()),
+                   "tokend-proxy": (self.proxy_port, [self.proxy.pid])}
+        if self.before is not None:
+            targets["tokend-proxy (before)"] = (self.before_port, [self.before.pid])
+        return targets
+
+    def stop(self) -> None:
+        for process in (self.proxy, self.before):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(20)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        for nginx in self.nginxes:
+            nginx.stop()
+        self.daemon.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("bin_dir")
+    parser.add_argument("results")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--connections", default="1,16,64")
+    parser.add_argument("--before", help="an older tokend-proxy binary to run in the same rounds")
+    args = parser.parse_args()
+    counts = [int(c) for c in args.connections.split(",")]
+    bench.raise_nofile()
+    directory = tempfile.mkdtemp(prefix="tkproxy", dir="/tmp")
+    stand = Stand(args.bin_dir, directory, before=args.before)
+    try:
+        targets = stand.targets()
+        tokend_pid = stand.daemon.process.pid
+        for port, _ in targets.values():
+            wrk(port, 16, 1)  # warm up: connections, caches, the proxy's token
+        rounds: dict[str, dict[int, list]] = {name: {c: [] for c in counts} for name in targets}
+        tokend_cpu: dict[tuple[str, int], list[float]] = {
+            (name, c): [] for name in targets if name.startswith("tokend-proxy") for c in counts}
+        for _ in range(args.rounds):
+            for connections in counts:
+                for name, (port, pids) in targets.items():
+                    tokend_before = cpu_seconds([tokend_pid])
+                    run = measure(port, pids, connections, args.seconds)
+                    rounds[name][connections].append(run)
+                    if name.startswith("tokend-proxy"):
+                        tokend_cpu[name, connections].append(
+                            (cpu_seconds([tokend_pid]) - tokend_before) * 1e6 / max(run["requests"], 1))
+        results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": bench.machine(),
+                   "rounds": args.rounds, "seconds": args.seconds, "nginx_version": nginx_version(),
+                   "wrk": wrk_version(), "before": args.before}
+        for name, by_count in rounds.items():
+            results[name] = {str(c): {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+                             for c, runs in by_count.items()}
+        results["load"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        for (name, c), values in tokend_cpu.items():
+            results[name][str(c)]["tokend_cpu_us_per_request"] = statistics.median(values)
+    finally:
+        stand.stop()
+    table = render(results)
+    print(table)
+    with open(args.results, "w") as f:
+        f.write(table)
+    with open(os.path.splitext(args.results)[0] + ".json", "w") as f:
+        json.dump(results, f, indent=2)
+        f.write("\n")
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def nginx_version() -> str:
+    return subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip().split("/")[-1]
+
+
+def wrk_version() -> str:
+    out = subprocess.run(["wrk", "-v"], capture_output=True, text=True)
+    return (out.stdout + out.stderr).split()[1]
+
+
+def render(r: dict) -> str:
+    out = [f"# tokend-proxy against nginx — {r['date']}", "", f"Machine: {r['machine']}.", "",
+           f"Command: `make bench-proxy` (release build; wrk {r['wrk']}, keep-alive, {r['seconds']} s per run, "
+           f"{r['rounds']} interleaved rounds, medians). Upstream: nginx {r['nginx_version']} returning a fixed "
+           f"{len(BODY)}-byte body. nginx as the proxy: `proxy_pass` to a keep-alive upstream, a fixed "
+           "`Authorization` header. tokend-proxy: `--listen tcp:127.0.0.1:PORT`, the token of a logged-in "
+           "tokend session. CPU per request: user + system of all the proxy's processes around the run."
+           + (f" tokend-proxy (before): `--before {r['before']}`, an older build in the same rounds." if r.get("before") else "")
+           + f" Load average when the run ended: {r.get('load', '?')}.", "",
+           "| connections | path | requests/s | of nginx | p50 (µs) | × nginx | p99 (µs) | CPU/request (µs) | RSS (MiB) |",
+           "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    names = [name for name in ("direct", "nginx", "tokend-proxy", "tokend-proxy (before)") if name in r]
+    for c in r["direct"]:
+        n = r["nginx"][c]
+        for name in names:
+            x = r[name][c]
+            label = {"direct": "direct to the upstream", "nginx": "nginx as the proxy"}.get(name, name)
+            proxy = name != "direct"
+            out.append(f"| {c} | {label} | {x['rps']:,.0f} | " + (f"{x['rps'] / n['rps']:.0%}" if proxy else "")
+                       + f" | {x['p50_us']:,.0f} | " + (f"{x['p50_us'] / n['p50_us']:.2f}×" if proxy else "")
+                       + f" | {x['p99_us']:,.0f} | " + (f"{x['cpu_us_per_request']:.1f}" if proxy else "")
+                       + " | " + (f"{x['rss_kib'] / 1024:.1f}" if proxy else "") + " |")
+    for name in names[2:]:
+        cpu = ", ".join(f"{r[name][c]['tokend_cpu_us_per_request']:.2f} µs at {c}" for c in r[name])
+        out += ["", f"tokend's own CPU per request through {name}: {cpu}."]
+    errors = sum(r[name][c]["non_2xx"] for name in names for c in r[name])
+    out += ["", f"Non-2xx answers: {errors:.0f}."]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    main()
