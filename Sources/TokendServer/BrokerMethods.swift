@@ -176,7 +176,9 @@ func brokerMethods(
         "Subscribe": .stream { parameters, context, replies in
             let call = try parameters.decode(I.Subscribe.In.self)
             let session = try broker.session(call.session)
-            let key = try await key(session, call.resource, call.scope, context)
+            // Under shared-audience the session's own token (and its events) answers every key.
+            let named = try await key(session, call.resource, call.scope, context)
+            let key = session.keyedSnapshots.sharedResources == nil ? named : .session
             // The subscriber becomes a member of the session's broadcast, which the
             // server loop writes to: no task holds it. tokend's server always can.
             let fanOut = fanOuts.of(session.name)

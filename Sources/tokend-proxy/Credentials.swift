@@ -57,6 +57,8 @@ final class Credentials: Sendable {
     private struct State {
         /// The stream's status event has come and the stream has not ended since.
         var live = false
+        /// The key whose refreshed events concern this proxy's token, as the status event named it.
+        var key: [String?] = [nil, nil]
         var generation = 0
         var version = 0
         var token: Cached?
@@ -67,13 +69,18 @@ final class Credentials: Sendable {
     static let cookiePaths = 1024
 
     let session: String?
+    /// The resource (RFC 8707) and scope the token is for (nil: the session's own token).
+    let resource: String?
+    let scope: String?
     let socket: String?
     let logger: Logger
     private let state = Mutex(State())
     private let tokend = Mutex<TokendClient?>(nil)
 
-    init(session: String?, socket: String?, logger: Logger) {
+    init(session: String?, resource: String? = nil, scope: String? = nil, socket: String?, logger: Logger) {
         self.session = session
+        self.resource = resource
+        self.scope = scope
         self.socket = socket
         self.logger = logger
     }
@@ -93,7 +100,7 @@ final class Credentials: Sendable {
     func fetch(url: String, path: Substring) async throws -> RequestCredentials {
         let asked = Date().timeIntervalSince1970
         let (token, cookies) = try await withTokend { client in
-            let token = try await client.token(session: self.session)
+            let token = try await client.token(session: self.session, resource: self.resource, scope: self.scope)
             return (token, try await client.cookies(session: self.session, url: url))
         }
         guard let answer = RequestCredentials(token: token, cookies: cookies.header) else { throw UnusableCredentials() }
@@ -113,7 +120,8 @@ final class Credentials: Sendable {
         let asked = Date().timeIntervalSince1970
         guard
             let fresh = try? await withTokend({ client in
-                try await client.refresh(session: self.session, staleGeneration: stale.generation)
+                try await client.refresh(
+                    session: self.session, staleGeneration: stale.generation, resource: self.resource, scope: self.scope)
             }), fresh.accessToken != stale.accessToken, Headers.isFieldValue(fresh.authorizationHeaderValue)
         else { return nil }
         remember(fresh, authorization: fresh.authorizationHeaderValue, at: asked)
@@ -150,7 +158,7 @@ final class Credentials: Sendable {
         while !Task.isCancelled {
             do {
                 let client = try await connectedTokend()
-                for try await event in client.events(session: session) {
+                for try await event in client.events(session: session, resource: resource, scope: scope) {
                     apply(event)
                 }
             } catch {
@@ -170,6 +178,7 @@ final class Credentials: Sendable {
             switch event.event {
             case "status":  // the stream's first event: where this tokend's counts stand now
                 state.live = true
+                state.key = [event.resource, event.scope]
                 state.generation = event.generation
                 state.version = event.version ?? 0
                 state.token = nil
@@ -177,6 +186,8 @@ final class Credentials: Sendable {
             case "cookies":
                 state.version = max(state.version, event.version ?? state.version)
                 state.cookies.removeAll(keepingCapacity: true)
+            case "refreshed" where [event.resource, event.scope] != state.key:
+                break  // another key's token (tokend names the key of every refresh)
             default:  // refreshed, loginRequired, loggedOut, loggedIn, loginPending
                 state.generation = max(state.generation, event.generation)
                 state.token = nil

@@ -28,11 +28,11 @@ final class Proxy: Sendable {
     let admission: Admission
 
     init(
-        upstream: Upstream, session: String?, tokendSocket: String?, bufferLimit: Int, bodyBudget: Int,
+        upstream: Upstream, session: String?, resource: String? = nil, scope: String? = nil, tokendSocket: String?, bufferLimit: Int, bodyBudget: Int,
         bodyTimeout: Duration, headerTimeout: Duration, maxConnections: Int, timeout: Duration, logger: Logger
     ) {
         self.upstream = upstream
-        credentials = Credentials(session: session, socket: tokendSocket, logger: logger)
+        credentials = Credentials(session: session, resource: resource, scope: scope, socket: tokendSocket, logger: logger)
         self.bufferLimit = bufferLimit
         self.bodyBudget = BodyBudget(limit: bodyBudget)
         self.bodyTimeout = bodyTimeout

@@ -23,6 +23,12 @@ struct TokendProxy: AsyncParsableCommand {
 
     @Option(help: "The tokend session (default: default).")
     var session: String?
+    @Option(help: ArgumentHelp(
+        "The resource (RFC 8707) the token is for: one of the session's resources, or \"upstream\" for the --upstream URL as given.",
+        discussion: "An MCP server takes only tokens for its own URI: --resource upstream, with that URL in the session's resources."))
+    var resource: String?
+    @Option(help: "A scope narrower than the session's, space-separated.")
+    var scope: String?
     @Option(help: "tokend's socket (default: $TOKEND_SOCKET, else /run/tokend/io.tokend.Broker).")
     var socket: String?
     @Option(help: "Where to listen: unix:PATH, or tcp:127.0.0.1:PORT (any local user can then use it).")
@@ -71,7 +77,8 @@ struct TokendProxy: AsyncParsableCommand {
             throw ValidationError("--listen is required (or start tokend-proxy from a systemd socket)")
         }
         let proxy = Proxy(
-            upstream: base, session: session, tokendSocket: socket, bufferLimit: bufferLimit, bodyBudget: bodyBudget,
+            upstream: base, session: session, resource: resource == "upstream" ? upstream : resource, scope: scope,
+            tokendSocket: socket, bufferLimit: bufferLimit, bodyBudget: bodyBudget,
             bodyTimeout: .seconds(Int64(bodyTimeout)), headerTimeout: .seconds(Int64(headerTimeout)),
             maxConnections: maxConnections, timeout: .seconds(Int64(timeout)), logger: logger)
         do {
