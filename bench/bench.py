@@ -26,7 +26,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fleet_bench  # noqa: E402
-import proxy_bench  # noqa: E402
 import oidc_agent  # noqa: E402
 import startup  # noqa: E402
 
@@ -333,13 +332,6 @@ def main():
         results["startup"] = {"exec_to_ready_ms": statistics.median(runs), "activated_first_reply_ms": statistics.median(first)}
         results["oidc_agent"] = oidc_agent.measure(args.load, directory)
         results["fleet"] = fleet_bench.measure(args.bin_dir, directory, endpoint.url + "/fast/token")
-        proxy_daemon_dir = os.path.join(directory, "proxied")
-        os.mkdir(proxy_daemon_dir)
-        proxied = Daemon(args.bin_dir, proxy_daemon_dir, endpoint)
-        try:
-            results["proxy"] = proxy_bench.measure(args.bin_dir, proxy_daemon_dir, proxied.socket)
-        finally:
-            proxied.stop()
     finally:
         limit.terminate()
         if daemon.process.poll() is None:
@@ -426,15 +418,6 @@ def render(r):
                 "| fleet | p50 (ms) | p99 (ms) | max (ms) |", "| --- | ---: | ---: | ---: |",
                 f"| one host's refresh → the new token on the other hosts | {f['p50_ms']:.1f} | {f['p99_ms']:.1f} "
                 f"| {f['max_ms']:.1f} |"]
-    if r.get("proxy"):
-        p = r["proxy"]
-        out += ["", "tokend-proxy: the same GET to the test API (Python, loopback), directly and through the proxy "
-                "(4 keep-alive connections × 500 requests, median of 3 interleaved rounds):", "",
-                "| proxy | direct | through tokend-proxy | ratio |", "| --- | ---: | ---: | ---: |",
-                f"| requests/s | {p['direct']['rps']:,.0f} | {p['proxy']['rps']:,.0f} | "
-                f"{p['proxy']['rps'] / p['direct']['rps']:.0%} |",
-                f"| p50 latency (µs) | {p['direct']['p50_us']:,.0f} | {p['proxy']['p50_us']:,.0f} | "
-                f"{p['proxy']['p50_us'] / p['direct']['p50_us']:.2f}× |"]
     o = r["oidc_agent"]
     out += ["", "oidc-agent (" + o.get("version", "?") + ") against the same machine, same load client "
             "(one plain-JSON request per connection, its protocol):", ""]
