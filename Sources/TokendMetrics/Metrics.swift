@@ -65,6 +65,8 @@ public final class Metrics: Sendable {
     }
 
     private let registry = Mutex(Registry())
+    /// The last rendering of each format and when it was made (`cachedRender`).
+    private let renderings = Mutex<[Format: (at: ContinuousClock.Instant, text: String)]>([:])
 
     public init() {}
 
@@ -164,6 +166,18 @@ public final class Metrics: Sendable {
         }
         if format == .openMetrics { out += "# EOF\n" }
         return out
+    }
+
+    /// `render(format)`, made again at most once per `maxAge`: a flood of
+    /// scrapes costs one rendering a second on the loop that serves them,
+    /// and a scraper sees values at most that old.
+    public func cachedRender(
+        _ format: Format = .openMetrics, maxAge: Duration = .seconds(1), now: ContinuousClock.Instant = .now
+    ) -> String {
+        if let last = renderings.withLock({ $0[format] }), now - last.at < maxAge, now >= last.at { return last.text }
+        let text = render(format)
+        renderings.withLock { $0[format] = (now, text) }
+        return text
     }
 
     static func isName(_ name: String) -> Bool {

@@ -12,6 +12,8 @@ public final class ServerMetrics: Sendable {
     let refusals: [Refusal: Counter]
     let closings: [Closing: Counter]
     let answers: [Int: Counter]
+    /// metrics-listen connections closed, still sending their head, to make room for a new one.
+    public let evictedHTTP: Counter
     /// The method the loop answers itself (a cached GetToken) and its `ok`
     /// counter: found by comparing the name, without hashing it.
     let hot: (method: String, counter: Counter)?
@@ -82,6 +84,9 @@ public final class ServerMetrics: Sendable {
                 labels: [("code", String(status))], hiddenAtZero: status != 200)
         }
         self.answers = answers
+        evictedHTTP = metrics.counter(
+            "tokend_metrics_http_evicted",
+            help: "Connections to metrics-listen closed before their request was whole, to make room for a new one.")
     }
 
     /// The counter for a method's result: resolved once by code on a hot path

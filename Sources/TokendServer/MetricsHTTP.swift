@@ -44,7 +44,7 @@ struct MetricsRequests: Sendable {
         // Prometheus asks for OpenMetrics; curl and promtool get the Prometheus text format.
         let format: Metrics.Format =
             head.values("Accept").contains { $0.contains("application/openmetrics-text") } ? .openMetrics : .prometheus
-        return HTTPAnswer(status: 200, reason: "OK", contentType: format.contentType, body: metrics.render(format))
+        return HTTPAnswer(status: 200, reason: "OK", contentType: format.contentType, body: metrics.cachedRender(format))
     }
 }
 

@@ -21,8 +21,12 @@ public struct HTTPListener: Sendable {
 
     /// A request head larger than this is answered 431 and closed.
     static let maximumHead = 8 * 1024
-    /// Connections served at once; more are closed at accept.
+    /// Connections served at once. When all are taken, the oldest one still
+    /// sending its head is closed for the newcomer: a scraper sends its
+    /// request at once, so idle holders cannot keep it out.
     static let maximumConnections = 16
+    /// A request head must be whole this soon after accept (or the frame timeout, if shorter).
+    static let headTimeout: Int64 = 2_000_000_000
 
     /// `host:port` as a URL names it.
     public var authority: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
@@ -148,6 +152,10 @@ extension ServerLoop {
                 if errno == ECONNABORTED || errno == EPROTO { continue }
                 return
             }
+            if httpConnections.count >= HTTPListener.maximumConnections, let oldest = oldestReadingHead() {
+                metrics?.evictedHTTP.increment()
+                httpClose(oldest)
+            }
             guard httpConnections.count < HTTPListener.maximumConnections,
                 watch(fd, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
             else {
@@ -156,6 +164,11 @@ extension ServerLoop {
             }
             httpConnections[fd] = HTTPConnection(fd: fd, now: now)
         }
+    }
+
+    /// The connection accepted first among those whose answer is not yet made.
+    func oldestReadingHead() -> HTTPConnection? {
+        httpConnections.values.filter { $0.reply.isEmpty }.min { $0.accepted < $1.accepted }
     }
 
     func httpReady(_ connection: HTTPConnection, flags: UInt32) {
@@ -208,11 +221,12 @@ extension ServerLoop {
         Glibc.close(connection.fd)
     }
 
-    /// A head not whole within the frame timeout, or an answer the socket
+    /// A head not whole within the head timeout, or an answer the socket
     /// takes nothing of for the write timeout, closes the connection.
     func checkHTTP() {
         for connection in Array(httpConnections.values) {
-            let limit = connection.reply.isEmpty ? limits.frameTimeout.nanoseconds : limits.writeTimeout.nanoseconds
+            let limit = connection.reply.isEmpty
+                ? min(limits.frameTimeout.nanoseconds, HTTPListener.headTimeout) : limits.writeTimeout.nanoseconds
             let since = connection.reply.isEmpty ? connection.accepted : connection.lastProgress
             if now - since > limit {
                 if connection.reply.isEmpty { metrics?.answeredHTTP(408) }

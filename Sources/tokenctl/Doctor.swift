@@ -49,7 +49,18 @@ struct DoctorCommand: AsyncParsableCommand {
         // configured socket when nothing names one.
         let clientSocket = TokendClient.socketPath(common.socket)
         let socketPath = common.socket ?? environment["TOKEND_SOCKET"] ?? setup?.socket ?? clientSocket
-        let socket = SocketFacts.probe(socketPath)
+        var socket = SocketFacts.probe(socketPath)
+        // Asked now, so the socket line says whether tokend replies, not only whether it accepts.
+        let names = common.session.map { [$0] } ?? setup?.sessions.map(\.name) ?? []
+        var statuses = names.map { (name: $0, status: Self.unanswered(socketPath)) }
+        if socket.connectError == nil {
+            let asked = try await answered(within: replySeconds) { [names] in
+                await Self.sessionStatuses(socket: socketPath, names: names)
+            }
+            // A connection tokend closed at once (no call made) is not an answer either.
+            socket.answered = (asked ?? nil) != nil
+            statuses = (asked ?? nil) ?? statuses
+        }
         let daemon = DoctorSocketCheck.identity(of: socket)
         let me = (uid: getuid(), name: DoctorSocketCheck.userName(getuid()))
         report(
@@ -64,7 +75,6 @@ struct DoctorCommand: AsyncParsableCommand {
             report([DoctorEncryptionCheck.judge(facts, daemon: daemon)])
         }
 
-        let statuses = await sessionStatuses(socket: socketPath, reachable: socket.connectError == nil, setup: setup)
         let curl = DoctorProgram.find("curl")
         for (name, status) in statuses {
             report([DoctorSessionCheck.judge(session: name, status)])
@@ -104,15 +114,17 @@ struct DoctorCommand: AsyncParsableCommand {
         return results
     }
 
-    /// Each session to check (the one named, else every configured one, else
-    /// every one tokend lists) with its status or the error asking for it.
-    func sessionStatuses(socket: String, reachable: Bool, setup: DoctorSetup?) async
-        -> [(name: String, status: Result<SessionStatus, TokendClientError>)]
+    static func unanswered(_ socket: String) -> Result<SessionStatus, TokendClientError> {
+        .failure(.unreachable(socket: socket, reason: "no answer"))
+    }
+
+    /// Each session to check (`names`, else every one tokend lists) with its
+    /// status or the error asking for it; nil when tokend cannot be reached.
+    static func sessionStatuses(socket: String, names: [String]) async
+        -> [(name: String, status: Result<SessionStatus, TokendClientError>)]?
     {
-        var names = common.session.map { [$0] } ?? setup?.sessions.map(\.name) ?? []
-        guard reachable, let client = try? await TokendClient.connect(socket: socket) else {
-            return names.map { ($0, .failure(.unreachable(socket: socket, reason: "not reachable"))) }
-        }
+        guard let client = try? await TokendClient.connect(socket: socket) else { return nil }
+        var names = names
         if names.isEmpty { names = ((try? await client.sessions()) ?? []).map(\.session) }
         var statuses: [(name: String, status: Result<SessionStatus, TokendClientError>)] = []
         for name in names {

@@ -33,11 +33,13 @@ struct DoctorResult: Equatable, Sendable {
         DoctorResult(check: check, outcome: .skip, detail: detail, fix: nil)
     }
 
-    /// "FAIL  socket: … — fix: …", the outcome padded so the checks line up.
+    /// "FAIL  socket: … — fix: …", the outcome padded so the checks line up;
+    /// always one line (a tool's several lines are joined with "; ").
     var line: String {
         let outcome = self.outcome.rawValue.padding(toLength: 5, withPad: " ", startingAt: 0)
         let fix = self.fix.map { " — fix: \($0)" } ?? ""
         return "\(outcome) \(check): \(detail)\(fix)"
+            .split(whereSeparator: \.isNewline).joined(separator: "; ")
     }
 }
 

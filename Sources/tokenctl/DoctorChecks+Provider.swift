@@ -8,7 +8,13 @@ enum DoctorProviderCheck {
         var url: String
         /// curl's exit status (0: an HTTP answer came) and its message.
         var curlStatus: Int32
+        /// What curl wrote to standard error: on a TLS failure several lines
+        /// (one per certificate problem); the first names it.
         var curlMessage: String = ""
+        /// curl's first line, so the check stays one line.
+        var curlSays: String {
+            curlMessage.split(whereSeparator: \.isNewline).first.map(String.init) ?? ""
+        }
         var httpStatus: Int?
         /// The answer's Date header, parsed.
         var date: Date?
@@ -95,13 +101,13 @@ enum DoctorProviderCheck {
                 : .ok(check, "the token endpoint \(answer.url) answers (HTTP \(status) to a GET\(tls))")
         case 35, 51, 53, 54, 58, 59, 60, 64, 66, 77, 80, 82, 83, 90, 91:
             return .fail(
-                check, "TLS to \(answer.url) does not verify: \(answer.curlMessage)",
+                check, "TLS to \(answer.url) does not verify: \(answer.curlSays)",
                 fix: "put the provider's CA in /usr/local/share/ca-certificates/ and run update-ca-certificates, or have the provider serve its whole chain")
         case 6:
-            return .fail(check, "\(answer.url): the host name does not resolve (\(answer.curlMessage))",
+            return .fail(check, "\(answer.url): the host name does not resolve (\(answer.curlSays))",
                          fix: "check sessions.\(session).\(key) and DNS (resolvectl query HOST)")
         case 7, 52, 55, 56:
-            return .fail(check, "\(answer.url) refuses or drops the connection (\(answer.curlMessage))",
+            return .fail(check, "\(answer.url) refuses or drops the connection (\(answer.curlSays))",
                          fix: "start the provider, or open the way to it from this host (firewall, routes)")
         case 28:
             return .fail(check, "\(answer.url) did not answer within 10 s",
@@ -109,7 +115,7 @@ enum DoctorProviderCheck {
         case 127:
             return .skip(check, "curl is not installed (apt install curl) to ask \(answer.url)")
         default:
-            return .fail(check, "\(answer.url): \(answer.curlMessage) (curl status \(answer.curlStatus))",
+            return .fail(check, "\(answer.url): \(answer.curlSays) (curl status \(answer.curlStatus))",
                          fix: "check sessions.\(session).\(key)")
         }
     }

@@ -23,6 +23,9 @@ struct SocketFacts: Equatable, Sendable {
     var connectError: Int32?
     /// The process at the other end, when connected.
     var peer: Peer?
+    /// Whether a Varlink call got a reply within the limit; nil: not asked.
+    /// A stopped tokend still accepts connections: only a reply shows it works.
+    var answered: Bool?
 
     struct Peer: Equatable, Sendable {
         var pid: Int32
@@ -117,12 +120,24 @@ enum DoctorSocketCheck {
         switch facts.connectError {
         case nil:
             let server = facts.peer.map { " (tokend pid \($0.pid), uid \($0.uid))" } ?? ""
-            results.append(.ok("socket", "\(path) answers\(server)"))
+            switch facts.answered {
+            case true?: results.append(.ok("socket", "\(path) answers\(server)"))
+            case false?:
+                results.append(
+                    .fail(
+                        "socket", "tokend accepts but does not answer within \(replySeconds) s\(server)",
+                        fix: Common.wedgedFix))
+            case nil: results.append(.ok("socket", "\(path) accepts connections\(server)"))
+            }
         case EACCES?, EPERM?:
             results.append(
                 .fail(
                     "socket", "\(me.name) may not connect to \(path) (mode \(String.octalMode(mode)), group \(groupName(facts.gid)))",
-                    fix: "usermod -aG \(groupName(facts.gid)) \(me.name), then log in again"))
+                    fix: facts.gid == 0
+                        // Joining root's group would give far more than tokend's socket.
+                        ? "give the socket a group of its own (SocketGroup= in tokend.socket, e.g. tokend) and "
+                            + "name it in [access] read-groups, then usermod -aG that group \(me.name) and log in again"
+                        : "usermod -aG \(groupName(facts.gid)) \(me.name), then log in again"))
         case ECONNREFUSED?:
             results.append(
                 .fail(

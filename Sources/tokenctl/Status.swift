@@ -14,11 +14,18 @@ struct StatusCommand: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
+        let common = common
+        let json = json
+        guard let text = try await answered(within: replySeconds, { try await Self.text(common: common, json: json) })
+        else { throw common.wedged() }
+        print(text)
+    }
+
+    static func text(common: Common, json: Bool) async throws -> String {
         let client = try await common.connect()
         if json {
             let status = try await common.run { try await client.status(session: common.session) }
-            print(jsonText(status.json))
-            return
+            return jsonText(status.json)
         }
         let statuses: [SessionStatus]
         if let session = common.session {
@@ -27,10 +34,9 @@ struct StatusCommand: AsyncParsableCommand {
             statuses = try await common.run { try await client.sessions() }
         }
         if statuses.isEmpty {
-            print("No session this user may read: `tokenctl doctor` checks this user's access.")
-            return
+            return "No session this user may read: `tokenctl doctor` checks this user's access."
         }
         let now = Int(Date().timeIntervalSince1970)
-        print(statuses.map { "\($0.session): \(StatusAdvice($0, now: now).text)" }.joined(separator: "\n\n"))
+        return statuses.map { "\($0.session): \(StatusAdvice($0, now: now).text)" }.joined(separator: "\n\n")
     }
 }

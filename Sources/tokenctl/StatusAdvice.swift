@@ -26,16 +26,18 @@ struct StatusAdvice: Equatable, Sendable {
         let flag = status.session == "default" ? "" : " --session \(status.session)"
         let tokenValid = status.expiresAt.map { $0 > now } ?? false
         let reason = status.lastError.map { " — \($0)" } ?? ""
+        // When the session entered its state (login required, logged out, backing off).
+        let since = status.stateSince.map { " since \(StatusAdvice.clock($0, now: now, zone: zone))" } ?? ""
         severity = .fine
         switch status.state {
         case "loginRequired", "loggedOut":
             severity = .broken
-            headline = (status.state == "loggedOut" ? "logged out" : "login required") + reason
+            headline = (status.state == "loggedOut" ? "logged out" : "login required") + since + reason
             command = "tokenctl login\(flag) --device"
             details.append("or, on a machine with a browser: tokenctl login\(flag) --browser")
         case "backingOff":
             severity = tokenValid ? .attention : .broken
-            headline = "refreshing fails" + reason
+            headline = "refreshing fails" + since + reason
             var retry = "\(status.failures) failed attempt\(status.failures == 1 ? "" : "s")"
             if let next = status.nextRefreshAt { retry += "; tokend tries again at \(time(next)) by itself" }
             details.append(retry)
@@ -80,6 +82,11 @@ struct StatusAdvice: Equatable, Sendable {
 
     /// "10:42 (in 5 min)", with the date when it is not today.
     static func time(_ unix: Int, now: Int, zone: TimeZone) -> String {
+        "\(clock(unix, now: now, zone: zone)) (\(relative(unix - now)))"
+    }
+
+    /// "10:42", or "2026-05-28 10:42" when it is not today.
+    static func clock(_ unix: Int, now: Int, zone: TimeZone) -> String {
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = zone
@@ -88,7 +95,7 @@ struct StatusAdvice: Equatable, Sendable {
         let date = Date(timeIntervalSince1970: TimeInterval(unix))
         let sameDay = calendar.isDate(date, inSameDayAs: Date(timeIntervalSince1970: TimeInterval(now)))
         formatter.dateFormat = sameDay ? "HH:mm" : "yyyy-MM-dd HH:mm"
-        return "\(formatter.string(from: date)) (\(relative(unix - now)))"
+        return formatter.string(from: date)
     }
 
     /// "in 40 s", "5 min ago", "in 2 h", "now".

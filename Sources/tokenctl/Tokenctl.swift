@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Synchronization
 import TokendClient
 
 #if canImport(Glibc)
@@ -52,6 +53,17 @@ struct Common: ParsableArguments {
     func connect() async throws -> TokendClient {
         try await run { try await TokendClient.connect(socket: socket) }
     }
+
+    /// What status and doctor say of a tokend that accepts a connection and
+    /// never replies (stopped, or its loop wedged): the fix, and exit 3.
+    func wedged() -> ExitCode {
+        let path = TokendClient.socketPath(socket)
+        FileHandle.standardError.write(Data(
+            "tokenctl: tokend at \(path) accepts but does not answer within \(replySeconds) s\n  \(Self.wedgedFix)\n".utf8))
+        return ExitCode(Exit.unreachable)
+    }
+
+    static let wedgedFix = "systemctl restart tokend; journalctl -u tokend says why it stopped answering"
 
     /// Runs a client call, turning its error into a message with the fix and an exit code.
     func run<T>(_ body: () async throws -> T) async throws -> T {
@@ -203,6 +215,34 @@ struct CookiesCommand: AsyncParsableCommand {
         }
         let set = try await common.run { try await client.cookies(session: common.session, url: url!) }
         print(json ? jsonText(set.json) : set.header)
+    }
+}
+
+/// How long status and doctor wait for tokend's reply: a wedged tokend
+/// accepts connections (the kernel queues them) but never answers.
+let replySeconds = 5
+
+/// `body`'s result if it finishes within `seconds`, nil otherwise. A body
+/// stuck in a call that ignores cancellation (a reply that never comes) is
+/// abandoned, not awaited: tokenctl exits soon after. This is Deadline's
+/// `within`, which tokenctl does not link.
+func answered<T: Sendable>(
+    within seconds: Int, _ body: @escaping @Sendable () async throws -> T
+) async throws -> T? {
+    let waiting = Mutex<CheckedContinuation<T?, Error>?>(nil)
+    let finish: @Sendable (Result<T?, Error>) -> Void = { result in
+        waiting.withLock { $0.take() }?.resume(with: result)
+    }
+    return try await withCheckedThrowingContinuation { continuation in
+        waiting.withLock { $0 = continuation }
+        let work = Task {
+            do { finish(.success(try await body())) } catch { finish(.failure(error)) }
+        }
+        Task {
+            try? await Task.sleep(for: .seconds(seconds))
+            finish(.success(nil))
+            work.cancel()
+        }
     }
 }
 

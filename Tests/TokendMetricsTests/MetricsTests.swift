@@ -3,6 +3,35 @@ import Testing
 import TokendMetrics
 
 @Suite struct MetricsTests {
+    @Test func aShownTotalThatStartsAgainAfterAReloadNeverGoesBackwards() {
+        let refreshes = Counter()
+        refreshes.show(5)
+        refreshes.show(7)
+        #expect(refreshes.value == 7)
+        refreshes.show(1)  // the session was remade and has refreshed once since
+        #expect(refreshes.value == 8)
+        refreshes.show(3)
+        #expect(refreshes.value == 10)
+        refreshes.show(0)  // remade again before its first refresh
+        #expect(refreshes.value == 10)
+        refreshes.show(2)
+        #expect(refreshes.value == 12)
+    }
+
+    @Test func aCachedRenderingIsMadeAgainOnlyAfterItsMaxAge() {
+        let metrics = Metrics()
+        let things = metrics.counter("tokend_things", help: "Things.")
+        let start = ContinuousClock.now
+        things.increment()
+        let first = metrics.cachedRender(.prometheus, now: start)
+        things.increment()
+        #expect(metrics.cachedRender(.prometheus, now: start + .milliseconds(900)) == first, "within a second: the same text")
+        #expect(metrics.cachedRender(.openMetrics, now: start + .milliseconds(900)).contains("tokend_things_total 2"),
+                "each format has its own rendering")
+        let later = metrics.cachedRender(.prometheus, now: start + .milliseconds(1100))
+        #expect(first.contains("tokend_things_total 1") && later.contains("tokend_things_total 2"))
+    }
+
     @Test func anEmptyRegistryEndsWithEOF() {
         #expect(Metrics().render() == "# EOF\n")
         #expect(Metrics().render(.prometheus) == "")

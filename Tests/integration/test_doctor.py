@@ -6,6 +6,7 @@ import http.server
 import json
 import os
 import re
+import signal
 import socket
 import stat
 import subprocess
@@ -249,7 +250,7 @@ def test_a_session_that_needs_a_login_names_the_command(server, make_tokend):
     doctor = Doctor(daemon)
     assert doctor.status == 1
     assert doctor.outcome("session default") == "FAIL"
-    assert doctor.says("session default").startswith("login required — not logged in yet")
+    assert re.match(r"login required( since \d\d:\d\d)? — not logged in yet", doctor.says("session default"))
     assert doctor.says("session default").endswith("fix: tokenctl login --device")
 
 
@@ -315,3 +316,25 @@ def test_a_fleet_store_without_tls_is_named(server, make_tokend, workdir):
     closed = Doctor(daemon, "--session", "fleet")
     assert closed.outcome("fleet store (fleet)") == "FAIL"
     assert "Connection refused" in closed.says("fleet store (fleet)") and "pg_hba.conf" in closed.says("fleet store (fleet)")
+
+
+def test_a_tokend_that_accepts_but_does_not_answer_is_named(healthy):
+    """A stopped (SIGSTOP) tokend: the kernel still queues connections, so only a reply shows it works."""
+    os.kill(healthy.process.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        doctor = Doctor(healthy)
+        waited = time.monotonic() - started
+        status = subprocess.run([os.path.join(BIN, "tokenctl"), "status", "--socket", healthy.socket],
+                                capture_output=True, text=True, timeout=60)
+    finally:
+        os.kill(healthy.process.pid, signal.SIGCONT)
+    assert doctor.status == 1, doctor.output
+    assert doctor.outcome("socket") == "FAIL"
+    assert doctor.says("socket").startswith("tokend accepts but does not answer within 5 s")
+    assert "fix: systemctl restart tokend; journalctl -u tokend" in doctor.says("socket")
+    assert doctor.outcome("session default") == "skip"
+    assert waited < 60, "the doctor gave up waiting rather than hang"
+    assert status.returncode == 3, status.stdout + status.stderr
+    assert "accepts but does not answer within 5 s" in status.stderr
+    assert Doctor(healthy).outcome("socket") == "ok", "once continued, it answers again"

@@ -5,10 +5,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import threading
+import time
 
 import pytest
 
@@ -166,12 +168,38 @@ def test_the_metrics_listener_answers_programs_and_refuses_web_pages(server, mak
     with socket.create_connection(("127.0.0.1", daemon.metrics_port)) as s:
         s.sendall(b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 9000)
         assert s.recv(100).startswith(b"HTTP/1.1 431")
+    time.sleep(1.1)  # the listener's rendering is made again at most once a second
     text = get(url + "/metrics")[2]
     counts = samples(text)
     assert counts['tokend_metrics_http_requests_total{code="421"}'] == 2
     assert counts['tokend_metrics_http_requests_total{code="403"}'] == 3
     # The Varlink socket is served all along by the same loop.
     assert daemon.call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"] >= 1
+
+
+def test_idle_connections_holding_every_slot_do_not_keep_a_scraper_out(server, make_tokend, workdir):
+    daemon = metrics_tokend(make_tokend, server, workdir)
+    url = f"http://127.0.0.1:{daemon.metrics_port}"
+    # Any local process may open them: 16 is the listener's table, one more shows it full.
+    holders = [socket.create_connection(("127.0.0.1", daemon.metrics_port)) for _ in range(17)]
+    try:
+        for holder in holders:
+            holder.sendall(b"GET /metrics HTTP/1.1\r\n")  # a head that never ends
+        status, _, text = get(url + "/metrics")
+        assert status == 200
+        closed = 0
+        for holder in holders:
+            holder.settimeout(5)
+            try:
+                closed += holder.recv(100) == b""
+            except (ConnectionResetError, socket.timeout):
+                closed += 1
+        assert closed == 17, "each holder was evicted or timed out (its head is never whole)"
+    finally:
+        for holder in holders:
+            holder.close()
+    counts = samples(daemon.ctl("metrics").stdout)
+    assert counts["tokend_metrics_http_evicted_total"] >= 2, "the 17th holder and the scraper each evicted one"
 
 
 def test_a_metrics_address_another_program_holds_stops_tokend_naming_it(server, make_tokend, workdir):
@@ -235,5 +263,42 @@ def test_connections_subscribers_and_refused_peers_are_counted(server, make_toke
                              os.path.join(BIN, "tokenctl"), "status", "--socket", daemon.socket],
                             capture_output=True, text=True, timeout=30)
     assert nobody.returncode != 0
-    assert counts()['tokend_connections_refused_total{reason="permission"}'] == 1
+    # The listener renders at most once a second: the refusal shows within that.
+    wait_for(lambda: counts()['tokend_connections_refused_total{reason="permission"}'] == 1, 5, "the refusal counted")
     assert counts()['tokend_varlink_calls_total{method="io.tokend.Broker.Subscribe",result="ok"}'] == 1
+
+
+def test_cookie_changes_are_counted_by_kind(server, make_tokend, workdir):
+    daemon = metrics_tokend(make_tokend, server, workdir)
+    def counts() -> dict:
+        text = samples(daemon.ctl("metrics").stdout)
+        return {kind: text.get(f'tokend_session_cookie_changes_total{{session="default",kind="{kind}"}}', 0)
+                for kind in ("set", "delete")}
+    before = counts()
+    reply = daemon.call("io.tokend.Broker.ImportCookies", url="https://app.example.com/",
+                        setCookie=["a=1", "b=2"])[1]["parameters"]
+    assert reply["applied"] == 2
+    assert daemon.call("io.tokend.Broker.DeleteCookies", url="https://app.example.com/", name="a")[1][
+        "parameters"]["deleted"] == 1
+    after = counts()
+    assert after["set"] - before["set"] == 2 and after["delete"] - before["delete"] == 1, (before, after)
+
+
+def test_a_reload_that_remakes_a_session_never_lowers_its_counters(server, make_tokend, workdir):
+    daemon = metrics_tokend(make_tokend, server, workdir)
+    refreshes = 'tokend_session_refreshes_total{session="default"}'
+    for _ in range(2):
+        generation = json.loads(daemon.ctl("status", "--json").stdout)["generation"]
+        assert daemon.ctl("refresh", "--stale-generation", str(generation)).returncode == 0
+    wait_for(lambda: samples(daemon.ctl("metrics").stdout)[refreshes] >= 2, 5, "the refreshes gathered")
+    counted = samples(daemon.ctl("metrics").stdout)[refreshes]
+    with open(daemon.config) as f:
+        text = f.read()
+    with open(daemon.config, "w") as f:
+        f.write(text.replace("refresh-margin = 5", "refresh-margin = 6"))
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reloaded" in daemon.logs(), 10, "reload")
+    # The session was made anew: its own count starts again.
+    assert json.loads(daemon.ctl("status", "--json").stdout)["refreshes"] < counted
+    time.sleep(2.5)  # the status is gathered into the metrics every second
+    assert samples(daemon.ctl("metrics").stdout)[refreshes] >= counted

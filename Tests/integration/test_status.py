@@ -8,6 +8,7 @@ import subprocess
 import time
 
 from conftest import BIN, CLIENT_ID, AuthServer, login, varlink_call
+from prometheus import samples
 
 
 def status_text(daemon, *args):
@@ -32,15 +33,21 @@ def test_a_refused_refresh_token_says_login_required_and_the_command(server, mak
     with open(os.path.join(daemon.state, "default.session")) as f:
         stolen = json.load(f)["record"]["refreshToken"]
     assert server.post("/o/token/", grant_type="refresh_token", refresh_token=stolen)[0] == 200
+    refused_at = int(time.time())
     assert daemon.ctl("refresh").returncode == 2
     machine = json.loads(daemon.ctl("status", "--json").stdout)
     assert machine["state"] == "loginRequired" and "invalid_grant" in machine["lastError"]
+    assert refused_at - 1 <= machine["stateSince"] <= time.time() + 1, machine
     text = status_text(daemon)
     block = text.split("\n\n")[1]
-    assert block.startswith(f"default: login required — {machine['lastError']}\n  Run: tokenctl login --device\n"), text
+    since = hhmm(machine["stateSince"])
+    assert block.startswith(
+        f"default: login required since {since} — {machine['lastError']}\n  Run: tokenctl login --device\n"), text
     assert "or, on a machine with a browser: tokenctl login --browser" in block
     never = text.split("\n\n")[0]
-    assert never.startswith("ci: login required — not logged in yet"), text
+    assert re.match(r"ci: login required( since \d\d:\d\d)? — not logged in yet", never), text
+    counts = samples(daemon.ctl("metrics").stdout)
+    assert counts['tokend_session_refresh_results_total{session="default",result="rejected"}'] == 1
     assert "Run: tokenctl login --session ci --device" in never
     assert status_text(daemon, "--session", "default") == block
 
@@ -70,7 +77,8 @@ def test_a_failing_provider_is_said_with_the_token_still_served(workdir, make_to
     machine = json.loads(daemon.ctl("status", "--json").stdout)
     assert machine["state"] == "backingOff" and machine["failures"] == 1
     text = status_text(daemon)
-    assert text.startswith(f"default: refreshing fails — {machine['lastError']}\n  Run: tokenctl doctor\n"), text
+    since = hhmm(machine["stateSince"])
+    assert text.startswith(f"default: refreshing fails since {since} — {machine['lastError']}\n  Run: tokenctl doctor\n"), text
     assert f"the current token is still served until {hhmm(machine['expiresAt'])}" in text
     assert "1 failed attempt; tokend tries again at " in text
 

@@ -60,6 +60,19 @@ import Testing
         #expect(results[1].fix?.hasPrefix("chmod 0660 \(path)") == true)
     }
 
+    @Test func aRefusedConnectNeverSuggestsJoiningRootsGroup() {
+        func refused(gid: UInt32) -> DoctorResult {
+            let facts = SocketFacts(path: "/run/tokend/io.tokend.Broker", mode: 0o660, gid: gid, connectError: EACCES)
+            return DoctorSocketCheck.judge(
+                facts, expectedMode: nil, daemon: nil, clientSocket: facts.path, configuredSocket: nil,
+                me: (uid: 1000, name: "me"))[0]
+        }
+        #expect(refused(gid: 0).outcome == .fail)
+        #expect(!refused(gid: 0).fix!.contains("usermod -aG root"))
+        #expect(refused(gid: 0).fix!.contains("[access] read-groups"))
+        #expect(refused(gid: 65534).fix!.hasPrefix("usermod -aG \(DoctorSocketCheck.groupName(65534)) me"))
+    }
+
     @Test func noSocketSaysHowToStartTokend() {
         let results = DoctorSocketCheck.judge(
             SocketFacts.probe("/nonexistent/sock"), expectedMode: 0o660, daemon: nil,
@@ -122,6 +135,12 @@ import Testing
         }
         #expect(judge(60).detail.hasPrefix("TLS to https://id.example.com/.well-known/openid-configuration does not verify"))
         #expect(judge(60).fix!.contains("update-ca-certificates"))
+        let verbose = DoctorProviderCheck.judge(
+            .init(url: "https://id.example.com/", curlStatus: 60,
+                  curlMessage: "curl: (60) SSL certificate problem: self-signed certificate\nMore details here: https://curl.se/docs/sslcerts.html\n\ncurl failed to verify", receivedAt: Date()),
+            session: "default", isDiscovery: true)
+        #expect(verbose.detail == "TLS to https://id.example.com/ does not verify: curl: (60) SSL certificate problem: self-signed certificate")
+        #expect(!DoctorResult.fail("x", "a\nb", fix: "c").line.contains("\n"), "a check is one line")
         #expect(judge(7).outcome == .fail && judge(6).fix!.contains("sessions.default.issuer"))
         let found = DoctorProviderCheck.judge(
             .init(url: "https://id.example.com/.well-known/openid-configuration", curlStatus: 0, httpStatus: 200,

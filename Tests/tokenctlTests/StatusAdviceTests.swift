@@ -25,6 +25,20 @@ import TokendClient
         #expect(!advice.text.contains("refreshes here"), "a session never refreshed here has no counts to show")
     }
 
+    @Test func aBrokenStateSaysSinceWhen() {
+        var refused = status("loginRequired")
+        refused.lastError = "the provider refused the refresh token (invalid_grant)"
+        refused.stateSince = now - 1_800  // 19:56:40 UTC
+        #expect(StatusAdvice(refused, now: now, zone: utc).headline
+            == "login required since 19:56 — the provider refused the refresh token (invalid_grant)")
+        var failing = status("backingOff")
+        failing.stateSince = now - 86_400 - 60
+        #expect(StatusAdvice(failing, now: now, zone: utc).headline == "refreshing fails since 2026-05-27 20:25")
+        var active = status("active")
+        active.stateSince = now - 60
+        #expect(!StatusAdvice(active, now: now, zone: utc).headline.contains("since"))
+    }
+
     @Test func aSessionOtherThanDefaultIsNamedInTheCommand() {
         let advice = StatusAdvice(status("loggedOut", session: "ci"), now: now, zone: utc)
         #expect(advice.headline == "logged out")
