@@ -34,7 +34,7 @@ def main() -> int:
         view = WebKit.WebView(network_session=WebKit.NetworkSession.new_ephemeral())
     else:
         from gi.repository import WebKit2
-        view = WebKit2.WebView(is_ephemeral=True)
+        view = WebKit2.WebView(web_context=WebKit2.WebContext.new_ephemeral())
     tokend = TokendWebView.attach_to_socket(view, args.session, args.socket)
     tokend.connect("logged-out", lambda _, reason: print(f"tokend_webview_gi: signal logged-out ({reason})", file=sys.stderr))
     tokend.connect("cookies-restored", lambda _, count: print(f"tokend_webview_gi: signal cookies-restored ({count} cookies)",

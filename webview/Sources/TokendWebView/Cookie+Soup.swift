@@ -1,4 +1,3 @@
-import CWebKitGTK
 import Foundation
 import TokendInterface
 

@@ -1,5 +1,3 @@
-import CWebKitGTK
-
 // GObject from Swift. WebKitGTK's types arrive as typed pointers or as opaque
 // ones depending on how their C struct is declared; both pass through a raw
 // pointer. Every callback runs on the GLib main loop, which is the main thread.
@@ -67,4 +65,25 @@ func take(_ error: UnsafeMutablePointer<GError>?) -> String? {
     guard let error else { return nil }
     defer { g_error_free(error) }
     return String(cString: error.pointee.message)
+}
+
+/// A typed pointer from a raw one, as `OpaquePointer(raw)` is an opaque one: a type that
+/// one WebKitGTK API declares (typed) and the other does not (opaque) converts either way.
+extension UnsafeMutablePointer {
+    init(_ raw: UnsafeMutableRawPointer) {
+        self = raw.assumingMemoryBound(to: Pointee.self)
+    }
+}
+
+/// Runs `body` when `fd` becomes readable (a pidfd: its process ended), once; returns the source id.
+@MainActor @discardableResult
+func whenReadable(_ fd: Int32, _ body: @escaping @MainActor () -> Void) -> guint {
+    let box = Once<Void> { _ in body() }
+    return g_unix_fd_add_full(G_PRIORITY_DEFAULT, fd, G_IO_IN, { _, _, data in
+        let address = UInt(bitPattern: data)
+        MainActor.assumeIsolated {
+            Unmanaged<Once<Void>>.fromOpaque(UnsafeMutableRawPointer(bitPattern: address)!).takeUnretainedValue().body(())
+        }
+        return 0  // G_SOURCE_REMOVE; the box goes with the source, below
+    }, box.retained, { data in Unmanaged<Once<Void>>.fromOpaque(data!).release() })
 }

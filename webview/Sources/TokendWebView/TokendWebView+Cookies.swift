@@ -1,4 +1,3 @@
-import CWebKitGTK
 import TokendInterface
 import Varlink
 
@@ -85,16 +84,17 @@ extension TokendWebView {
             log("refused the site's cookie \(cookie.name) for \(cookie.domain): not the host of one of session \(session)'s web-origins")
         }
         for (url, setCookie) in work.imports { importCookies(url: url, setCookie: setCookie) }
-        var left = work.removals.count + work.additions.count
-        guard left > 0 else {
-            cookies.settled(work)
-            return done()
-        }
-        let finished: @MainActor () -> Void = { [weak self] in
-            left -= 1
-            guard left == 0 else { return }
-            self?.cookies.settled(work)
+        let settled: @MainActor () -> Void = { [weak self] in
+            guard let self else { return done() }
+            self.cookies.settled(work)
+            if work.storeWasEmptied { self.notify(.cookiesRestored(count: work.additions.count)) }
             done()
+        }
+        var left = work.removals.count + work.additions.count
+        guard left > 0 else { return settled() }
+        let finished: @MainActor () -> Void = {
+            left -= 1
+            if left == 0 { settled() }
         }
         for cookie in work.removals { change(cookie, add: false, finished) }
         for cookie in work.additions { change(cookie, add: true, finished) }

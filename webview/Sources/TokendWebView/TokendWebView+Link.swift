@@ -1,4 +1,3 @@
-import CWebKitGTK
 import TokendInterface
 import Varlink
 
@@ -64,7 +63,10 @@ extension TokendWebView {
     }
 
     func tokendDown(_ why: String) {
-        if !reportedDown { log("tokend is not available (\(why)); pages get io.tokend.Bridge.Disconnected until it is back") }
+        if !reportedDown {
+            log("tokend is not available (\(why)); pages get io.tokend.Bridge.Disconnected until it is back")
+            notify(.disconnected(reason: why))
+        }
         reportedDown = true
         calls?.close()
         calls = nil
@@ -78,7 +80,10 @@ extension TokendWebView {
     }
 
     func useOrigins(_ webOrigins: [String]) {
-        if reportedDown { log("tokend is back; catching up from cookie version \(version)") }
+        if reportedDown {
+            log("tokend is back; catching up from cookie version \(version)")
+            notify(.reconnected)
+        }
         reportedDown = false
         guard webOrigins != origins || script == nil || relayEverywhere else { return }
         origins = webOrigins
@@ -117,6 +122,7 @@ extension TokendWebView {
             }
         case "loggedOut", "loginRequired":
             log("session \(session) \(event.event): clearing its cookies from the web view")
+            notify(.loggedOut(reason: event.event))
             update { $0.removeAll() }
             enqueue { [weak self] done in
                 self?.tellPages(["event": "loggedOut", "generation": .int(event.generation)])

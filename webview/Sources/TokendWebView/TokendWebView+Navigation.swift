@@ -1,4 +1,3 @@
-import CWebKitGTK
 import Foundation
 
 /// Cookies before navigation: a navigation to a web origin's host waits for
@@ -25,7 +24,7 @@ extension TokendWebView {
         let loadChanged: @convention(c) (UnsafeMutableRawPointer?, WebKitLoadEvent, gpointer?) -> Void = { _, event, data in
             guard event == WEBKIT_LOAD_COMMITTED else { return }
             MainActor.assumeIsolated {
-                Unmanaged<TokendWebView>.fromOpaque(data!).takeUnretainedValue().watchNetworkProcess()
+                Unmanaged<TokendWebView>.fromOpaque(data!).takeUnretainedValue().watchNetworkProcesses()
             }
         }
         listen(raw(webView)!, "load-changed", loadChanged, this)
@@ -33,7 +32,7 @@ extension TokendWebView {
 
     /// Returns whether the decision is held (and will be used once the cookies are in).
     func navigation(_ decision: UnsafeMutablePointer<WebKitPolicyDecision>) -> Bool {
-        let action = webkit_navigation_policy_decision_get_navigation_action(OpaquePointer(decision))
+        let action = webkit_navigation_policy_decision_get_navigation_action(NavigationDecision(UnsafeMutableRawPointer(decision)))
         guard let uri = webkit_uri_request_get_uri(webkit_navigation_action_get_request(action)) else { return false }
         let url = String(cString: uri)
         g_object_ref(raw(decision))
@@ -83,53 +82,55 @@ extension TokendWebView {
         }
     }
 
-    // MARK: WebKit's network process
+    // MARK: WebKit's network processes
 
-    /// Watches WebKit's network process (this process's child) through a pidfd:
-    /// when it ends, the ephemeral store it held is gone.
-    func watchNetworkProcess() {
-        guard networkProcessWatch == nil, let pid = Self.childProcess(named: "WebKitNetworkProcess") else { return }
-        let fd = pidfd_open(pid, 0)
-        guard fd >= 0 else { return }
-        let this = Unmanaged.passUnretained(self).toOpaque()
-        let source = g_unix_fd_add(fd, G_IO_IN, { _, _, data in
-            MainActor.assumeIsolated {
-                let attachment = Unmanaged<TokendWebView>.fromOpaque(data!).takeUnretainedValue()
-                attachment.log("WebKit's network process ended; its cookie store is gone")
-                if let watch = attachment.networkProcessWatch { close(watch.fd) }
-                attachment.networkProcessWatch = nil  // the source ends by returning 0
-                attachment.cookies.storeLost = true
-                attachment.reconcile()
-            }
-            return 0
-        }, this)
-        networkProcessWatch = (fd, source)
+    /// Watches WebKit's network processes (this process's children) through pidfds: when one
+    /// ends, the ephemeral store it held is gone. Every one is watched: nothing tells which holds
+    /// the web view's store when there are several (WebKitGTK 4.1 runs one per website data
+    /// manager, so a web view with an ephemeral store of its own beside the app's persistent
+    /// default has two), and a store lost unnoticed would have its cookies taken for the site's
+    /// deletions at the next reconcile, while one restored needlessly costs one reconcile.
+    func watchNetworkProcesses() {
+        for pid in Self.childProcesses(named: "WebKitNetworkProcess") where networkProcesses[pid] == nil {
+            let fd = pidfd_open(pid, 0)
+            guard fd >= 0 else { continue }
+            let source = whenReadable(fd) { [weak self] in self?.networkProcessEnded(pid) }
+            networkProcesses[pid] = (fd, source)
+        }
     }
 
-    func stopWatchingNetworkProcess() {
-        guard let watch = networkProcessWatch else { return }
-        g_source_remove(watch.source)
-        close(watch.fd)
-        networkProcessWatch = nil
+    func networkProcessEnded(_ pid: pid_t) {
+        guard let watch = networkProcesses.removeValue(forKey: pid) else { return }
+        close(watch.fd)  // its source ends as this returns
+        log("WebKit's network process ended; its cookie store is gone")
+        cookies.storeLost = true
+        reconcile()
     }
 
-    /// A child of this process whose command line starts with `name` (WebKit
-    /// starts its network process directly, without a sandbox wrapper).
-    static func childProcess(named name: String) -> pid_t? {
+    func stopWatchingNetworkProcesses() {
+        for watch in networkProcesses.values {
+            g_source_remove(watch.source)
+            close(watch.fd)
+        }
+        networkProcesses.removeAll()
+    }
+
+    /// This process's children whose program is called `name` (WebKit starts its network
+    /// processes directly, without a sandbox wrapper).
+    static func childProcesses(named name: String) -> [pid_t] {
         let me = getpid()
-        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return nil }
-        for entry in entries {
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return [] }
+        return entries.compactMap { entry in
             guard let pid = pid_t(entry),
                 let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
                 let close = stat.lastIndex(of: ")")
-            else { continue }
+            else { return nil }
             let fields = stat[stat.index(after: close)...].split(separator: " ")
             guard fields.count > 2, pid_t(fields[1]) == me,
                 let command = try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/cmdline")),
                 String(decoding: command.prefix { $0 != 0 }, as: UTF8.self).hasSuffix(name)
-            else { continue }
+            else { return nil }
             return pid
         }
-        return nil
     }
 }

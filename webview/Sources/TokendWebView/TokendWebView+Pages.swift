@@ -1,4 +1,3 @@
-import CWebKitGTK
 import Foundation
 import TokendInterface
 import Varlink
@@ -14,7 +13,7 @@ extension TokendWebView {
 
     func watchPages() {
         webkit_user_content_manager_register_script_message_handler_with_reply(contentManager, "tokend", Self.world)
-        let received: @convention(c) (OpaquePointer?, OpaquePointer?, OpaquePointer?, gpointer?) -> gboolean = {
+        let received: @convention(c) (UnsafeMutableRawPointer?, JSValue?, OpaquePointer?, gpointer?) -> gboolean = {
             _, value, reply, data in
             MainActor.assumeIsolated {
                 let attachment = Unmanaged<TokendWebView>.fromOpaque(data!).takeUnretainedValue()
@@ -53,7 +52,7 @@ extension TokendWebView {
         self.script = nil
     }
 
-    func pageAsked(_ value: OpaquePointer?, _ reply: PageReply) {
+    func pageAsked(_ value: JSValue?, _ reply: PageReply) {
         guard let text = jsc_value_to_json(value, 0).map({ String(cString: $0) }),
             let message = (try? JSONParser.parse(text))?.objectValue,
             let method = message["method"]?.stringValue, let origin = message["origin"]?.stringValue
@@ -101,10 +100,10 @@ extension TokendWebView {
 @MainActor
 final class PageReply {
     private let reply: OpaquePointer
-    private let context: OpaquePointer?
+    private let context: JSContext?
     private var sent = false
 
-    init(_ reply: OpaquePointer, context: OpaquePointer?) {
+    init(_ reply: OpaquePointer, context: JSContext?) {
         self.reply = webkit_script_message_reply_ref(reply)
         self.context = context
         if let context { g_object_ref(raw(context)) }

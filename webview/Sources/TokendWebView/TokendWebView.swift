@@ -1,4 +1,3 @@
-import CWebKitGTK
 import Foundation
 import TokendInterface
 import Varlink
@@ -31,9 +30,26 @@ public final class TokendWebView {
         FileHandle.standardError.write(Data("tokend-webview: \(line)\n".utf8))
     }
 
+    /// What the attachment tells the app beside its log: what an app may want to show.
+    public enum Notice: Sendable, Equatable {
+        /// The session ended (`loggedOut`) or needs a new login (`loginRequired`); its cookies left the web view.
+        case loggedOut(reason: String)
+        /// tokend went away; pages get io.tokend.Bridge.Disconnected until it is back.
+        case disconnected(reason: String)
+        /// tokend is back, and the web view catches up with what it missed.
+        case reconnected
+        /// WebKit's cookie store was lost with its network process; tokend's cookies are back in it.
+        case cookiesRestored(count: Int)
+        /// The attachment ended: `detach()`, or the web view's end.
+        case detached
+    }
+
+    /// Called with each notice (default: nothing; the log says it all too).
+    public var notify: @MainActor (Notice) -> Void = { _ in }
+
     let webView: UnsafeMutablePointer<WebKitWebView>
-    let contentManager: OpaquePointer
-    let cookieManager: OpaquePointer
+    let contentManager: ContentManager
+    let cookieManager: CookieManager
     var signals: [(instance: UnsafeMutableRawPointer, id: gulong)] = []
     var script: OpaquePointer?
     /// Whether the relay is in every page (tokend has not named the web origins yet).
@@ -65,7 +81,8 @@ public final class TokendWebView {
     var operations: [@MainActor (@escaping @MainActor () -> Void) -> Void] = []
     var operating = false
     var reconcileQueued = false
-    var networkProcessWatch: (fd: Int32, source: guint)?
+    /// WebKit's network processes, watched through a pidfd each.
+    var networkProcesses: [pid_t: (fd: Int32, source: guint)] = [:]
     /// Navigations waiting for tokend's first answer.
     var heldNavigations: [UnsafeMutablePointer<WebKitPolicyDecision>] = []
     /// Navigations waiting in the queue for their reconcile.
@@ -76,25 +93,13 @@ public final class TokendWebView {
         self.session = session
         self.socket = socket
         contentManager = webkit_web_view_get_user_content_manager(webView)
-        cookieManager = webkit_network_session_get_cookie_manager(webkit_web_view_get_network_session(webView))
+        cookieManager = tokend_webkit_cookie_manager(webView)
     }
 
-    /// A web view for `attach`: its own ephemeral network session, so the only
+    /// A web view for `attach`: a store of its own in memory, so the only
     /// cookies in it are the ones tokend and the site put there.
     public static func makeWebView() -> UnsafeMutablePointer<WebKitWebView> {
-        let network = webkit_network_session_new_ephemeral()
-        defer { g_object_unref(raw(network)) }
-        var value = GValue()
-        g_value_init(&value, webkit_network_session_get_type())
-        g_value_set_object(&value, raw(network))
-        defer { g_value_unset(&value) }
-        let name = strdup("network-session")
-        defer { free(name) }
-        var names: [UnsafePointer<CChar>?] = [UnsafePointer(name)]
-        let object = names.withUnsafeMutableBufferPointer {
-            g_object_new_with_properties(webkit_web_view_get_type(), 1, $0.baseAddress, &value)
-        }
-        let view: UnsafeMutablePointer<WebKitWebView> = cast(raw(object))!
+        let view = tokend_webkit_new_ephemeral_web_view()!
         g_object_ref_sink(raw(view))  // the caller owns it, whether or not a container takes it
         return view
     }
@@ -105,7 +110,7 @@ public final class TokendWebView {
     public static func attach(
         to webView: UnsafeMutablePointer<WebKitWebView>, session: String = "default", socket: String? = nil
     ) throws(AttachError) -> TokendWebView {
-        guard webkit_network_session_is_ephemeral(webkit_web_view_get_network_session(webView)) != 0 else {
+        guard tokend_webkit_is_ephemeral(webView) != 0 else {
             throw AttachError.persistentStore
         }
         let attachment = TokendWebView(webView: webView, session: session, socket: BrokerInterface.socketPath(socket))
@@ -124,7 +129,12 @@ public final class TokendWebView {
             MainActor.assumeIsolated { Unmanaged<TokendWebView>.fromOpaque(data!).takeUnretainedValue().detach() }
         }
         listen(raw(webView)!, "destroy", destroyed, this)
-        connectToTokend()
+        // From the main loop: what the first try tells (tokend down, say) reaches the `log` and
+        // `notify` (the C library's signals) that the app sets once `attach` has returned.
+        after(milliseconds: 0) { [weak self] in
+            guard let self, self.keepAlive != nil else { return }
+            self.connectToTokend()
+        }
         after(milliseconds: Self.navigationWait) { [weak self] in self?.releaseHeldNavigations(why: "tokend has not answered") }
     }
 
@@ -140,14 +150,15 @@ public final class TokendWebView {
             for (instance, id) in signals { g_signal_handler_disconnect(instance, id) }
             signals.removeAll()
             removeRelay()
-            webkit_user_content_manager_unregister_script_message_handler(contentManager, "tokend", Self.world)
+            tokend_webkit_unregister_handler(contentManager, "tokend", Self.world)
             releaseHeldNavigations(why: "detached")
             for key in Array(waitingNavigations.keys) { proceed(key) }
-            stopWatchingNetworkProcess()
+            stopWatchingNetworkProcesses()
             stream?.close()
             calls?.close()
-            g_object_unref(raw(webView))
             log("detached from session \(session)")
+            notify(.detached)  // while the web view is still ours: the app may look at it
+            g_object_unref(raw(webView))
         }
     }
 
@@ -168,6 +179,6 @@ public struct AttachError: Error, CustomStringConvertible {
     public let description: String
 
     static let persistentStore = AttachError(description:
-        "the web view's network session keeps cookies on disk; tokend keeps the session's cookies, so give the web view "
-        + "an ephemeral one (webkit_network_session_new_ephemeral(), or TokendWebView.makeWebView())")
+        "the web view's cookie store is kept on disk; tokend keeps the session's cookies, so "
+        + TOKEND_WEBKIT_EPHEMERAL_HINT + " or use TokendWebView.makeWebView()")
 }
