@@ -76,7 +76,7 @@ webview-unit-test: webview
 
 # The web view's own checks: its unit tests, and the app under Xvfb against tokend and the authorization server.
 webview-test: venv build webview-unit-test
-	$(PY) -m pytest -q Tests/integration/test_webview.py
+	$(PY) -m pytest -q Tests/integration/test_webview.py Tests/integration/test_webview_gi.py
 
 # kill -9 campaign against the real server: 200 kills with a 5 s grace period
 # (must lose nothing) and 200 with none (the loss rate is reported). Its
