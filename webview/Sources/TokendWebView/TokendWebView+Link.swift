@@ -33,6 +33,7 @@ extension TokendWebView {
                     return
                 }
                 self.useOrigins(status.webOrigins)
+                self.webResources = status.webResources
                 self.subscribe(on: connection)
             case .success(let reply):
                 self.log("tokend refused session \(self.session): \(VarlinkError(reply.error!, reply.parameters)); trying again")
@@ -113,6 +114,16 @@ extension TokendWebView {
             if !ready {
                 ready = true
                 releaseHeldNavigations(why: nil)
+            }
+        case "refreshed" where event.resource != nil || event.scope != nil:
+            // Another key's token: its generation is its own, not the session's the cookie mirror follows.
+            guard event.resource.map(webResources.contains) ?? true else { break }
+            enqueue { [weak self] done in
+                self?.tellPages([
+                    "event": .string(event.event), "generation": .int(event.generation),
+                    "resource": .optional(event.resource), "scope": .optional(event.scope),
+                ])
+                done()
             }
         case "loggedIn", "refreshed":
             enqueue { [weak self] done in

@@ -72,6 +72,18 @@ extension TokendWebView {
             return reply.send(["error": "io.tokend.Bridge.InvalidRequest"])
         }
         parameters = parameters.filter { !$0.value.isNull }
+        // A resource only of the session's web-resources, as the browser bridge allows.
+        if let resource = parameters["resource"] {
+            guard let name = resource.stringValue, webResources.contains(name) else {
+                log("refused \(method) from \(origin): resource not among session \(session)'s web-resources")
+                return reply.send([
+                    "error": .string(Self.permissionDenied),
+                    "parameters": ["session": .string(session), "resource": resource,
+                                   "reason": "not one of the session's web-resources"],
+                ])
+            }
+        }
+        let keyed = parameters["resource"] != nil || parameters["scope"] != nil
         parameters["session"] = .string(session)
         call(method, parameters) { [weak self] result in
             switch result {
@@ -79,7 +91,7 @@ extension TokendWebView {
                 reply.send(["error": .string(answer.error!), "parameters": .object(answer.parameters)])
             case .success(let answer):
                 let generation = answer.parameters["token"]?["generation"]?.intValue ?? 0
-                guard let self else { return reply.send(["parameters": .object(answer.parameters)]) }
+                guard let self, !keyed else { return reply.send(["parameters": .object(answer.parameters)]) }
                 self.whenApplied(generation) { reply.send(["parameters": .object(answer.parameters)]) }
             case .failure(let failure):
                 self?.log("\(method) for \(origin): \(failure)")

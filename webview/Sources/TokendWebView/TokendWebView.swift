@@ -65,6 +65,8 @@ public final class TokendWebView {
     var reportedDown = false
     /// The session's web origins (from tokend), and their hosts.
     var origins: [String] = []
+    /// The resources pages may ask tokens for (the session's web-resources).
+    var webResources: [String] = []
     var hosts = WebHosts(origins: [])
     /// Whether tokend has told us the session's origins and cookies since attach.
     var ready = false
