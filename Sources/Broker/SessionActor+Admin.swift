@@ -14,6 +14,7 @@ extension SessionActor {
             record = SessionRecord(phase: .active, refreshToken: refreshToken, generation: record.generation)
             // A refresh token handed in was granted for what the session asks logins for.
             record.grantResources = keyPolicy.resources
+            record.grantResourcesAssumed = true
             backoff.reset()
             lastError = nil
             await persist(what: "login")

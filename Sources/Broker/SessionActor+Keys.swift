@@ -41,7 +41,14 @@ extension SessionActor {
                 name, resource: resource,
                 "\(resource) is not one of session \(name)'s resources: add it to resources in tokend.toml and log in again")
         }
-        if let resource = key.resource, !record.grantResources.contains(resource) {
+        if record.phase == .active, let resource = key.resource, outsideGrant.contains(resource) {
+            let reason = "the provider refused \(resource) (invalid_target): the handed-in grant does not cover it; "
+                + "log in again to ask for it"
+            forgetErrorsOfKeysNotHeld()
+            keyErrors[key] = reason
+            throw BrokerError.targetRefused(name, key: key, reason)
+        }
+        if record.phase == .active, let resource = key.resource, !record.grantResources.contains(resource) {
             throw BrokerError.resourceNotAllowed(
                 name, resource: resource,
                 "the session's login did not ask the provider for \(resource): log in again (tokenctl login) so the grant covers it")

@@ -32,6 +32,12 @@ extension SessionActor {
         checkpoint?("after-marker")
 
         var target = refreshTarget(for: key)
+        // A handed-in grant's resources are the configuration's guess: when all of them together are
+        // refused, all but one (never fewer than two: one alone could narrow the grant) may find the one
+        // the grant lacks, which tells a provider that narrows from one that issues a resource per token.
+        var omissions = target.probing && record.grantResourcesAssumed && record.grantResources.count >= 3
+            ? record.grantResources : []
+        var omitted: String?
         while true {
             refreshes += 1
             logger.debug("refreshing", metadata: ["generation": "\(record.generation)", "key": "\(key)"])
@@ -42,14 +48,24 @@ extension SessionActor {
             checkpoint?("after-response")
             let cookieChanges = receiveEndpointCookies(answer.setCookie)
             if case .failure(let error) = answer.result, target.probing, error.refusesTarget {
-                // One token for several resources is not what this provider issues: ask per resource from now on.
+                await persistCookies(cookieChanges)
+                if let next = omissions.popLast() {
+                    omitted = next
+                    target.request.resources = record.grantResources.filter { $0 != next }
+                    continue
+                }
                 learnStrategy(
                     .perResource,
                     because: "the provider refused one token for several resources (\(error.code ?? "refused")), "
                         + "so it issues one per resource, and each key asks for its own")
-                await persistCookies(cookieChanges)
+                omitted = nil
                 target = refreshTarget(for: key)
                 continue
+            }
+            if case .success = answer.result, let omitted {
+                logger.warning("resource not in the grant", metadata: ["resource": "\(omitted)"])
+                record.grantResources.removeAll { $0 == omitted }
+                outsideGrant.insert(omitted)
             }
             return try await settleRefresh(
                 answer, key: key, target: target, afterCrash: afterCrash, startedAt: startedAt, sentAt: sentAt,

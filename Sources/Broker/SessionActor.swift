@@ -57,6 +57,8 @@ public actor SessionActor {
     /// When each keyed token is due for its proactive refresh (jittered once per token).
     var keyDue: [TokenKey: Double] = [:]
     var keyScheduler: Task<Void, Never>?
+    /// Resources a handed-in grant turned out not to cover (see performRefresh's probe).
+    var outsideGrant: Set<String> = []
     /// Keyed tokens for the lock-only fast path, as `snapshot` is for the session's.
     public nonisolated let keyedSnapshots = KeyedSnapshots()
     var backoff = Backoff()

@@ -56,6 +56,9 @@ public struct SessionRecord: Sendable, Equatable {
     /// ones a refresh may name, since asking for more is refused and, at some
     /// providers, taken as narrowing. Empty for a grant made without resources.
     public var grantResources: [String] = []
+    /// The grant's resources are what the configuration listed when a refresh
+    /// token was handed in (Login): the provider may have granted fewer.
+    public var grantResourcesAssumed = false
 
     public init(
         phase: Phase, reason: String? = nil, refreshToken: Secret? = nil, accessToken: Secret? = nil,
@@ -109,6 +112,7 @@ struct StoredRecord: Codable {
     var strategyReason: String?
     /// Absent in files written before resources existed: a grant made without any.
     var grantResources: [String]?
+    var grantResourcesAssumed: Bool?
 
     init(_ record: SessionRecord) {
         phase = record.phase
@@ -133,6 +137,7 @@ struct StoredRecord: Codable {
         strategy = record.strategy
         strategyReason = record.strategyReason
         grantResources = record.grantResources.isEmpty ? nil : record.grantResources
+        grantResourcesAssumed = record.grantResourcesAssumed ? true : nil
     }
 
     var record: SessionRecord {
@@ -154,6 +159,7 @@ struct StoredRecord: Codable {
         record.strategy = strategy
         record.strategyReason = strategyReason
         record.grantResources = grantResources ?? []
+        record.grantResourcesAssumed = grantResourcesAssumed ?? false
         record.lifetimeNote = note
         return record
     }

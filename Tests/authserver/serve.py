@@ -2,6 +2,7 @@
 
     python serve.py DIR PORT [--grace S] [--access-ttl S] [--workers N] [--oidc]
                     [--device-expires S] [--slow-down N] [--refresh-resources narrow|keep-wide]
+                    [--keep-access-tokens]
 
 Creates DIR/db.sqlite3, a user "alice" (password "alice-password") and a
 confidential client "tokend-test" (secret "tokend-test-secret", stored
@@ -18,6 +19,8 @@ http://127.0.0.1/callback on any port).
 (django-oauth-toolkit's own: the new refresh token keeps only the resources
 the refresh named) or "keep-wide" (Entra ID's: one resource per access token,
 the refresh token keeps them all); authserver/resources.py has the details.
+--keep-access-tokens: rotating a refresh token leaves the access token issued
+with it valid until it expires (DOT deletes it; keep-wide implies this).
 """
 import argparse
 import os
@@ -86,6 +89,8 @@ def main():
     parser.add_argument("--slow-down", type=int, default=0, help="answer slow_down to the first N polls of a device code")
     parser.add_argument("--refresh-resources", choices=["narrow", "keep-wide"], default="narrow",
                         help="what a refresh does to the refresh token's resources (RFC 8707)")
+    parser.add_argument("--keep-access-tokens", action="store_true",
+                        help="rotation does not revoke the access token issued with the rotated refresh token")
     args = parser.parse_args()
     directory = os.path.abspath(args.directory)
     os.makedirs(directory, exist_ok=True)
@@ -102,6 +107,7 @@ def main():
                AUTHSERVER_ACCESS_TTL=str(args.access_ttl), DJANGO_SETTINGS_MODULE="authserver.settings",
                AUTHSERVER_BASE=f"http://127.0.0.1:{args.port}", AUTHSERVER_DEVICE_EXPIRES=str(args.device_expires),
                AUTHSERVER_SLOW_DOWN=str(args.slow_down), AUTHSERVER_REFRESH_RESOURCES=args.refresh_resources,
+               AUTHSERVER_KEEP_ACCESS_TOKENS="1" if args.keep_access_tokens else "0",
                PYTHONPATH=HERE)
     os.environ.update(env)
     sys.path.insert(0, HERE)

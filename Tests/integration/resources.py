@@ -34,8 +34,8 @@ DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 Reply = tuple[int, dict]
 
 
-def mode_server(directory: str, mode: str, access_ttl: int = 3600) -> AuthServer:
-    return AuthServer(directory, access_ttl=access_ttl, extra=["--refresh-resources", mode])
+def mode_server(directory: str, mode: str, access_ttl: int = 3600, extra: tuple[str, ...] = ()) -> AuthServer:
+    return AuthServer(directory, access_ttl=access_ttl, extra=["--refresh-resources", mode, *extra])
 
 
 def post_form(url: str, fields: list[tuple[str, str]], client: tuple[str, str] | None = (CLIENT_ID, CLIENT_SECRET)) -> Reply:
@@ -196,7 +196,11 @@ def measure() -> None:
                 return body.get("refresh_token", "")
 
             token = show("password grant, resource=A B C", password_grant(server, [a, b, c], "read write"))
-            token = show("refresh resource=A", refresh(server, token, [a])) or token
+            reply = refresh(server, token, [a])
+            token = show("refresh resource=A", reply) or token
+            earlier = reply[1]["access_token"]
+            token = show("refresh (no resource)", refresh(server, token)) or token
+            print(f"{mode:9} {'the access token before it is active':38} {introspect(server, earlier).get('active')}")
             token = show("refresh resource=B", refresh(server, token, [b])) or token
             token = show("refresh resource=A B", refresh(server, token, [a, b])) or token
             token = show("refresh (no resource)", refresh(server, token)) or token

@@ -13,7 +13,7 @@ import requests
 
 from conftest import login, read_frame, wait_for
 from faultproxy import FaultProxy
-from resources import password_grant
+from resources import MODES, mode_server, password_grant
 from testapi import TestAPI
 from tokend_client import AsyncTokend, NoSuchSession, ResourceNotAllowed, ScopeNotAllowed, Tokend, Unreachable
 from tokend_client import httpx_auth, requests_auth
@@ -193,14 +193,30 @@ def test_the_client_works_with_descriptors_above_1024(server, make_tokend):
 
 
 # --- tokens per resource and scope (issue #30) ------------------------------------------------------------------------
+# In both of the test server's refresh modes (resources.py): "narrow" (django-oauth-toolkit as it is) makes the
+# session "shared-audience", its own token (audience: every resource of the grant) answering every key, named for
+# the key; "keep-wide" (one resource per access token) makes it "per-resource", each key a token and generation of
+# its own.
 
 APIS = "apis"
 
 
+@pytest.fixture(params=MODES)
+def mode(request):
+    return request.param
+
+
 @pytest.fixture
-def resource_api(server):
-    """The test API as two resource servers, api0 and api1, that accept a token only for their own audience."""
-    instance = TestAPI(introspection=server.base + "/o/introspect/")
+def modal_server(workdir, mode):
+    instance = mode_server(os.path.join(workdir, "as"), mode)
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture
+def resource_api(modal_server):
+    """The test API as resource servers (api0, api1, ...) that accept a token only for their own audience."""
+    instance = TestAPI(introspection=modal_server.base + "/o/introspect/")
     yield instance
     instance.stop()
 
@@ -217,12 +233,31 @@ def resource_session(server, make_tokend, workdir, resources):
     return daemon
 
 
-def test_a_token_for_a_resource_names_it_and_others_are_refused(server, make_tokend, workdir, resource_api):
+def strategy(tokend):
+    """The session's strategy, once a key's token has made tokend learn it."""
+    status = tokend.status(APIS)
+    assert status["strategy"] in ("shared-audience", "per-resource") and status["strategyReason"], status
+    return status["strategy"]
+
+
+def expected_strategy(mode):
+    return "shared-audience" if mode == "narrow" else "per-resource"
+
+
+def keyed_generations(tokend):
+    """The generations of the keys the session holds tokens of its own for (none under shared-audience)."""
+    return {(t.get("resource"), t.get("scope")): t["generation"] for t in tokend.status(APIS)["tokens"]}
+
+
+def test_a_token_for_a_resource_names_it_and_others_are_refused(modal_server, mode, make_tokend, workdir,
+                                                                resource_api):
     resources = [resource_api.resource("api0"), resource_api.resource("api1")]
-    daemon = resource_session(server, make_tokend, workdir, resources)
+    daemon = resource_session(modal_server, make_tokend, workdir, resources)
     tokend = Tokend(socket=daemon.socket)
+    keyed = {}
     for name, resource in zip(("api0", "api1"), resources):
         token = tokend.get_token(APIS, resource=resource)
+        keyed[resource] = token
         assert token.resource == resource and token.generation >= 1, token
         status, document, _ = resource_api.check(name, token.access_token, None)
         assert status == 200 and resource in document["aud"], document
@@ -230,7 +265,7 @@ def test_a_token_for_a_resource_names_it_and_others_are_refused(server, make_tok
     assert narrow.resource == resources[0] and "read" in (narrow.scope or "").split(), narrow
     own = tokend.get_token(APIS)
     assert own.resource is None
-    upstream = len(server.grants())
+    upstream = len(modal_server.grants())
     other = resource_api.resource("other")
     with pytest.raises(ResourceNotAllowed) as refused:
         tokend.get_token(APIS, resource=other)
@@ -240,19 +275,35 @@ def test_a_token_for_a_resource_names_it_and_others_are_refused(server, make_tok
     with pytest.raises(ScopeNotAllowed) as beyond:
         tokend.get_token(APIS, resource=resources[0], scope="read admin")
     assert set(beyond.value.scope.split()) == {"read", "admin"}, beyond.value.parameters
-    assert len(server.grants()) == upstream, "refused without asking the provider"
+    assert len(modal_server.grants()) == upstream, "refused without asking the provider"
     status = tokend.status(APIS)
     assert status["resources"] == resources and status["webResources"] == []
-    assert status["strategy"] == "shared-audience" and status["strategyReason"], status  # the test server narrows
-    held = {(t.get("resource"), t.get("scope")): t["generation"] for t in status["tokens"]}
-    assert held[(resources[0], None)] >= 1 and held[(resources[0], "read")] == narrow.generation, held
+    assert strategy(tokend) == expected_strategy(mode), status
+    held = keyed_generations(tokend)
+    if mode == "narrow":
+        # The session's one token, its audience both APIs, answers every key under the session's generation.
+        assert held == {}, held
+        assert {t.access_token for t in (*keyed.values(), narrow)} == {own.access_token}
+        assert {t.generation for t in (*keyed.values(), narrow)} == {status["generation"]} == {own.generation}
+        assert set(resource_api.check("api1", keyed[resources[0]].access_token, None)[1]["aud"]) >= set(resources)
+    else:
+        # Each key is a token of its own, for its resource only: api1 refuses api0's.
+        assert held == {(resources[0], None): keyed[resources[0]].generation,
+                        (resources[1], None): keyed[resources[1]].generation,
+                        (resources[0], "read"): narrow.generation}, held
+        assert len({t.access_token for t in (*keyed.values(), narrow, own)}) == 4
+        assert resource_api.check("api1", keyed[resources[0]].access_token, None)[0] == 401
 
 
-def test_events_of_a_resource_carry_its_refreshes_only(server, make_tokend, workdir, resource_api):
+def test_events_of_a_resource_carry_its_refreshes_only(modal_server, mode, make_tokend, workdir, resource_api):
     resources = [resource_api.resource("api0"), resource_api.resource("api1")]
-    daemon = resource_session(server, make_tokend, workdir, resources)
+    daemon = resource_session(modal_server, make_tokend, workdir, resources)
     tokend = Tokend(socket=daemon.socket)
     first = {r: tokend.get_token(APIS, resource=r) for r in resources}
+    shared = strategy(tokend) == "shared-audience"
+    assert shared is (mode == "narrow")
+    # Under shared-audience api1 is served by the session's own token: the stream follows that token.
+    key = None if shared else resources[1]
     events = []
 
     def watch():
@@ -269,49 +320,73 @@ def test_events_of_a_resource_carry_its_refreshes_only(server, make_tokend, work
                             "parameters": {"session": APIS, "resource": resources[1]}}).encode() + b"\0")
     assert json.loads(read_frame(raw))["parameters"]["event"] == "status"
     wait_for(lambda: events, 10, "the status event")
-    assert (events[0].event, events[0].resource) == ("status", resources[1])
+    assert (events[0].event, events[0].resource) == ("status", key)
     assert events[0].generation == first[resources[1]].generation
-    # api0's refresh comes first: tokend sends it to this subscriber too, named; the stream skips it.
-    zero = tokend.refresh(APIS, first[resources[0]].generation, resource=resources[0])
-    one = tokend.refresh(APIS, first[resources[1]].generation, resource=resources[1])
-    watcher.join(10)
-    refreshed = [e for e in events if e.event == "refreshed"]
-    assert [(e.resource, e.generation) for e in refreshed] == [(resources[1], one.generation)], events
+    if shared:
+        # A refresh named for api0 is the session's one refresh: api1's subscribers get it, unnamed.
+        zero = tokend.refresh(APIS, first[resources[0]].generation, resource=resources[0])
+        watcher.join(10)
+        refreshed = [e for e in events if e.event == "refreshed"]
+        assert [(e.resource, e.generation) for e in refreshed] == [(None, zero.generation)], events
+        assert zero.generation == first[resources[0]].generation + 1
+        assert tokend.get_token(APIS, resource=resources[1]).access_token == zero.access_token
+        expected = [(None, zero.generation)]
+    else:
+        # api0's refresh comes first: tokend sends it to this subscriber too, named; the stream skips it.
+        zero = tokend.refresh(APIS, first[resources[0]].generation, resource=resources[0])
+        one = tokend.refresh(APIS, first[resources[1]].generation, resource=resources[1])
+        watcher.join(10)
+        refreshed = [e for e in events if e.event == "refreshed"]
+        assert [(e.resource, e.generation) for e in refreshed] == [(resources[1], one.generation)], events
+        expected = [(resources[0], zero.generation), (resources[1], one.generation)]
+    assert not watcher.is_alive(), "the stream yielded its refreshed event"
     sent = []
-    while len(sent) < 2:
+    while len(sent) < len(expected):
         event = json.loads(read_frame(raw))["parameters"]
         if event["event"] == "refreshed":
             sent.append((event.get("resource"), event["generation"]))
     raw.close()
-    assert sent == [(resources[0], zero.generation), (resources[1], one.generation)]
+    assert sent == expected
 
 
-def test_the_auth_classes_retry_once_after_a_401_for_their_resource(server, make_tokend, workdir, resource_api):
+def test_the_auth_classes_retry_once_after_a_401_for_their_resource(modal_server, mode, make_tokend, workdir,
+                                                                    resource_api):
     resources = [resource_api.resource("api0"), resource_api.resource("api1")]
-    daemon = resource_session(server, make_tokend, workdir, resources)
+    daemon = resource_session(modal_server, make_tokend, workdir, resources)
     tokend = Tokend(socket=daemon.socket)
     target = resources[1]
+    tokend.get_token(APIS, resource=target)
+    shared = strategy(tokend) == "shared-audience"
+    assert shared is (mode == "narrow")
 
-    def key_generation():
-        return {t.get("resource"): t["generation"] for t in tokend.status(APIS)["tokens"] if not t.get("scope")}
+    def generation(scope=None):
+        """The generation that serves (target, scope): the session's own under shared-audience, else the key's."""
+        if shared:
+            assert keyed_generations(tokend) == {}, "no token of its own for any key"
+            return tokend.status(APIS)["generation"]
+        return keyed_generations(tokend)[(target, scope)]
 
     # requests: the resource server refuses the key's token once; the auth class refreshes that key and retries.
     refused = tokend.get_token(APIS, resource=target)
     own = tokend.get_token(APIS)
+    assert generation() == refused.generation
     resource_api.refuse(refused.access_token)
-    before = len(server.grants("refresh_token"))
+    before = len(modal_server.grants("refresh_token"))
     answer = requests.get(target + "items", auth=requests_auth.TokendAuth(tokend, APIS, resource=target), timeout=30)
     assert answer.status_code == 200 and [r.status_code for r in answer.history] == [401], answer.text
     assert answer.json()["resource"] == target and answer.json()["token"] != refused.access_token
     assert resource_api.checks[-2:] == [(target, 401), (target, 200)]
-    assert len(server.grants("refresh_token")) == before + 1, "one upstream refresh"
-    assert key_generation()[target] == refused.generation + 1, "that key's generation moved"
-    assert tokend.get_token(APIS) == own, "the session's own token was not the one refreshed"
+    assert len(modal_server.grants("refresh_token")) == before + 1, "one upstream refresh"
+    assert generation() == refused.generation + 1, "the generation serving that key moved"
+    if shared:
+        assert tokend.get_token(APIS).access_token == answer.json()["token"], "the session's one token was refreshed"
+    else:
+        assert tokend.get_token(APIS) == own, "the session's own token was not the one refreshed"
     # httpx, asynchronous: 20 requests, those that meet the 401 ask for a refresh naming the refused
     # generation; one refresh of the key serves them all.
     refused = tokend.get_token(APIS, resource=target)
     resource_api.refuse(refused.access_token)
-    before = len(server.grants("refresh_token"))
+    before = len(modal_server.grants("refresh_token"))
     checked = len(resource_api.checks)
 
     async def main():
@@ -323,18 +398,43 @@ def test_the_auth_classes_retry_once_after_a_401_for_their_resource(server, make
     assert {r.json()["resource"] for r in responses} == {target}
     met = sum(1 for _, status in resource_api.checks[checked:] if status == 401)
     assert met >= 2 and sum(len(r.history) for r in responses) == met, f"{met} requests met the 401"
-    assert len(server.grants("refresh_token")) == before + 1
-    print(f"\n{met} of 20 requests met the 401 for {target}; 1 upstream refresh")
-    assert key_generation()[target] == refused.generation + 1
-    # httpx, synchronous, with a scope: the key (api1, read) is its own; a 401 refreshes it alone.
+    assert all(len(r.history) <= 1 for r in responses), "one retry at most"
+    assert len(modal_server.grants("refresh_token")) == before + 1
+    print(f"\n{mode}: {met} of 20 requests met the 401 for {target}; 1 upstream refresh")
+    assert generation() == refused.generation + 1
+    # httpx, synchronous, with a scope: per resource the key (api1, read) is its own and a 401 refreshes it
+    # alone; under shared-audience it is the session's token again.
     auth = httpx_auth.TokendAuth(tokend=tokend, session=APIS, resource=target, scope="read")
     narrow = tokend.get_token(APIS, resource=target, scope="read")
+    assert generation("read") == narrow.generation
+    wide = tokend.get_token(APIS, resource=target)
     resource_api.refuse(narrow.access_token)
     with httpx.Client(auth=auth, timeout=30) as client:
         answer = client.get(target + "items", params={"scope": "read"})
     assert answer.status_code == 200 and [r.status_code for r in answer.history] == [401], answer.text
     fresh = tokend.get_token(APIS, resource=target, scope="read")
     assert fresh.generation == narrow.generation + 1 and answer.json()["token"] == fresh.access_token
+    assert generation("read") == fresh.generation
+    if not shared:
+        assert tokend.get_token(APIS, resource=target) == wide, "(api1, no scope) was not refreshed"
+    # An API that refuses every token: the auth class refreshes and retries once, and the second 401 stands.
+    resource_api.refused = EveryToken()
+    before = len(modal_server.grants("refresh_token"))
+    checked = len(resource_api.checks)
+    answer = requests.get(target + "items", auth=requests_auth.TokendAuth(tokend, APIS, resource=target), timeout=30)
+    assert answer.status_code == 401 and [r.status_code for r in answer.history] == [401], answer.text
+    assert resource_api.checks[checked:] == [(target, 401), (target, 401)], "one retry"
+    assert len(modal_server.grants("refresh_token")) == before + 1, "one refresh for the one retry"
+
+
+class EveryToken:
+    """A refused set that holds every token."""
+
+    def __contains__(self, token: object) -> bool:
+        return True
+
+    def add(self, token: str) -> None:
+        pass
 
 
 def test_an_auth_class_gives_up_on_a_resource_the_session_does_not_serve(server, make_tokend, workdir, resource_api):

@@ -16,6 +16,13 @@ refresh does:
   full scope, whatever the refresh asked for. The grant's first token request
   (code, device code or password) is where the list is set, so it may name
   several: its access token gets the first of them, its refresh token all.
+  Access tokens live until they expire: rotating a refresh token does not
+  revoke the access token issued with it, so a token for one resource
+  outlives the refreshes for the others.
+
+Rotation in narrow mode deletes the access token issued with the rotated
+refresh token, as DOT does, unless AUTHSERVER_KEEP_ACCESS_TOKENS=1 (serve.py
+--keep-access-tokens; always so in keep-wide).
 
 Both keep rotation and reuse protection (settings.py).
 
@@ -34,6 +41,7 @@ from oauthlib.oauth2.rfc6749 import errors
 
 NARROW, KEEP_WIDE = "narrow", "keep-wide"
 MODE = os.environ.get("AUTHSERVER_REFRESH_RESOURCES", NARROW)
+KEEP_ACCESS_TOKENS = MODE == KEEP_WIDE or os.environ.get("AUTHSERVER_KEEP_ACCESS_TOKENS") == "1"
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 FIRST_GRANTS = ("authorization_code", DEVICE_GRANT, "password")
 
@@ -111,6 +119,14 @@ class ResourceRules:
                 raise refused(request, f"The requested resource '{resource}' is not allowed: "
                                        "the device authorization did not name it")
         request.resource = request.resource or granted
+
+    def _save_bearer_token(self, token, request, *args, **kwargs):
+        presented = getattr(request, "refresh_token_instance", None)
+        if KEEP_ACCESS_TOKENS and request.grant_type == "refresh_token" and presented is not None:
+            # DOT's rotation revokes the presented token's access token through this link;
+            # unlinked (in the same transaction, after validation), that access token lives on.
+            type(presented).objects.filter(pk=presented.pk).update(access_token=None)
+        return super()._save_bearer_token(token, request, *args, **kwargs)
 
     def _create_refresh_token(self, request, refresh_token_code, access_token, previous_refresh_token):
         token = super()._create_refresh_token(request, refresh_token_code, access_token, previous_refresh_token)
