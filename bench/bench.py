@@ -89,7 +89,7 @@ def raise_nofile():
 
 
 class Daemon:
-    def __init__(self, bin_dir, directory, endpoint, key=None, env=None, max_connections=30000):
+    def __init__(self, bin_dir, directory, endpoint, key=None, env=None, max_connections=30000, default_keys=()):
         self.socket = os.path.join(directory, "sock")
         self.log_path = os.path.join(directory, "tokend.log")
         lines = ["[daemon]", f'socket = "{self.socket}"', f'state-directory = "{directory}/state"',
@@ -98,7 +98,7 @@ class Daemon:
         if key:
             lines.append(f'state-key-file = "{key}"')
         lines += ["[sessions.default]", f'token-endpoint = "{endpoint.url}/fast/token"', 'client-id = "bench"',
-                  'client-auth = "none"',
+                  'client-auth = "none"', *default_keys,
                   "[sessions.stampede]", f'token-endpoint = "{endpoint.url}/slow/token"', 'client-id = "bench"',
                   'client-auth = "none"', "refresh-margin = 0", "min-valid = 5"]
         config = os.path.join(directory, "tokend.toml")

@@ -18,7 +18,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import FakeEndpoint, machine, median_of, raise_nofile, socket_suite  # noqa: E402
+from bench import Daemon, FakeEndpoint, machine, median_of, raise_nofile, socket_suite  # noqa: E402
 
 RESOURCE = "https://api-a.example.com/"
 PLAIN = '{"method":"io.tokend.Broker.GetToken","parameters":{}}'
@@ -27,26 +27,13 @@ NAMED = json.dumps({"method": "io.tokend.Broker.GetToken", "parameters": {"resou
 
 
 def start(bin_dir, directory, endpoint):
-    sock = os.path.join(directory, "sock")
-    config = os.path.join(directory, "tokend.toml")
-    with open(config, "w") as f:
-        f.write("\n".join([
-            "[daemon]", f'socket = "{sock}"', f'state-directory = "{directory}/state"', 'log-target = "console"',
-            "max-connections = 1000", "max-connections-per-user = 1000",
-            "[sessions.default]", f'token-endpoint = "{endpoint.url}/fast/token"', 'client-id = "bench"',
-            'client-auth = "none"', f'resources = ["{RESOURCE}", "https://api-b.example.com/"]', ""]))
-    process = subprocess.Popen([os.path.join(bin_dir, "tokend"), "--config", config], stdout=subprocess.DEVNULL,
-                               stderr=open(os.path.join(directory, "tokend.log"), "w"), preexec_fn=raise_nofile)
-    deadline = time.time() + 20
-    while not os.path.exists(sock):
-        assert time.time() < deadline and process.poll() is None, "tokend did not start"
-        time.sleep(0.02)
+    """tokend with the default session serving two resources, both keys cached."""
+    daemon = Daemon(bin_dir, directory, endpoint, max_connections=1000,
+                    default_keys=[f'resources = ["{RESOURCE}", "https://api-b.example.com/"]'])
     tokenctl = os.path.join(bin_dir, "tokenctl")
-    subprocess.run([tokenctl, "login", "--socket", sock], input="bench-refresh-token\n", text=True, check=True,
-                   capture_output=True)
-    for extra in ([], ["--resource", RESOURCE]):  # both keys cached before the load
-        subprocess.run([tokenctl, "token", "--socket", sock, *extra], check=True, capture_output=True)
-    return process, sock
+    for extra in ([], ["--resource", RESOURCE]):
+        subprocess.run([tokenctl, "token", "--socket", daemon.socket, *extra], check=True, capture_output=True)
+    return daemon
 
 
 def main():
@@ -60,7 +47,8 @@ def main():
     raise_nofile()
     directory = tempfile.mkdtemp(prefix="tkres", dir="/tmp")
     endpoint = FakeEndpoint()
-    process, sock = start(args.bin_dir, directory, endpoint)
+    daemon = start(args.bin_dir, directory, endpoint)
+    process, sock = daemon.process, daemon.socket
     limit_socket = os.path.join(directory, "limit.sock")
     # The limit server answers with a reply as long as the longer of tokend's two.
     reply = subprocess.run([os.path.join(args.bin_dir, "tokenctl"), "token", "--socket", sock, "--resource", RESOURCE],
@@ -76,8 +64,7 @@ def main():
             rounds["no resource"].append(socket_suite(args.load, sock, PLAIN, process.pid))
             rounds["resource"].append(socket_suite(args.load, sock, NAMED, process.pid))
     finally:
-        process.terminate()
-        process.wait(20)
+        daemon.stop()
         limit.terminate()
     refreshes = endpoint.count("/fast/token") - calls_before
     rows = [("p50 latency (µs, 1 connection)", "latency", "p50_us"), ("p99 latency (µs)", "latency", "p99_us"),

@@ -76,14 +76,7 @@ extension SessionActor {
         if try await sharesSessionToken(key) {
             return stamped(try await getToken(minValidSeconds: minValidSeconds), key)
         }
-        if let task = keyedInFlight[key] {
-            // Also while its events are being delivered: nobody sees the new token before subscribers.
-            coalesced += 1
-            return try await task.value
-        }
-        try requireActive()
-        try refusedStill(key)
-        keyedSnapshots.touch(key, at: clock.now())
+        if let joined = try await joinInFlightOrCheck(key) { return joined }
         let now = clock.now()
         if let held = keyedToken(key),
             Double(held.expiresAt) - now
@@ -111,13 +104,7 @@ extension SessionActor {
     }
 
     func refreshKeyOrCurrent(_ key: TokenKey, staleGeneration: Int?, mayStart: @Sendable () -> Int?) async throws -> Token {
-        if let task = keyedInFlight[key] {
-            coalesced += 1
-            return try await task.value
-        }
-        try requireActive()
-        try refusedStill(key)
-        keyedSnapshots.touch(key, at: clock.now())
+        if let joined = try await joinInFlightOrCheck(key) { return joined }
         let now = clock.now()
         let valid = validKeyedToken(key, now: now)
         if let staleGeneration, let valid, staleGeneration < valid.generation {
@@ -128,6 +115,20 @@ extension SessionActor {
             throw RefreshLimited(session: name, retryAfter: wait)
         }
         return try await refreshKeyUnlessBackingOff(key, now: now)
+    }
+
+    /// The key's refresh in flight, joined (also while its events are being
+    /// delivered: nobody sees the new token before subscribers); nil, once
+    /// the session is active, the key not refused and its use noted.
+    func joinInFlightOrCheck(_ key: TokenKey) async throws -> Token? {
+        if let task = keyedInFlight[key] {
+            coalesced += 1
+            return try await task.value
+        }
+        try requireActive()
+        try refusedStill(key)
+        keyedSnapshots.touch(key, at: clock.now())
+        return nil
     }
 
     func refreshKeyUnlessBackingOff(_ key: TokenKey, now: Double) async throws -> Token {
@@ -415,15 +416,7 @@ extension SessionActor {
         }
         guard var at = earliest else { return }
         if let retryAt = backoff.nextAttemptAt { at = max(at, retryAt) }
-        let clock = self.clock
-        keyScheduler = Task {
-            do {
-                try await clock.sleep(until: at)
-            } catch {
-                return
-            }
-            await self.proactiveKeyedRefresh()
-        }
+        keyScheduler = wake(at: at) { await $0.proactiveKeyedRefresh() }
     }
 
     func proactiveKeyedRefresh() async {

@@ -379,14 +379,19 @@ extension SessionActor {
             at = clock.now()
         }
         nextRefreshAt = at
+        scheduler = wake(at: at) { await $0.proactiveRefresh() }
+    }
+
+    /// A task that runs `action` on this session at `at`, unless cancelled before.
+    func wake(at: Double, _ action: @escaping @Sendable (SessionActor) async -> Void) -> Task<Void, Never> {
         let clock = self.clock
-        scheduler = Task {
+        return Task {
             do {
                 try await clock.sleep(until: at)
             } catch {
                 return
             }
-            await self.proactiveRefresh()
+            await action(self)
         }
     }
 

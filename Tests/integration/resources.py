@@ -23,10 +23,12 @@ import sys
 import tempfile
 import urllib.parse
 
+import pytest
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import CLIENT_ID, CLIENT_SECRET, AuthServer  # noqa: E402
+from testapi import TestAPI  # noqa: E402
 
 MODES = ("narrow", "keep-wide")
 DEVICE_CLIENT, BROWSER_CLIENT = "tokend-device", "tokend-browser"
@@ -36,6 +38,27 @@ Reply = tuple[int, dict]
 
 def mode_server(directory: str, mode: str, access_ttl: int = 3600, extra: tuple[str, ...] = ()) -> AuthServer:
     return AuthServer(directory, access_ttl=access_ttl, extra=["--refresh-resources", mode, *extra])
+
+
+# Fixtures for test modules that import them: each test runs against both behaviours.
+@pytest.fixture(params=MODES)
+def mode(request):
+    return request.param
+
+
+@pytest.fixture
+def modal_server(workdir, mode):
+    instance = mode_server(os.path.join(workdir, "as"), mode)
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture
+def resource_api(modal_server):
+    """The test API as resource servers (api0, api1, ...) that accept a token only for their own audience."""
+    instance = TestAPI(introspection=modal_server.base + "/o/introspect/")
+    yield instance
+    instance.stop()
 
 
 def post_form(url: str, fields: list[tuple[str, str]], client: tuple[str, str] | None = (CLIENT_ID, CLIENT_SECRET)) -> Reply:

@@ -16,7 +16,7 @@ import pytest
 from browser import Browser
 from firefox import Firefox
 from conftest import BIN, ROOT, issued_refresh_tokens, login, scan_for_secrets, wait_for
-from resources import password_grant
+from resources import mode_server, password_grant
 from webapp import WebApp
 
 B = "io.tokend.Broker."
@@ -206,10 +206,12 @@ def test_page_to_token_latency(bridge):
 
 
 @pytest.mark.parametrize("kind", ["chromium", "firefox"])
-def test_page_gets_tokens_for_its_web_resources_only(kind, server, make_tokend, workdir):
+def test_page_gets_tokens_for_its_web_resources_only(kind, make_tokend, workdir):
     """One login, two APIs, of which pages may ask for one (web-resources): the page gets that
-    resource's token and its refreshes' events; the other is refused before tokend is asked."""
+    resource's token and its refreshes' events; the other is refused before tokend is asked. Against
+    a provider that issues one resource per token (per-resource: each key its own token and events)."""
     shared, private = "https://shared.api.test/", "https://private.api.test/"
+    server = mode_server(os.path.join(workdir, "keep-wide"), "keep-wide")
     bridge = Bridge(kind, server, make_tokend, workdir, scope='"read write"', resources=json.dumps([shared, private]),
                     **{"web-resources": json.dumps([shared])})
     try:
@@ -241,3 +243,4 @@ def test_page_gets_tokens_for_its_web_resources_only(kind, server, make_tokend, 
         assert own == bridge.daemon.call(B + "GetToken")[1]["parameters"]["token"], "a call without resource as before"
     finally:
         bridge.close()
+        server.stop()

@@ -13,7 +13,7 @@ import requests
 
 from conftest import login, read_frame, wait_for
 from faultproxy import FaultProxy
-from resources import MODES, mode_server, password_grant
+from resources import modal_server, mode, password_grant, resource_api  # noqa: F401 (fixtures)
 from testapi import TestAPI
 from tokend_client import AsyncTokend, NoSuchSession, ResourceNotAllowed, ScopeNotAllowed, Tokend, Unreachable
 from tokend_client import httpx_auth, requests_auth
@@ -199,26 +199,6 @@ def test_the_client_works_with_descriptors_above_1024(server, make_tokend):
 # its own.
 
 APIS = "apis"
-
-
-@pytest.fixture(params=MODES)
-def mode(request):
-    return request.param
-
-
-@pytest.fixture
-def modal_server(workdir, mode):
-    instance = mode_server(os.path.join(workdir, "as"), mode)
-    yield instance
-    instance.stop()
-
-
-@pytest.fixture
-def resource_api(modal_server):
-    """The test API as resource servers (api0, api1, ...) that accept a token only for their own audience."""
-    instance = TestAPI(introspection=modal_server.base + "/o/introspect/")
-    yield instance
-    instance.stop()
 
 
 def resource_session(server, make_tokend, workdir, resources):

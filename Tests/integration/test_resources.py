@@ -17,8 +17,9 @@ import time
 import pytest
 
 from conftest import wait_for
-from resources import (DEVICE_GRANT, MODES, burst, code_grant, device_grant, introspect, live_families, mode_server,
+from resources import (DEVICE_GRANT, burst, code_grant, device_grant, introspect, live_families, mode_server,
                        overlapping, password_grant, refresh, refreshes, User)
+from resources import modal_server, mode, resource_api  # noqa: F401 (fixtures)
 from testapi import TestAPI
 
 B = "io.tokend.Broker."
@@ -26,23 +27,9 @@ SESSION = "apis"
 COUNT = 10
 
 
-@pytest.fixture(params=MODES)
-def mode(request):
-    return request.param
-
-
 @pytest.fixture
-def modal_server(workdir, mode):
-    instance = mode_server(os.path.join(workdir, "as"), mode)
-    yield instance
-    instance.stop()
-
-
-@pytest.fixture
-def api(modal_server):
-    instance = TestAPI(introspection=modal_server.base + "/o/introspect/")
-    yield instance
-    instance.stop()
+def api(resource_api):
+    return resource_api
 
 
 def names(count=COUNT):

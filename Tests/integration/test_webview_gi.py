@@ -13,9 +13,9 @@ import pytest
 
 from conftest import wait_for
 from test_webview import App
-from webview import APPS, SYSTEM_PYTHON, WEBVIEW_C, Display
+from webview import ALL_APPS, SYSTEM_PYTHON, WEBVIEW_C, Display
 
-LIBRARY_APPS = [name for name in APPS if name != "swift"]
+LIBRARY_APPS = [name for name in ALL_APPS if name != "swift"]
 LIB = os.path.join(WEBVIEW_C, "lib")
 BACKENDS = {"6.0": ("libtokend-webview-6.so", "libwebkitgtk-6.0.so.4"),
             "4.1": ("libtokend-webview-4.1.so", "libwebkit2gtk-4.1.so.0")}
