@@ -80,12 +80,12 @@ class WebView:
     (its own mount namespace, with an /etc/hosts of its own)."""
 
     def __init__(self, display, socket, url, log_path, home, session=None, loopback_names=(), app="swift"):
-        program = APPS[app][1 if APPS[app][0] == SYSTEM_PYTHON else 0]
+        program = ALL_APPS[app][1 if ALL_APPS[app][0] == SYSTEM_PYTHON else 0]
         assert os.path.exists(program), f"{program} is not built: make webview webview-c"
         self.log_path = log_path
         self.home = home  # HOME and XDG directories: everything the web view writes is under it
         self.log = open(log_path, "a")
-        command = APPS[app] + ["--socket", socket, url] + (["--session", session] if session else [])
+        command = ALL_APPS[app] + ["--socket", socket, url] + (["--session", session] if session else [])
         if loopback_names:
             command = self.resolving(loopback_names, home) + command
         env = dict(os.environ, DISPLAY=display.name, NO_AT_BRIDGE="1", GTK_A11Y="none",
