@@ -62,8 +62,6 @@ extension SessionActor {
     /// request (nil: none was sent) to now, in the session's metrics: the one
     /// call the refresh path makes at each outcome.
     func refreshFinished(_ result: SessionMetrics.RefreshResult, sentAt: ContinuousClock.Instant?) {
-        let took = sentAt.map { ContinuousClock.now - $0 } ?? .zero
-        file.metrics.refreshFinished(
-            result, seconds: Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18)
+        file.metrics.refreshFinished(result, took: sentAt.map { ContinuousClock.now - $0 })
     }
 }

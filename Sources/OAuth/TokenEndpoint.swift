@@ -220,10 +220,7 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         let started = ContinuousClock.now
         var status: Int?
         defer {
-            let elapsed = ContinuousClock.now - started
-            metrics?.answered(
-                endpoint(of: request.url), status: status,
-                seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+            metrics?.answered(endpoint(of: request.url), status: status, took: ContinuousClock.now - started)
         }
         do {
             // The deadline covers the whole exchange, the body included: a

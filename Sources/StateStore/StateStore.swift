@@ -211,15 +211,11 @@ public final class SessionFile: Sendable {
                 let started = ContinuousClock.now
                 let result = Result { try AtomicFile.write(bytes, to: path) }
                 metrics.wrote(
-                    ok: (try? result.get()) != nil, seconds: Self.seconds(ContinuousClock.now - started),
-                    fsyncSeconds: (try? result.get()).map(Self.seconds) ?? 0)
+                    ok: (try? result.get()) != nil, took: ContinuousClock.now - started,
+                    fsync: (try? result.get()) ?? .zero)
                 continuation.resume(with: result.map { _ in () })
             }
         }
-    }
-
-    static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
     /// Runs `work` on the file's write queue, after every save asked for

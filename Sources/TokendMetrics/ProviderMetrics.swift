@@ -39,9 +39,9 @@ public final class ProviderMetrics: Sendable {
     }
 
     /// One exchange: `status` nil when no answer came.
-    public func answered(_ endpoint: Endpoint, status: Int?, seconds: Double) {
+    public func answered(_ endpoint: Endpoint, status: Int?, took: Duration) {
         answers[endpoint]![Self.label(status)]!.increment()
-        durations[endpoint]?.observe(seconds)
+        durations[endpoint]?.observe(took)
     }
 
     public func value(_ endpoint: Endpoint, status: Int?) -> UInt64 {

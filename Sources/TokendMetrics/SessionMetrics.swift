@@ -97,10 +97,10 @@ public final class SessionMetrics: Sendable {
             labels: label)
     }
 
-    /// For the refresh path: how a refresh ended and how long it took.
-    public func refreshFinished(_ result: RefreshResult, seconds: Double) {
+    /// For the refresh path: how a refresh ended and how long it took (nil: no request was sent).
+    public func refreshFinished(_ result: RefreshResult, took: Duration?) {
         results[result]!.increment()
-        refreshDuration.observe(seconds)
+        if let took { refreshDuration.observe(took) }
     }
 
     public func cookiesChanged(_ kind: CookieChangeKind, count: Int) {
@@ -108,11 +108,11 @@ public final class SessionMetrics: Sendable {
     }
 
     /// One durable write of the state file, whole and in fsync.
-    public func wrote(ok: Bool, seconds: Double, fsyncSeconds: Double) {
+    public func wrote(ok: Bool, took: Duration, fsync: Duration) {
         writes[ok]!.increment()
         guard ok else { return }
-        writeDuration.observe(seconds)
-        fsyncDuration.observe(fsyncSeconds)
+        writeDuration.observe(took)
+        fsyncDuration.observe(fsync)
     }
 
     /// What a session's status says, shown as it is.

@@ -99,8 +99,8 @@ import TokendMetrics
 
     @Test func aForgottenSessionsSeriesGo() {
         let metrics = Metrics()
-        metrics.session("kept").refreshFinished(.success, seconds: 0.2)
-        metrics.session("gone").refreshFinished(.success, seconds: 0.2)
+        metrics.session("kept").refreshFinished(.success, took: .milliseconds(200))
+        metrics.session("gone").refreshFinished(.success, took: .milliseconds(200))
         metrics.forget(session: "gone")
         let text = metrics.render()
         #expect(text.contains(#"session="kept""#) && !text.contains(#"session="gone""#))
@@ -151,9 +151,9 @@ import TokendMetrics
 
     @Test func aProviderStatusOutsideTheListCountsInItsClass() {
         let provider = ProviderMetrics(session: "s")
-        provider.answered(.token, status: 418, seconds: 0.1)
-        provider.answered(.token, status: nil, seconds: 5)
-        provider.answered(.token, status: 99_999, seconds: 5)
+        provider.answered(.token, status: 418, took: .milliseconds(100))
+        provider.answered(.token, status: nil, took: .seconds(5))
+        provider.answered(.token, status: 99_999, took: .seconds(5))
         #expect(provider.value(.token, status: 400) == 0 && provider.value(.token, status: 499) == 1)
         #expect(provider.value(.token, status: nil) == 2)
     }
