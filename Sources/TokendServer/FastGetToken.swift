@@ -81,7 +81,9 @@ final class FastGetToken: Sendable {
         let rules = policy()
         guard rules.allows(peer, .read, session: name), resource.map({ rules.allows(peer, resource: $0, session: name) }) ?? true,
             let session = try? broker.session(name),
-            session.keyedSnapshots.sharedResources == nil || rules.allowsEveryResource(peer, session: name),
+            // Only a session with resource-access rules asks whether its one token serves all resources.
+            rules.resources[name] == nil || session.keyedSnapshots.sharedResources == nil
+                || rules.allowsEveryResource(peer, session: name),
             let (token, goodFor) = session.cachedTokenAndLife(minValidSeconds: minValid, key: key)
         else { return nil }
         let cachedAs = Cached(session: name, key: key)
