@@ -21,29 +21,19 @@ struct Answer {
         }
     }
 
-    /// The answer as response parts; with `close`, the connection ends after it, and the answer says so.
-    func parts(version: HTTPVersion, close: Bool = false) -> (head: HTTPResponseHead, body: ByteBuffer) {
-        let body = ByteBuffer(string: "tokend-proxy: \(message)\n")
-        var headers = HTTPHeaders()
-        if close { headers.add(name: "Connection", value: "close") }
-        headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
-        headers.add(name: "Content-Length", value: String(body.readableBytes))
-        return (HTTPResponseHead(version: version, status: status, headers: headers), body)
+    /// The answer's bytes; with `close`, the connection ends after it, and the answer says so.
+    func bytes(version: HTTPVersion, close: Bool = false) -> ByteBuffer {
+        let body = "tokend-proxy: \(message)\n"
+        let text =
+            "HTTP/1.\(version.minor == 0 ? 0 : 1) \(status.code) \(status.reasonPhrase)\r\n\(close ? "Connection: close\r\n" : "")"
+            + "Content-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+        return ByteBuffer(string: text)
     }
 
     /// The answer, then the connection closed, when no request is in flight (none came in time, or the
-    /// connection is over the cap): NIO's HTTP pipeline pairs every response with a request, so these
-    /// bytes go straight to the socket, under the HTTP encoder. On the channel's event loop.
+    /// connection is over the cap). On the channel's event loop.
     func writeAndClose(on channel: Channel) {
-        let body = "tokend-proxy: \(message)\n"
-        let text =
-            "HTTP/1.1 \(status.code) \(status.reasonPhrase)\r\nConnection: close\r\n"
-            + "Content-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
-        guard let encoder = try? channel.pipeline.syncOperations.context(handlerType: HTTPResponseEncoder.self) else {
-            channel.close(promise: nil)
-            return
-        }
-        encoder.writeAndFlush(NIOAny(ByteBuffer(string: text))).assumeIsolated().whenComplete { _ in
+        channel.writeAndFlush(bytes(version: .http1_1, close: true)).assumeIsolated().whenComplete { _ in
             channel.close(promise: nil)
         }
     }
@@ -57,7 +47,9 @@ struct UpstreamFailure: Error {
 
     init(_ error: any Error, timeout: Duration) {
         let text = String(describing: error)
-        if error is UpstreamTimedOut {
+        if let malformed = error as? WireError {
+            answer = Answer(status: malformed.status, message: malformed.message)
+        } else if error is UpstreamTimedOut {
             answer = Answer(status: .gatewayTimeout, message: "the upstream did not answer within \(timeout.components.seconds) s")
         } else if error is NIOSSLError || text.contains("SSL") || text.contains("TLS") || text.contains("certificate") {
             answer = Answer(status: .badGateway, message: "TLS with the upstream failed: \(text.prefix(200))")

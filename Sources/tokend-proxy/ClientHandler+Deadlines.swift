@@ -42,29 +42,31 @@ extension ClientHandler {
         let deadline = NIODeadline.now() + settings.headerTimeout
         headDeadline = deadline
         alarm?.ensure(deadline)
-        while !queued.isEmpty && !answering {
-            if case .done = phase {
-                queued.removeAll()
-                return
-            }
-            handle(queued.removeFirst())
+        drain()
+        switch phase {
+        case .idle where inputClosed:  // the client sent no more than a cut head after its last request
+            phase = .done
+            context?.close(promise: nil)
+        case .idle, .skipping:
+            resume()
+        case .exchange(let exchange) where !exchange.streaming && !exchange.bodyDone:
+            resume()
+        default:
+            break  // being answered, or streaming at the pace its upstream sets
         }
-        if queued.isEmpty && !answering { resume() }
     }
 
     /// An answer of the proxy's own, to the request being read or dropped.
     func write(_ answer: Answer, version: HTTPVersion?, close: Bool) {
         guard let context else { return }
-        let close = close || (inputClosed && queued.isEmpty)
-        let (head, body) = answer.parts(version: version ?? lastVersion, close: close)
-        context.write(wrapOutboundOut(.head(head)), promise: nil)
-        context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+        let close = close || (inputClosed && !decoder.hasBytes)
+        let bytes = answer.bytes(version: version ?? lastVersion, close: close)
         if close {
-            context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in
+            context.writeAndFlush(wrapOutboundOut(bytes)).assumeIsolated().whenComplete { _ in
                 context.close(promise: nil)
             }
         } else {
-            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
         }
     }
 

@@ -1,5 +1,4 @@
 import NIOCore
-import NIOHTTP1
 
 /// A request on its way upstream: tokend's answers for it, an upstream connection, the request written.
 extension ClientHandler {
@@ -71,21 +70,21 @@ extension ClientHandler {
         exchange.upstreamWasReused = connection.reused
         exchange.answered = false
         connection.user = self
-        connection.write(.head(exchange.upstreamHead(host: settings.upstream.authority, credentials: credentials)))
+        connection.expectAnswer(toHead: exchange.head.method == .head)
+        connection.write(
+            exchange.upstreamRequest(host: settings.upstream.authority, credentials: credentials, allocator: connection.channel.allocator))
         if !exchange.streaming {
-            if exchange.kept.readableBytes > 0 { connection.write(.body(.byteBuffer(exchange.kept))) }
-            connection.write(.end(nil))
             exchange.sent = true
         } else {
             // What was kept before the body outgrew the limit goes first; no retry needs it any more.
-            if exchange.kept.readableBytes > 0 { connection.write(.body(.byteBuffer(exchange.kept))) }
+            exchange.writeBody(exchange.kept, to: connection)
             settings.bodyBudget.give(exchange.budgeted)
             exchange.budgeted = 0
             exchange.kept = ByteBuffer()
-            for chunk in exchange.pending { connection.write(.body(.byteBuffer(chunk))) }
+            for chunk in exchange.pending { exchange.writeBody(chunk, to: connection) }
             exchange.pending = []
             if exchange.bodyDone {
-                connection.write(.end(nil))
+                if exchange.upstreamChunked { connection.write(Wire.lastChunk) }
                 exchange.sent = true
             }
         }

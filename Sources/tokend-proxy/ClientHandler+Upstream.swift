@@ -1,10 +1,9 @@
 import NIOCore
-import NIOHTTP1
 import TokendClient
 
 /// The upstream's answer on its way back to the client.
 extension ClientHandler: UpstreamUser {
-    func upstreamReceived(_ part: HTTPClientResponsePart) {
+    func upstreamReceived(_ part: ResponsePart) {
         guard case .exchange(let exchange) = phase else { return }
         exchange.answered = true
         if exchange.sent {
@@ -17,19 +16,18 @@ extension ClientHandler: UpstreamUser {
         }
         switch part {
         case .head(let head):
-            exchange.upstreamKeepAlive = head.isKeepAlive
-            if head.status == .unauthorized, !exchange.streaming, !exchange.retried, let credentials = exchange.credentials {
+            exchange.upstreamKeepAlive = head.keepAlive
+            if head.status == 401, !exchange.streaming, !exchange.retried, let credentials = exchange.credentials {
                 hold(head, of: exchange)
                 return refresh(exchange, after: credentials.token)
             }
-            let setCookie = head.headers["Set-Cookie"]
-            if !setCookie.isEmpty {
+            if head.fields.list.contains(where: { $0.kind == .setCookie }) {
                 hold(head, of: exchange)
-                return importCookies(setCookie, of: exchange)
+                return importCookies(head.values(.setCookie), of: exchange)
             }
             relay(head, of: exchange)
         case .body(let chunk):
-            context?.write(wrapOutboundOut(.body(.byteBuffer(chunk))), promise: nil)
+            relay(chunk, of: exchange)
             if let context, !context.channel.isWritable { exchange.upstream?.pauseReading() }
         case .end:
             finish(exchange)
@@ -37,7 +35,15 @@ extension ClientHandler: UpstreamUser {
     }
 
     func upstreamReadComplete() {
+        sendOutgoing()
         context?.flush()
+    }
+
+    /// What was gathered for the client goes out as one write.
+    func sendOutgoing() {
+        guard let bytes = outgoing else { return }
+        outgoing = nil
+        context?.write(wrapOutboundOut(bytes), promise: nil)
     }
 
     func upstreamWritabilityChanged(writable: Bool) {
@@ -98,7 +104,7 @@ extension ClientHandler: UpstreamUser {
         }
     }
 
-    private func hold(_ head: HTTPResponseHead, of exchange: Exchange) {
+    private func hold(_ head: ResponseHead, of exchange: Exchange) {
         exchange.held = [.head(head)]
         exchange.upstream?.pauseReading()
     }
@@ -160,21 +166,56 @@ extension ClientHandler: UpstreamUser {
         for part in held {
             switch part {
             case .head(let head): relay(head, of: exchange)
-            case .body(let chunk): context?.write(wrapOutboundOut(.body(.byteBuffer(chunk))), promise: nil)
+            case .body(let chunk): relay(chunk, of: exchange)
             case .end: return finish(exchange)
             }
         }
+        sendOutgoing()
         context?.flush()
         exchange.upstream?.resumeReading()
     }
 
-    /// The upstream's head, hop-by-hop headers removed, with the client's HTTP version.
-    private func relay(_ head: HTTPResponseHead, of exchange: Exchange) {
+    /// The upstream's head, hop-by-hop headers removed, with the client's HTTP version. A body of known
+    /// length passes as it is; another is sent in chunks to an HTTP/1.1 client, and until the connection
+    /// closes to an HTTP/1.0 one.
+    private func relay(_ head: ResponseHead, of exchange: Exchange) {
+        guard let context else { return }
         exchange.relayedHead = true
-        let headers = Headers.endToEnd(head.headers)
-        context?.write(
-            wrapOutboundOut(.head(HTTPResponseHead(version: exchange.head.version, status: head.status, headers: headers))),
-            promise: nil)
+        let version = exchange.head.version
+        switch head.framing {
+        case .length: break
+        case .chunked, .untilClose:
+            if version.minor == 1 { exchange.clientChunked = true } else { exchange.closeAfter = true }
+        }
+        if !exchange.head.keepAlive { exchange.closeAfter = true }
+        var bytes = context.channel.allocator.buffer(capacity: head.bytes.readableBytes + Self.gathered + 64)
+        bytes.writeClientHead(head, version: version, chunked: exchange.clientChunked, close: exchange.closeAfter)
+        sendOutgoing()
+        outgoing = bytes
+    }
+
+    /// Body pieces up to this size are copied behind the head (or the pieces before them) to go out in one write.
+    static let gathered = 4096
+
+    /// A piece of the upstream's body, in the client's framing.
+    private func relay(_ chunk: ByteBuffer, of exchange: Exchange) {
+        guard let context, chunk.readableBytes > 0 else { return }
+        if chunk.readableBytes <= Self.gathered, outgoing != nil {
+            if exchange.clientChunked { outgoing!.writeChunkSize(chunk.readableBytes) }
+            outgoing!.writeImmutableBuffer(chunk)
+            if exchange.clientChunked { outgoing!.writeStaticString("\r\n") }
+            return
+        }
+        sendOutgoing()
+        if exchange.clientChunked {
+            var size = context.channel.allocator.buffer(capacity: 18)
+            size.writeChunkSize(chunk.readableBytes)
+            context.write(wrapOutboundOut(size), promise: nil)
+            context.write(wrapOutboundOut(chunk), promise: nil)
+            context.write(wrapOutboundOut(Wire.crlf), promise: nil)
+        } else {
+            context.write(wrapOutboundOut(chunk), promise: nil)
+        }
     }
 
     /// The answer's end: the upstream connection goes back to the pool, the client's next request may come.
@@ -185,15 +226,19 @@ extension ClientHandler: UpstreamUser {
             pool.release(upstream, reusable: exchange.upstreamKeepAlive && exchange.sent)
         }
         release(exchange)
-        let close = !exchange.head.isKeepAlive || !exchange.bodyDone || (inputClosed && queued.isEmpty)
+        let close = exchange.closeAfter || !exchange.bodyDone || (inputClosed && !decoder.hasBytes)
         phase = close ? .done : .idle
         guard let context else { return }
+        if exchange.clientChunked {
+            if outgoing != nil { outgoing!.writeStaticString("0\r\n\r\n") } else { context.write(wrapOutboundOut(Wire.lastChunk), promise: nil) }
+        }
+        sendOutgoing()
         if close {
-            context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in
+            context.writeAndFlush(wrapOutboundOut(ByteBuffer())).assumeIsolated().whenComplete { _ in
                 context.close(promise: nil)
             }
         } else {
-            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+            context.flush()
             answered()
         }
     }

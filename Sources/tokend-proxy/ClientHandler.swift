@@ -32,9 +32,9 @@ struct Settings: Sendable {
 /// and may not fall silent for longer (504, or the connection closed once the
 /// answer has begun).
 final class ClientHandler: ChannelDuplexHandler {
-    typealias InboundIn = HTTPServerRequestPart
-    typealias OutboundIn = HTTPServerResponsePart
-    typealias OutboundOut = HTTPServerResponsePart
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     enum Phase {
         /// Waiting for a request head.
@@ -62,8 +62,10 @@ final class ClientHandler: ChannelDuplexHandler {
     var paused = false
     /// A read NIO asked for while paused: issued on resuming.
     var readHeld = false
-    /// Parts of requests that came while one was answered.
-    var queued = CircularBuffer<HTTPServerRequestPart>()
+    /// The client's bytes as requests; what came while one is answered (pipelined) waits in it.
+    var decoder = RequestDecoder()
+    /// The answer's head and the body pieces after it, gathered to go to the client in one write.
+    var outgoing: ByteBuffer?
     /// The client shut its sending side: the connection closes once what it sent is answered.
     var inputClosed = false
 
@@ -104,10 +106,26 @@ final class ClientHandler: ChannelDuplexHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // A malformed request: NIO's error handler answers 400 and closes; what is under way ends.
         if case .exchange(let exchange) = phase { abandon(exchange) }
         phase = .done
-        context.fireErrorCaught(error)
+        context.close(promise: nil)
+    }
+
+    /// A request the proxy cannot read: its status and why, and the connection closed (where the
+    /// request ends is not known); an answer already under way is cut.
+    func refuse(_ error: WireError) {
+        settings.logger.warning("refused a malformed request", metadata: ["reason": "\(error.message)"])
+        if case .exchange(let exchange) = phase {
+            abandon(exchange)
+            if exchange.relayedHead {
+                phase = .done
+                context?.close(promise: nil)
+                return
+            }
+            lastVersion = exchange.head.version
+        }
+        phase = .done
+        write(Answer(status: error.status, message: error.message), version: nil, close: true)
     }
 
     func read(context: ChannelHandlerContext) {
@@ -119,12 +137,25 @@ final class ClientHandler: ChannelDuplexHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let part = unwrapInboundIn(data)
-        if !queued.isEmpty || answering {
-            queued.append(part)
-            return pause()
+        decoder.append(unwrapInboundIn(data))
+        drain()
+    }
+
+    /// The requests read are handled while none is being answered; while one is, the socket is not
+    /// read (the rest waits in the decoder).
+    func drain() {
+        while !answering {
+            if case .done = phase { return }
+            let part: RequestPart?
+            do {
+                part = try decoder.next()
+            } catch {
+                return refuse(error)
+            }
+            guard let part else { return }
+            handle(part)
         }
-        handle(part)
+        if decoder.hasBytes { pause() }
     }
 
     /// The request's body is whole and its answer is under way.
@@ -136,7 +167,7 @@ final class ClientHandler: ChannelDuplexHandler {
         guard case ChannelEvent.inputClosed = event else { return context.fireUserInboundEventTriggered(event) }
         inputClosed = true
         switch phase {
-        case .idle where queued.isEmpty:
+        case .idle:  // nothing whole is left unanswered (`drain` took it): what is left is a cut head
             phase = .done
             context.close(promise: nil)
         case .exchange(let exchange) where !exchange.bodyDone:
@@ -151,7 +182,7 @@ final class ClientHandler: ChannelDuplexHandler {
         }
     }
 
-    func handle(_ part: HTTPServerRequestPart) {
+    func handle(_ part: RequestPart) {
         switch (phase, part) {
         case (.idle, .head(let head)):
             begin(head)
@@ -175,7 +206,7 @@ final class ClientHandler: ChannelDuplexHandler {
             if !exchange.streaming {
                 obtainCredentials(for: exchange)
             } else if let upstream = exchange.upstream {
-                upstream.write(.end(nil))
+                if exchange.upstreamChunked { upstream.write(Wire.lastChunk) }
                 upstream.flush()
                 exchange.sent = true
                 awaitUpstream()
@@ -190,7 +221,7 @@ final class ClientHandler: ChannelDuplexHandler {
     }
 
     /// A request head: refused, or an exchange whose body is read next.
-    private func begin(_ head: HTTPRequestHead) {
+    private func begin(_ head: RequestHead) {
         headDeadline = nil
         if let refusal = allowed ? settings.pages.refusal(for: head) : .forbidden {
             settings.logger.warning("refused a request", metadata: ["reason": "\(refusal.message)"])
@@ -198,10 +229,14 @@ final class ClientHandler: ChannelDuplexHandler {
             phase = .skipping(refusal, close: true)
             return waitForBody()
         }
-        switch RequestPath.normalized(head.uri) {
+        switch RequestPath.normalized(head.target) {
         case .success(let target):
             let path = target.prefix { $0 != "?" }
             phase = .exchange(Exchange(head: head, upstream: settings.upstream, target: target, path: path))
+            // The proxy reads the body itself: a client that waits to be asked for it is asked.
+            if head.expectsContinue, head.chunked || head.contentLength ?? 0 > 0 {
+                context?.writeAndFlush(wrapOutboundOut(Wire.continueAnswer), promise: nil)
+            }
         case .failure(let refusal):
             settings.logger.warning("refused a request path", metadata: ["reason": "\(refusal.why)"])
             lastVersion = head.version
@@ -228,7 +263,7 @@ final class ClientHandler: ChannelDuplexHandler {
             return obtainCredentials(for: exchange)
         }
         if let upstream = exchange.upstream {
-            upstream.write(.body(.byteBuffer(chunk)))
+            exchange.writeBody(chunk, to: upstream)
             upstream.flush()
             if !upstream.channel.isWritable { pause() }
         } else {

@@ -1,11 +1,10 @@
 import NIOCore
-import NIOHTTP1
 
 /// One request on its way through the proxy: the client's head and body, what
 /// tokend gave for it, the upstream connection serving it and how far its
 /// answer has come.
 final class Exchange {
-    let head: HTTPRequestHead
+    let head: RequestHead
     /// The request target under the upstream's path prefix.
     let uri: String
     /// The upstream URL (for cookies and logs), made when one of them needs it.
@@ -37,30 +36,55 @@ final class Exchange {
     var retried = false
     var reconnected = false
     /// The upstream's head, body and end, held while tokend is asked (a 401's refresh, its Set-Cookie).
-    var held: [HTTPClientResponsePart]?
+    var held: [ResponsePart]?
     var relayedHead = false
     var upstreamEnded = false
     var upstreamKeepAlive = true
+    /// The body goes upstream in chunks (it streams, and the client gave no length).
+    var upstreamChunked: Bool { streaming && head.contentLength == nil }
+    /// The answer's body goes to the client in chunks; the connection closes after the answer.
+    var clientChunked = false
+    var closeAfter = false
 
-    init(head: HTTPRequestHead, upstream: Upstream, target: String, path: Substring) {
+    init(head: RequestHead, upstream: Upstream, target: String, path: Substring) {
         self.head = head
         upstreamBase = upstream.base
         uri = upstream.prefix.isEmpty ? target : upstream.prefix + target
         self.path = path
     }
 
-    /// The request head the upstream gets.
-    func upstreamHead(host: String, credentials: RequestCredentials) -> HTTPRequestHead {
-        var headers = Headers.forwarded(head.headers, host: host, authorization: credentials.authorization, cookies: credentials.cookies)
+    /// The request head the upstream gets, and the body after it when the body is whole.
+    func upstreamRequest(host: String, credentials: RequestCredentials, allocator: ByteBufferAllocator) -> ByteBuffer {
+        var length: Int?
         if !streaming {
             // The body is whole: its length is known, whatever framing the client used.
-            headers.remove(name: "Content-Length")
-            if kept.readableBytes > 0 || [.POST, .PUT, .PATCH].contains(head.method) || head.headers.contains(name: "Content-Length") {
-                headers.add(name: "Content-Length", value: String(kept.readableBytes))
+            if kept.readableBytes > 0 || head.method == .post || head.method == .put || head.method == .patch || head.contentLength != nil {
+                length = kept.readableBytes
             }
-        } else if !headers.contains(name: "Content-Length") {
-            headers.add(name: "Transfer-Encoding", value: "chunked")
+        } else {
+            length = head.contentLength
         }
-        return HTTPRequestHead(version: .http1_1, method: head.method, uri: uri, headers: headers)
+        var bytes = allocator.buffer(
+            capacity: head.bytes.readableBytes + uri.utf8.count + credentials.authorization.utf8.count + credentials.cookies.utf8.count
+                + (streaming ? 0 : kept.readableBytes) + 96)
+        bytes.writeUpstreamHead(
+            head, uri: uri, host: host, authorization: credentials.authorization, cookies: credentials.cookies, length: length,
+            chunked: upstreamChunked)
+        if !streaming { bytes.writeImmutableBuffer(kept) }
+        return bytes
+    }
+
+    /// A piece of a streamed body, in the upstream's framing.
+    func writeBody(_ chunk: ByteBuffer, to connection: UpstreamConnection) {
+        guard chunk.readableBytes > 0 else { return }
+        if upstreamChunked {
+            var size = ByteBuffer()
+            size.writeChunkSize(chunk.readableBytes)
+            connection.write(size)
+            connection.write(chunk)
+            connection.write(Wire.crlf)
+        } else {
+            connection.write(chunk)
+        }
     }
 }

@@ -2,7 +2,6 @@ import Foundation
 import Logging
 import Loopback
 import NIOCore
-import NIOHTTP1
 import NIOPosix
 import NIOSSL
 import Synchronization
@@ -64,8 +63,6 @@ final class Proxy: Sendable {
             let peer: EventLoopFuture<Bool> =
                 settings.pages.hosts == nil ? Self.peerIsThisUser(channel) : channel.eventLoop.makeSucceededFuture(true)
             return peer.flatMapThrowing { allowed in
-                try channel.pipeline.syncOperations.configureHTTPServerPipeline(
-                    withPipeliningAssistance: false, withErrorHandling: true, withOutboundHeaderValidation: false)
                 try channel.pipeline.syncOperations.addHandler(
                     ClientHandler(settings: settings, pool: pool.value, allowed: allowed, admitted: admitted))
             }

@@ -1,11 +1,10 @@
 import NIOCore
-import NIOHTTP1
 import NIOPosix
 import NIOSSL
 
 /// What an upstream connection tells the request it serves.
 protocol UpstreamUser: AnyObject {
-    func upstreamReceived(_ part: HTTPClientResponsePart)
+    func upstreamReceived(_ part: ResponsePart)
     func upstreamReadComplete()
     func upstreamWritabilityChanged(writable: Bool)
     func upstreamFailed(_ error: any Error)
@@ -51,7 +50,6 @@ final class UpstreamPool {
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
                     if let tls { try pipeline.addHandler(NIOSSLClientHandler(context: tls, serverHostname: serverHostname)) }
-                    try pipeline.addHTTPClientHandlers(enableOutboundHeaderValidation: false)  // Headers.isFieldValue
                     try pipeline.addHandler(UpstreamConnection(channel: channel))
                 }
             }
@@ -68,7 +66,8 @@ final class UpstreamPool {
     func release(_ connection: UpstreamConnection, reusable: Bool) {
         connection.user = nil
         connection.resumeReading()
-        if reusable && connection.channel.isActive && idle.count < keep {
+        // Bytes after the answer's end are none a request asked for: the connection cannot be trusted again.
+        if reusable && !connection.hasUnaskedBytes && connection.channel.isActive && idle.count < keep {
             idle.append(connection)
         } else {
             connection.channel.close(promise: nil)
@@ -91,8 +90,8 @@ final class UpstreamPool {
 
 /// One connection to the upstream: its answers go to the request it serves.
 final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
-    typealias InboundIn = HTTPClientResponsePart
-    typealias OutboundOut = HTTPClientRequestPart
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     let channel: Channel
     private var context: ChannelHandlerContext?
@@ -100,14 +99,23 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     /// It served a request before this one (a kept connection the upstream may have closed meanwhile).
     var reused = false
     private var reading = true
+    private var decoder = ResponseDecoder()
+
+    /// Bytes came that no answer has taken.
+    var hasUnaskedBytes: Bool { decoder.hasBytes }
 
     init(channel: Channel) { self.channel = channel }
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
     func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
 
-    func write(_ part: HTTPClientRequestPart) {
-        context?.write(wrapOutboundOut(part), promise: nil)
+    func write(_ bytes: ByteBuffer) {
+        context?.write(wrapOutboundOut(bytes), promise: nil)
+    }
+
+    /// The request written next is HEAD (its answer has no body) or not.
+    func expectAnswer(toHead: Bool) {
+        decoder.toHead = toHead
     }
 
     func flush() { context?.flush() }
@@ -126,7 +134,22 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        user?.upstreamReceived(unwrapInboundIn(data))
+        decoder.append(unwrapInboundIn(data))
+        // The user changes when an answer ends: its request is over, the connection pooled or closed.
+        while let user {
+            let part: ResponsePart?
+            do {
+                part = try decoder.next()
+            } catch {
+                self.user = nil
+                user.upstreamFailed(error)
+                context.close(promise: nil)
+                return
+            }
+            guard let part else { return }
+            user.upstreamReceived(part)
+        }
+        if decoder.hasBytes { context.close(promise: nil) }  // nothing asked for these
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -138,6 +161,8 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        // A body read until the connection closes ends here; any other answer is cut.
+        if let user, let end = decoder.closed() { return user.upstreamReceived(end) }
         let user = self.user
         self.user = nil
         user?.upstreamFailed(UpstreamClosed())

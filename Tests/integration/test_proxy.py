@@ -297,6 +297,9 @@ def test_bad_input_gets_a_clear_status_and_the_proxy_goes_on(setup, workdir, ser
         hanging_socket.close()
 
 
+CHUNKED_ANSWER = [b"part one,", b" part two"]
+
+
 class RecordingAPI:
     """An upstream that notes every request (method, target as received, bearer token) as its head
     arrives, before reading its body, and answers 200 with what it saw."""
@@ -323,6 +326,14 @@ class RecordingAPI:
                     if not piece:
                         return
                     received += len(piece)
+                if self.path.endswith("/chunked"):  # an answer of unknown length, in two chunks
+                    self.send_response(200)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for piece in CHUNKED_ANSWER:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
                 body = json.dumps({"path": self.path, "token": token, "bytes": received}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -443,6 +454,63 @@ def test_pipelined_requests_are_answered_in_order_on_one_connection(recording, t
     assert data.count(b"HTTP/1.1 200") == 6, data[:500]
     assert [b["path"] for b in bodies] == [f"/api/p{n}" for n in range(6)], bodies
     assert bodies[-1]["bytes"] == 3 and [path for _, path, _ in recording.seen] == [f"/api/p{n}" for n in range(6)]
+
+
+def test_framing_is_read_one_way_and_written_for_each_client(recording, tcp_proxy):
+    """What request smuggling needs (two framings, two lengths, a folded or unknown coding) is refused
+    before anything goes upstream; a chunked upload, Expect: 100-continue and an answer of unknown length
+    reach each side in a framing it reads."""
+    daemon, proxy = tcp_proxy
+    host = f"127.0.0.1:{proxy.port}"
+
+    def exchange(data):
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as s:
+            s.sendall(data)
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+        return out
+
+    for smuggling in [
+        f"POST /a HTTP/1.1\r\nHost: {host}\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+        f"0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: {host}\r\n\r\n",
+        f"POST /a HTTP/1.1\r\nHost: {host}\r\nContent-Length: 4\r\nContent-Length: 40\r\n\r\n"
+        f"abcdGET /smuggled HTTP/1.1\r\nHost: {host}\r\n\r\n",
+        f"POST /a HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: identity\r\n , chunked\r\n\r\n0\r\n\r\n",
+        f"POST /a HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: identity, chunked\r\n\r\n0\r\n\r\n",
+        f"POST /a HTTP/1.1\r\nHost: {host}\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    ]:
+        answer = exchange(smuggling.encode())
+        assert re.match(rb"HTTP/1.1 (400|501) ", answer) and answer.count(b"HTTP/1.1 ") == 1, (smuggling, answer[:300])
+    assert recording.seen == [], "nothing reached the upstream"
+
+    answer = exchange(f"POST /up HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                      f"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 200") and json.loads(answer.split(b"\r\n\r\n", 1)[1])["bytes"] == 11, answer
+
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as s:
+        s.sendall(f"PUT /put HTTP/1.1\r\nHost: {host}\r\nExpect: 100-continue\r\nContent-Length: 3\r\n"
+                  f"Connection: close\r\n\r\n".encode())
+        assert s.recv(1000) == b"HTTP/1.1 100 Continue\r\n\r\n", "the proxy asks for the body"
+        s.sendall(b"abc")
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    assert out.startswith(b"HTTP/1.1 200") and json.loads(out.split(b"\r\n\r\n", 1)[1])["bytes"] == 3, out
+
+    whole = b"".join(CHUNKED_ANSWER)
+    two = exchange(f"GET /chunked HTTP/1.1\r\nHost: {host}\r\n\r\n"
+                   f"GET /chunked HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+    answers = two.split(b"HTTP/1.1 200 OK\r\n")[1:]
+    assert len(answers) == 2, two
+    for one in answers:
+        head, body = one.split(b"\r\n\r\n", 1)
+        assert b"Transfer-Encoding: chunked" in head and body.endswith(b"0\r\n\r\n"), one
+        assert b"".join(re.findall(rb"[0-9a-f]+\r\n(.*?)\r\n", body[:-5], re.S)) == whole, body
+    old = exchange(f"GET /chunked HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+    head, body = old.split(b"\r\n\r\n", 1)
+    assert old.startswith(b"HTTP/1.0 200") and b"Transfer-Encoding" not in head and body == whole, old
+    assert [path for _, path, _ in recording.seen] == ["/api/up", "/api/put", "/api/chunked", "/api/chunked", "/api/chunked"]
 
 
 def vm_rss_kib(pid):

@@ -1,3 +1,4 @@
+import NIOCore
 import NIOHTTP1
 import Testing
 
@@ -5,29 +6,49 @@ import Testing
 
 /// What crosses the proxy of a message's headers, and the path rule's fast case.
 @Suite struct HeaderTests {
-    @Test func hopByHopHeadersAndThoseConnectionNamesStay() {
-        let headers = HTTPHeaders([
-            ("Connection", " Keep-Alive , X-Private\t"), ("Keep-Alive", "timeout=5"), ("X-Private", "1"),
-            ("Transfer-Encoding", "chunked"), ("TE", "trailers"), ("Upgrade", "h2c"), ("Proxy-Authorization", "Basic x"),
-            ("Content-Type", "text/plain"), ("X-Kept", "2"),
-        ])
-        let passed = Headers.endToEnd(headers)
-        #expect(passed.map(\.name) == ["Content-Type", "X-Kept"])
-        #expect(Headers.connectionOptions(" Keep-Alive , X-Private\t,,") == ["keep-alive", "x-private"])
-        #expect(Headers.endToEnd(HTTPHeaders([("Connection", "Keep-Alive"), ("X", "1")])).map(\.name) == ["X"])
-        #expect(Headers.endToEnd(HTTPHeaders([("Connection", "close, X"), ("X", "1"), ("Y", "2")])).map(\.name) == ["Y"])
+    func request(_ text: String) throws -> RequestHead { try RequestHead(ByteBuffer(string: text)) }
+
+    func upstreamHead(_ head: RequestHead, cookies: String = "", length: Int? = nil, chunked: Bool = false) -> String {
+        var bytes = ByteBuffer()
+        bytes.writeUpstreamHead(
+            head, uri: "/api/x", host: "api.example.com", authorization: "Bearer tokend", cookies: cookies, length: length, chunked: chunked)
+        return String(buffer: bytes)
     }
 
-    @Test func theClientsCredentialsAndHostAreReplaced() {
-        let headers = HTTPHeaders([
-            ("Host", "127.0.0.1:8080"), ("Authorization", "Bearer mine"), ("cookie", "mine=1"), ("Expect", "100-continue"),
-            ("Accept", "*/*"),
-        ])
-        let passed = Headers.forwarded(headers, host: "api.example.com", authorization: "Bearer tokend", cookies: "a=1")
-        #expect(passed.map { "\($0.name): \($0.value)" } == [
-            "Accept: */*", "Host: api.example.com", "Authorization: Bearer tokend", "Cookie: a=1",
-        ])
-        #expect(!Headers.forwarded(headers, host: "h", authorization: "Bearer t", cookies: "").contains(name: "Cookie"))
+    @Test func hopByHopHeadersAndThoseConnectionNamesStay() throws {
+        let head = try request(
+            "GET /x HTTP/1.1\r\nConnection:  Keep-Alive , X-Private\t\r\nKeep-Alive: timeout=5\r\nX-Private: 1\r\nTE: trailers\r\n"
+                + "Upgrade: h2c\r\nProxy-Authorization: Basic x\r\nContent-Type: text/plain\r\nX-Kept: 2\r\n\r\n")
+        #expect(head.fields.connectionNames == ["x-private"] && head.keepAlive)
+        #expect(upstreamHead(head) == "GET /api/x HTTP/1.1\r\nContent-Type: text/plain\r\nX-Kept: 2\r\nHost: api.example.com\r\nAuthorization: Bearer tokend\r\n\r\n")
+        let closing = try request("GET /x HTTP/1.1\r\nConnection: close, X\r\nX: 1\r\nY: 2\r\n\r\n")
+        #expect(!closing.keepAlive)
+        #expect(upstreamHead(closing).contains("\r\nY: 2\r\n") && !upstreamHead(closing).contains("X: 1"))
+    }
+
+    @Test func theClientsCredentialsHostAndFramingAreReplaced() throws {
+        let head = try request(
+            "POST /x HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer mine\r\ncookie: mine=1\r\nExpect: 100-continue\r\n"
+                + "Accept: */*\r\nContent-Length: 3\r\n\r\n")
+        #expect(head.expectsContinue && head.contentLength == 3)
+        #expect(upstreamHead(head, cookies: "a=1", length: 3) == "POST /api/x HTTP/1.1\r\nAccept: */*\r\nHost: api.example.com\r\n"
+            + "Authorization: Bearer tokend\r\nCookie: a=1\r\nContent-Length: 3\r\n\r\n")
+        #expect(upstreamHead(head, chunked: true).hasSuffix("Transfer-Encoding: chunked\r\n\r\n"))
+    }
+
+    @Test func theClientGetsTheAnswersEndToEndFieldsInItsVersion() throws {
+        let answer = try ResponseHead(
+            ByteBuffer(string: "HTTP/1.1 201 Created\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\n"
+                + "Set-Cookie: a=1\r\nX-Kept: 2\r\n\r\n"), toHead: false)
+        var bytes = ByteBuffer()
+        bytes.writeClientHead(answer, version: .http1_1, chunked: true, close: false)
+        #expect(String(buffer: bytes) == "HTTP/1.1 201 Created\r\nSet-Cookie: a=1\r\nX-Kept: 2\r\nTransfer-Encoding: chunked\r\n\r\n")
+        bytes.clear()
+        bytes.writeClientHead(answer, version: .http1_0, chunked: false, close: true)
+        #expect(String(buffer: bytes) == "HTTP/1.0 201 Created\r\nSet-Cookie: a=1\r\nX-Kept: 2\r\nConnection: close\r\n\r\n")
+        bytes.clear()
+        bytes.writeClientHead(answer, version: .http1_0, chunked: false, close: false)
+        #expect(String(buffer: bytes).hasSuffix("Connection: keep-alive\r\n\r\n"))
     }
 
     @Test func aValueThatWouldEndItsHeaderIsRefused() {

@@ -32,8 +32,8 @@ import Testing
 @Suite struct WebPagesTests {
     let rules = WebPages(listeningOn: try! SocketAddress(ipAddress: "127.0.0.1", port: 8080))
 
-    func head(_ headers: [(String, String)]) -> HTTPRequestHead {
-        HTTPRequestHead(version: .http1_1, method: .POST, uri: "/", headers: HTTPHeaders(headers))
+    func head(_ headers: [(String, String)]) -> RequestHead {
+        try! RequestHead(ByteBuffer(string: "POST / HTTP/1.1\r\n" + headers.map { "\($0.0): \($0.1)\r\n" }.joined() + "\r\n"))
     }
 
     @Test func aProgramNamingTheAddressIsServed() {

@@ -1,0 +1,157 @@
+import NIOCore
+import NIOHTTP1
+import Testing
+
+@testable import tokend_proxy
+
+/// The proxy's HTTP/1.1 reader: messages in any split, and every ambiguity
+/// that lets two parsers disagree on where a request ends refused.
+@Suite struct WireTests {
+    /// What a decoder makes of a stream: "HEAD target", body bytes, "END", "ERROR status".
+    func requests(_ text: String, pieces: [Int] = []) -> [String] {
+        var decoder = RequestDecoder()
+        var parts: [String] = []
+        var bytes = ByteBuffer(string: text)
+        var cuts = pieces.makeIterator()
+        while bytes.readableBytes > 0 {
+            let size = min(cuts.next() ?? bytes.readableBytes, bytes.readableBytes)
+            decoder.append(bytes.readSlice(length: size)!)
+            do {
+                while let part = try decoder.next() {
+                    switch part {
+                    case .head(let head): parts.append("HEAD \(head.target)")
+                    case .body(let data):
+                        if case let last? = parts.last, last.hasPrefix("BODY ") {
+                            parts[parts.count - 1] = last + String(buffer: data)
+                        } else {
+                            parts.append("BODY " + String(buffer: data))
+                        }
+                    case .end: parts.append("END")
+                    }
+                }
+            } catch {
+                return parts + ["ERROR \(error.status.code)"]
+            }
+        }
+        return parts
+    }
+
+    static let pipelined =
+        "\r\nPOST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+        + "PUT /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3;name=value\r\nabc\r\n0a\r\n0123456789\r\n0\r\nX-Trailer: 1\r\n\r\n"
+        + "GET /c HTTP/1.0\r\n\r\n"
+    static let expected = ["HEAD /a", "BODY hello", "END", "HEAD /b", "BODY abc0123456789", "END", "HEAD /c", "END"]
+
+    @Test func pipelinedRequestsReadTheSameInAnySplit() {
+        #expect(requests(Self.pipelined) == Self.expected)
+        #expect(requests(Self.pipelined, pieces: Array(repeating: 1, count: Self.pipelined.utf8.count)) == Self.expected)
+        var generator = SplitMix(seed: 7)
+        for _ in 0..<500 {
+            let pieces = (0..<40).map { _ in Int(generator.next() % 17) + 1 }
+            #expect(requests(Self.pipelined, pieces: pieces) == Self.expected, "\(pieces)")
+        }
+    }
+
+    @Test func ambiguousFramingIsRefused() {
+        let refused: [(String, Int)] = [
+            ("POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nContent-Length: 0x5\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+            ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
+            ("POST / HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n\r\n", 501),
+            ("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nX: 1\r\n Transfer-Encoding: chunked\r\n\r\n", 400),
+            ("GET / HTTP/1.1\nHost: x\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: x\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a\rb\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a\u{0}b\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\n: x\r\n\r\n", 400),
+            ("GET  / HTTP/1.1\r\n\r\n", 400),
+            ("GET / x HTTP/1.1\r\n\r\n", 400),
+            ("GET /\u{E9} HTTP/1.1\r\n\r\n", 400),
+            ("GET / HTTP/1.1 \r\n\r\n", 400),
+            ("GET / HTTP/2.0\r\n\r\n", 505),
+            ("GET / HTTP/0.9\r\n\r\n", 505),
+            ("GET / HTTX/1.1\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1000000000000000\r\n", 400),
+            ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5 x\r\nhello\r\n0\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n", 400),
+        ]
+        for (text, status) in refused {
+            #expect(requests(text).last == "ERROR \(status)", "\(text.debugDescription)")
+        }
+        #expect(requests("POST / HTTP/1.1\r\nContent-Length: 3, 3\r\nContent-Length:3\r\n\r\nabc") == ["HEAD /", "BODY abc", "END"])
+    }
+
+    @Test func aHeadLongerThanTheLimitIs431() {
+        let long = "GET / HTTP/1.1\r\nX: " + String(repeating: "a", count: Wire.maximumHead) + "\r\n\r\n"
+        #expect(requests(long, pieces: Array(repeating: 4096, count: 100)).last == "ERROR 431")
+        #expect(requests(long).last == "ERROR 431")
+        let unended = "GET / HTTP/1.1\r\nX: " + String(repeating: "a", count: Wire.maximumHead)
+        #expect(requests(unended, pieces: Array(repeating: 4096, count: 100)).last == "ERROR 431")
+    }
+
+    func answers(_ text: String, toHead: Bool = false, closed: Bool = false) -> [String] {
+        var decoder = ResponseDecoder()
+        decoder.toHead = toHead
+        decoder.append(ByteBuffer(string: text))
+        var parts: [String] = []
+        do {
+            while let part = try decoder.next() {
+                switch part {
+                case .head(let head): parts.append("\(head.status)\(head.keepAlive ? "" : " close")")
+                case .body(let data): parts.append(String(buffer: data))
+                case .end:
+                    parts.append("END")
+                    if decoder.hasBytes { parts.append("UNASKED") }
+                    return parts
+                }
+            }
+        } catch {
+            return parts + ["ERROR \(error.status.code)"]
+        }
+        if closed, case .end? = decoder.closed() { parts.append("END") }
+        return parts
+    }
+
+    @Test func anAnswersBodyEndsWhereItsFramingSays() {
+        #expect(answers("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi") == ["200", "hi", "END"])
+        #expect(answers("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", toHead: true) == ["200", "END"])
+        #expect(answers("HTTP/1.1 204 No Content\r\n\r\n") == ["204", "END"])
+        #expect(answers("HTTP/1.1 304\r\nContent-Length: 10\r\n\r\n") == ["304", "END"])
+        #expect(answers("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx") == ["200", "x", "END"])
+        #expect(answers("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n") == ["200", "hi", "END"])
+        #expect(answers("HTTP/1.1 200 OK\r\n\r\nall of it", closed: true) == ["200 close", "all of it", "END"])
+        #expect(answers("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n") == ["200 close", "END"])
+        #expect(answers("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n") == ["200", "END"])
+        #expect(answers("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n") == ["200 close", "END"])
+        #expect(answers("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxy") == ["200", "x", "END", "UNASKED"])
+    }
+
+    @Test func aMalformedAnswerIs502() {
+        for text in [
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "HTTP/1.1 2000 OK\r\n\r\n", "HTTP/1.1 200 OK\nX: 1\r\n\r\n",
+            "ICY 200 OK\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        ] {
+            #expect(answers(text).last == "ERROR 502", "\(text.debugDescription)")
+        }
+    }
+
+    @Test func chunkSizesAreWrittenInHex() {
+        for (size, text) in [(1, "1"), (15, "f"), (16, "10"), (255, "ff"), (4096, "1000"), (0x1234_5678, "12345678")] {
+            var bytes = ByteBuffer()
+            bytes.writeChunkSize(size)
+            #expect(String(buffer: bytes) == text + "\r\n")
+        }
+    }
+}
