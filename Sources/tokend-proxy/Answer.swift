@@ -29,14 +29,6 @@ struct Answer {
             + "Content-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
         return ByteBuffer(string: text)
     }
-
-    /// The answer, then the connection closed, when no request is in flight (none came in time, or the
-    /// connection is over the cap). On the channel's event loop.
-    func writeAndClose(on channel: Channel) {
-        channel.writeAndFlush(bytes(version: .http1_1, close: true)).assumeIsolated().whenComplete { _ in
-            channel.close(promise: nil)
-        }
-    }
 }
 
 /// Why the upstream gave no answer, as the status the client gets: 504 when

@@ -43,17 +43,18 @@ extension ClientHandler {
         headDeadline = deadline
         alarm?.ensure(deadline)
         drain()
-        switch phase {
-        case .idle where inputClosed:  // the client sent no more than a cut head after its last request
-            phase = .done
-            context?.close(promise: nil)
-        case .idle, .skipping:
-            resume()
-        case .exchange(let exchange) where !exchange.streaming && !exchange.bodyDone:
-            resume()
-        default:
-            break  // being answered, or streaming at the pace its upstream sets
+    }
+
+    /// `bytes`, then the connection closed: once they are written, or after --timeout if the client
+    /// does not take them.
+    func writeThenClose(_ bytes: ByteBuffer) {
+        guard let context else { return }
+        context.writeAndFlush(wrapOutboundOut(bytes)).assumeIsolated().whenComplete { _ in
+            context.close(promise: nil)
         }
+        let deadline = NIODeadline.now() + settings.timeout
+        closeDeadline = deadline
+        alarm?.ensure(deadline)
     }
 
     /// An answer of the proxy's own, to the request being read or dropped.
@@ -62,9 +63,7 @@ extension ClientHandler {
         let close = close || (inputClosed && !decoder.hasBytes)
         let bytes = answer.bytes(version: version ?? lastVersion, close: close)
         if close {
-            context.writeAndFlush(wrapOutboundOut(bytes)).assumeIsolated().whenComplete { _ in
-                context.close(promise: nil)
-            }
+            writeThenClose(bytes)
         } else {
             context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
         }
@@ -92,12 +91,17 @@ extension ClientHandler {
     /// The alarm went off: a deadline that passed ends what it guards; the next one is returned.
     func checkDeadlines() -> NIODeadline? {
         let now = NIODeadline.now()
-        if let deadline = headDeadline, deadline <= now, case .idle = phase, let context {
+        if let deadline = closeDeadline, deadline <= now {
+            closeDeadline = nil
+            context?.close(promise: nil)
+            return nil
+        }
+        if let deadline = headDeadline, deadline <= now, case .idle = phase {
             phase = .done
             let seconds = settings.headerTimeout.nanoseconds / 1_000_000_000
-            Answer(status: .requestTimeout, message: "no whole request head came within \(seconds) s")
-                .writeAndClose(on: context.channel)
-            return nil
+            writeThenClose(
+                Answer(status: .requestTimeout, message: "no whole request head came within \(seconds) s").bytes(version: .http1_1, close: true))
+            return closeDeadline
         }
         if let deadline = bodyDeadline, deadline <= now, !paused {
             bodyDeadline = nil
@@ -124,6 +128,6 @@ extension ClientHandler {
         // What passed and guards nothing now is dropped, so the alarm never goes off in a loop.
         if let deadline = headDeadline, deadline <= now { headDeadline = nil }
         if let deadline = bodyDeadline, deadline <= now { bodyDeadline = nil }
-        return [headDeadline, bodyDeadline, upstreamDeadline].compactMap { $0 }.min()
+        return [headDeadline, bodyDeadline, upstreamDeadline, closeDeadline].compactMap { $0 }.min()
     }
 }

@@ -59,6 +59,7 @@ extension ClientHandler: UpstreamUser {
                 exchange.upstream?.pauseReading()
             }
         }
+        if context.channel.isWritable { drain() }  // requests that waited for the client to take answers
         context.fireChannelWritabilityChanged()
     }
 
@@ -66,6 +67,9 @@ extension ClientHandler: UpstreamUser {
         guard case .exchange(let exchange) = phase else { return }
         exchange.upstream = nil
         exchange.upstreamKeepAlive = false
+        // An answer held whole (a 401 while tokend refreshes, Set-Cookie on its way to tokend) stands,
+        // whatever became of its connection after it.
+        if exchange.held != nil, exchange.upstreamEnded { return }
         // A kept connection the upstream closed while it sat idle: the whole request again on a new one.
         if !exchange.answered, !exchange.streaming, !exchange.reconnected, exchange.upstreamWasReused,
             let credentials = exchange.credentials
@@ -125,7 +129,13 @@ extension ClientHandler: UpstreamUser {
 
     private func refreshed(_ fresh: AccessToken?, for exchange: Exchange) {
         guard case .exchange(let current) = phase, current === exchange, let old = exchange.credentials else { return }
-        guard let fresh else { return release(held: exchange) }
+        guard let fresh else {
+            // No refresh: the 401 goes to the client as it came, its cookies to tokend first.
+            if case .head(let head)? = exchange.held?.first, head.fields.has(.setCookie) {
+                return importCookies(head.values(.setCookie), of: exchange)
+            }
+            return release(held: exchange)
+        }
         settings.logger.info("retried after a 401 with a refreshed token", metadata: ["generation": "\(fresh.generation)"])
         exchange.retried = true
         let whole = exchange.held?.last.map { if case .end = $0 { true } else { false } } ?? false
@@ -157,6 +167,7 @@ extension ClientHandler: UpstreamUser {
 
     private func heldEnded(_ exchange: Exchange) {
         exchange.upstreamEnded = true
+        upstreamDeadline = nil  // the upstream has answered; what is awaited now is tokend
     }
 
     /// What was held goes to the client, and the rest of the answer follows as it comes.
@@ -234,9 +245,7 @@ extension ClientHandler: UpstreamUser {
         }
         sendOutgoing()
         if close {
-            context.writeAndFlush(wrapOutboundOut(ByteBuffer())).assumeIsolated().whenComplete { _ in
-                context.close(promise: nil)
-            }
+            writeThenClose(ByteBuffer())
         } else {
             context.flush()
             answered()

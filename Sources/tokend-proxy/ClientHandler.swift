@@ -66,6 +66,10 @@ final class ClientHandler: ChannelDuplexHandler {
     var decoder = RequestDecoder()
     /// The answer's head and the body pieces after it, gathered to go to the client in one write.
     var outgoing: ByteBuffer?
+    /// `drain` is under way.
+    var draining = false
+    /// The connection closes by then, whether or not the client took the last answer.
+    var closeDeadline: NIODeadline?
     /// The client shut its sending side: the connection closes once what it sent is answered.
     var inputClosed = false
 
@@ -87,8 +91,9 @@ final class ClientHandler: ChannelDuplexHandler {
         guard admitted else {
             phase = .done
             settings.logger.warning("refused a connection over the cap", metadata: ["max-connections": "\(settings.maxConnections)"])
-            Answer(status: .serviceUnavailable, message: "the proxy serves \(settings.maxConnections) connections at most; try again")
-                .writeAndClose(on: context.channel)
+            writeThenClose(
+                Answer(status: .serviceUnavailable, message: "the proxy serves \(settings.maxConnections) connections at most; try again")
+                    .bytes(version: .http1_1, close: true))
             return context.fireChannelActive()
         }
         let deadline = NIODeadline.now() + settings.headerTimeout
@@ -137,14 +142,24 @@ final class ClientHandler: ChannelDuplexHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .done = phase {
+            paused = true  // nothing more is answered: its bytes are dropped and no more are read
+            return
+        }
         decoder.append(unwrapInboundIn(data))
         drain()
     }
 
-    /// The requests read are handled while none is being answered; while one is, the socket is not
-    /// read (the rest waits in the decoder).
+    /// The requests read are handled one after another while none is being answered and the client
+    /// takes what is written to it; the socket is read on only then, and the rest waits in the decoder.
+    /// An answer given within the loop (a refusal) calls `answered`, which comes back here: the loop
+    /// under way takes the next request, so that requests in a row nest no calls.
     func drain() {
-        while !answering {
+        guard !draining else { return }
+        draining = true
+        defer { draining = false }
+        let writable = { self.context?.channel.isWritable ?? false }
+        while !answering, writable() {
             if case .done = phase { return }
             let part: RequestPart?
             do {
@@ -152,10 +167,26 @@ final class ClientHandler: ChannelDuplexHandler {
             } catch {
                 return refuse(error)
             }
-            guard let part else { return }
+            guard let part else { break }
             handle(part)
         }
-        if decoder.hasBytes { pause() }
+        switch phase {
+        case .done:
+            break
+        case _ where !writable():
+            pause()  // what was written is not taken: nothing more is read until it is
+        case .idle where inputClosed:  // the client sent no more than a cut head after its last request
+            phase = .done
+            context?.close(promise: nil)
+        case .idle, .skipping:
+            resume()
+        case .exchange(let exchange) where exchange.bodyDone:
+            if decoder.hasBytes { pause() }  // pipelined: taken when this answer is over
+        case .exchange(let exchange) where !exchange.streaming:
+            resume()
+        default:
+            break  // streaming at the pace its upstream sets
+        }
     }
 
     /// The request's body is whole and its answer is under way.
@@ -240,7 +271,7 @@ final class ClientHandler: ChannelDuplexHandler {
         case .failure(let refusal):
             settings.logger.warning("refused a request path", metadata: ["reason": "\(refusal.why)"])
             lastVersion = head.version
-            phase = .skipping(.badRequest(refusal.why), close: false)
+            phase = .skipping(.badRequest(refusal.why), close: !head.keepAlive)
         }
         waitForBody()
     }

@@ -31,7 +31,7 @@ final class UpstreamPool {
     /// A kept connection that is still open, if there is one.
     func idleConnection() -> UpstreamConnection? {
         while let connection = idle.popLast() {
-            if connection.channel.isActive {
+            if connection.channel.isActive && !connection.closing && !connection.hasUnaskedBytes {
                 connection.reused = true
                 return connection
             }
@@ -70,7 +70,7 @@ final class UpstreamPool {
         if reusable && !connection.hasUnaskedBytes && connection.channel.isActive && idle.count < keep {
             idle.append(connection)
         } else {
-            connection.channel.close(promise: nil)
+            connection.close()
         }
     }
 
@@ -100,6 +100,14 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     var reused = false
     private var reading = true
     private var decoder = ResponseDecoder()
+
+    /// The proxy closes it (a TLS connection stays active while its close_notify goes out).
+    private(set) var closing = false
+
+    func close() {
+        closing = true
+        channel.close(promise: nil)
+    }
 
     /// Bytes came that no answer has taken.
     var hasUnaskedBytes: Bool { decoder.hasBytes }
@@ -142,14 +150,14 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
                 part = try decoder.next()
             } catch {
                 self.user = nil
+                close()
                 user.upstreamFailed(error)
-                context.close(promise: nil)
                 return
             }
             guard let part else { return }
             user.upstreamReceived(part)
         }
-        if decoder.hasBytes { context.close(promise: nil) }  // nothing asked for these
+        if decoder.hasBytes { close() }  // nothing asked for these
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -172,7 +180,7 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
         let user = self.user
         self.user = nil
         user?.upstreamFailed(error)
-        context.close(promise: nil)
+        close()
     }
 }
 

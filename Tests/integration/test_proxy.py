@@ -513,6 +513,105 @@ def test_framing_is_read_one_way_and_written_for_each_client(recording, tcp_prox
     assert [path for _, path, _ in recording.seen] == ["/api/up", "/api/put", "/api/chunked", "/api/chunked", "/api/chunked"]
 
 
+class RefusingOnceAPI:
+    """An upstream that answers its first request 401 with Connection: close and closes at once (as an
+    HTTP/1.0 server or a load balancer does), and every later one 200 with the bearer token it got."""
+
+    def __init__(self):
+        self.tokens = []
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.answer, args=(connection,), daemon=True).start()
+
+    def answer(self, connection):
+        with connection:
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    chunk = connection.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                head, data = data.split(b"\r\n\r\n", 1)
+                token = re.search(rb"(?im)^authorization: bearer (\S+)", head).group(1).decode()
+                self.tokens.append(token)
+                if len(self.tokens) == 1:
+                    connection.sendall(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\n"
+                                       b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+                    return
+                body = json.dumps({"token": token}).encode()
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    def stop(self):
+        self.listener.close()
+
+
+def test_a_401_whose_connection_closes_after_it_is_still_retried(server, make_tokend, workdir):
+    api = RefusingOnceAPI()
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    proxy = ProxyProcess(daemon, api.url, workdir, "--timeout", "30", port=free_port())
+    try:
+        code, body = proxy.request("GET", "/data", {"Host": f"127.0.0.1:{proxy.port}"})
+        assert code == 200, (code, body, proxy.logs())
+        assert len(api.tokens) == 2 and api.tokens[0] != api.tokens[1] == json.loads(body)["token"], api.tokens
+        assert "retried after a 401" in proxy.logs()
+    finally:
+        proxy.stop()
+        api.stop()
+
+
+def test_thousands_of_pipelined_refusals_are_answered_in_order_at_the_client_s_pace(recording, tcp_proxy):
+    """Requests refused in a row are taken one after another, not one call deeper each, and the proxy
+    reads no more of them while the client does not take its answers."""
+    daemon, proxy = tcp_proxy
+    count = 100000
+    padding = "x" * 200
+    requests = b"".join(f"GET /../r{n} HTTP/1.1\r\nHost: 127.0.0.1:{proxy.port}\r\nX-Pad: {padding}\r\n\r\n".encode()
+                        for n in range(count))
+    requests += f"GET /last HTTP/1.1\r\nHost: 127.0.0.1:{proxy.port}\r\nConnection: close\r\n\r\n".encode()
+    before = vm_rss_kib(proxy.process.pid)
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(60)
+        s.connect(("127.0.0.1", proxy.port))
+        sent = [0]
+
+        def send():
+            view = memoryview(requests)
+            while sent[0] < len(requests):
+                sent[0] += s.send(view[sent[0]:sent[0] + 65536])
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        time.sleep(8)  # the client reads nothing meanwhile: the proxy stops reading once its answers pile up
+        grown = (vm_rss_kib(proxy.process.pid) - before) / 1024
+        taken = sent[0]
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+        sender.join(10)
+    assert data.count(b"HTTP/1.1 400 ") == count and data.count(b"HTTP/1.1 200 ") == 1, data[-300:]
+    assert data.rstrip().endswith(b'"bytes": 0}'), data[-300:]
+    assert proxy.process.poll() is None
+    # Answered without a pause, the 100,000 answers (15 MiB, more than the kernel's buffers take) would be
+    # held by the proxy while the client reads nothing.
+    print(f"{count} refused requests pipelined ({len(requests) >> 20} MiB): {taken >> 10} KiB taken and RSS grew "
+          f"{grown:.1f} MiB while the client read nothing")
+    assert taken < len(requests) / 2 and grown < 8, (taken, grown)
+    assert [path for _, path, _ in recording.seen] == ["/api/last"]
+
+
 def vm_rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         return int(next(line for line in f if line.startswith("VmRSS")).split()[1])

@@ -92,6 +92,31 @@ import Testing
         #expect(requests("POST / HTTP/1.1\r\nContent-Length: 3, 3\r\nContent-Length:3\r\n\r\nabc") == ["HEAD /", "BODY abc", "END"])
     }
 
+    /// Bytes already read are not kept: a stream of chunk-size lines that each end in a later read costs
+    /// what one line and one read take, however long it goes on.
+    @Test func whatWasReadIsNotKept() throws {
+        var decoder = RequestDecoder()
+        decoder.append(ByteBuffer(string: "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"))
+        guard case .head? = try decoder.next() else { return #expect(Bool(false)) }
+        var stream = ByteBuffer(string: String(repeating: "1;" + String(repeating: "a", count: 4000) + "\r\nX\r\n", count: 200))
+        var data = 0
+        var largest = 0
+        while stream.readableBytes > 0 {
+            decoder.append(stream.readSlice(length: min(1000, stream.readableBytes))!)
+            while let part = try decoder.next() {
+                if case .body(let piece) = part { data += piece.readableBytes }
+            }
+            largest = max(largest, decoder.capacity)
+        }
+        #expect(data == 200)
+        #expect(largest < 16 * 1024, "\(largest) bytes kept")
+    }
+
+    @Test func aStartLineEndsInCRLF() {
+        #expect(requests("GET / HTTP/1.1\rXY: z\r\n\r\n").last == "ERROR 400")
+        #expect(answers("HTTP/1.1 200 OK\rXY: z\r\nContent-Length: 0\r\n\r\n").last == "ERROR 502")
+    }
+
     @Test func aHeadLongerThanTheLimitIs431() {
         let long = "GET / HTTP/1.1\r\nX: " + String(repeating: "a", count: Wire.maximumHead) + "\r\n\r\n"
         #expect(requests(long, pieces: Array(repeating: 4096, count: 100)).last == "ERROR 431")
@@ -141,7 +166,8 @@ import Testing
         for text in [
             "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "HTTP/1.1 2000 OK\r\n\r\n", "HTTP/1.1 200 OK\nX: 1\r\n\r\n",
-            "ICY 200 OK\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            "ICY 200 OK\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "HTTP/1.1 099 Odd\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
         ] {
             #expect(answers(text).last == "ERROR 502", "\(text.debugDescription)")
         }

@@ -111,10 +111,11 @@ struct HeadFields {
         list.filter { $0.kind == kind }.map { string($0.value) }
     }
 
-    /// The field may cross the proxy: it is not one the proxy drops, nor one Connection names.
+    /// The field may cross the proxy: it is not one the proxy drops, nor one Connection names (but for
+    /// Content-Length: a message's framing is not the sender's to take off its hop).
     func passes(_ field: Field, dropping dropped: (FieldKind) -> Bool) -> Bool {
         if dropped(field.kind) { return false }
-        return connectionNames.isEmpty || !connectionNames.contains(string(field.name).lowercased())
+        return connectionNames.isEmpty || field.kind == .contentLength || !connectionNames.contains(string(field.name).lowercased())
     }
 }
 

@@ -61,7 +61,7 @@ struct RequestHead {
         let target = String(decoding: p[targetStart..<at], as: UTF8.self)
         at += 1
         let version = try Wire.version(p, at: &at)
-        guard p[at] == 0x0D else { throw .bad("the request line has more after its HTTP version") }
+        guard p[at] == 0x0D, p[at + 1] == 0x0A else { throw .bad("the request line has more after its HTTP version") }
         let list = try Wire.fields(p, from: at + 2)
         let fields = HeadFields(bytes: bytes, list: list, p)
         let framing = try Wire.framing(fields, p, request: true)
@@ -121,13 +121,14 @@ extension Wire {
                     while at < field.value.upperBound, p[at] == 0x20 || p[at] == 0x09 { at += 1 }
                     var value = 0
                     var digits = 0
-                    while at < field.value.upperBound, p[at] >= 0x30 && p[at] <= 0x39, digits < 19 {
+                    while at < field.value.upperBound, p[at] >= 0x30 && p[at] <= 0x39 {
+                        guard digits < 18 else { throw refused("Content-Length is too large") }
                         value = value * 10 + Int(p[at] - 0x30)
                         digits += 1
                         at += 1
                     }
                     while at < field.value.upperBound, p[at] == 0x20 || p[at] == 0x09 { at += 1 }
-                    guard digits > 0, digits <= 18, at == field.value.upperBound || p[at] == UInt8(ascii: ",") else {
+                    guard digits > 0, at == field.value.upperBound || p[at] == UInt8(ascii: ",") else {
                         throw refused("Content-Length is not a number")
                     }
                     guard length == nil || length == value else { throw refused("Content-Length is given twice, differently") }
@@ -169,14 +170,22 @@ struct RequestDecoder {
 
     /// Bytes read and not yet given out as parts.
     var hasBytes: Bool { buffer.readableBytes > 0 }
+    /// The memory the bytes kept take.
+    var capacity: Int { buffer.capacity }
     /// A head is being read (its bytes have begun).
     var inHead: Bool { body == nil && buffer.readableBytes > 0 }
 
+    /// Bytes read are kept from their first unread one: what was read is dropped before more are added,
+    /// so the buffer holds at most what is not yet read (a head, a chunk-size line) plus one read.
     mutating func append(_ bytes: ByteBuffer) {
         if buffer.readableBytes == 0 {
             buffer = bytes
         } else {
-            buffer.writeImmutableBuffer(bytes)
+            var joined = ByteBuffer()
+            joined.reserveCapacity(buffer.readableBytes + bytes.readableBytes)
+            joined.writeImmutableBuffer(buffer)
+            joined.writeImmutableBuffer(bytes)
+            buffer = joined
         }
     }
 

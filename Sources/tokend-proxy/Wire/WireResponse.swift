@@ -53,7 +53,7 @@ struct ResponseHead {
                 at += 1
             }
         }
-        guard p[at] == 0x0D else { throw refused("its status line is malformed") }
+        guard p[at] == 0x0D, p[at + 1] == 0x0A, status >= 100 else { throw refused("its status line is malformed") }
         let list: [Field]
         do {
             list = try Wire.fields(p, from: at + 2)
@@ -96,18 +96,30 @@ struct ResponseDecoder {
     /// Bytes read and not yet given out as parts: after an answer's end, bytes no request asked for.
     var hasBytes: Bool { buffer.readableBytes > 0 }
 
+    /// Bytes read are kept from their first unread one: what was read is dropped before more are added,
+    /// so the buffer holds at most what is not yet read (a head, a chunk-size line) plus one read.
     mutating func append(_ bytes: ByteBuffer) {
         if buffer.readableBytes == 0 {
             buffer = bytes
         } else {
-            buffer.writeImmutableBuffer(bytes)
+            var joined = ByteBuffer()
+            joined.reserveCapacity(buffer.readableBytes + bytes.readableBytes)
+            joined.writeImmutableBuffer(buffer)
+            joined.writeImmutableBuffer(bytes)
+            buffer = joined
         }
     }
 
     /// The next part, or nil while more bytes are needed.
     mutating func next() throws(WireError) -> ResponsePart? {
         if body != nil {
-            switch try body!.read(&buffer) {
+            let piece: BodyPiece?
+            do {
+                piece = try body!.read(&buffer)
+            } catch {
+                throw WireError(status: .badGateway, message: "the upstream's answer: \(error.message)")
+            }
+            switch piece {
             case .data(let data)?: return .body(data)
             case .end?:
                 body = nil
