@@ -93,7 +93,6 @@ let package = Package(
         .executableTarget(name: "tokend-proxy", dependencies: [
             "Loopback", "TokendClient", argumentParser, logging, nio, nioPosix,
             .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
-            .product(name: "AsyncHTTPClient", package: "async-http-client"),
         ], swiftSettings: strict),
         // WebExtension native messaging framing (pure) and the host the browser starts.
         .target(name: "NativeMessaging", dependencies: ["Varlink"], swiftSettings: strict),

@@ -64,6 +64,16 @@ extension ClientHandler {
         }
     }
 
+    /// The lines tokend's answers make, kept while they stay the same (as they do from one request to the next).
+    func credentialLines(for credentials: RequestCredentials) -> ByteBuffer {
+        if let kept = keptCredentialLines, kept.authorization == credentials.authorization, kept.cookies == credentials.cookies {
+            return kept.lines
+        }
+        let lines = Wire.credentialLines(host: settings.upstream.authority, authorization: credentials.authorization, cookies: credentials.cookies)
+        keptCredentialLines = (credentials.authorization, credentials.cookies, lines)
+        return lines
+    }
+
     func transmit(_ exchange: Exchange, on connection: UpstreamConnection) {
         guard let credentials = exchange.credentials else { return }
         exchange.upstream = connection
@@ -71,8 +81,7 @@ extension ClientHandler {
         exchange.answered = false
         connection.user = self
         connection.expectAnswer(toHead: exchange.head.method == .head)
-        connection.write(
-            exchange.upstreamRequest(host: settings.upstream.authority, credentials: credentials, allocator: connection.channel.allocator))
+        connection.write(exchange.upstreamRequest(credentialLines: credentialLines(for: credentials), allocator: connection.channel.allocator))
         if !exchange.streaming {
             exchange.sent = true
         } else {

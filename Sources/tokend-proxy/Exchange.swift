@@ -54,7 +54,7 @@ final class Exchange {
     }
 
     /// The request head the upstream gets, and the body after it when the body is whole.
-    func upstreamRequest(host: String, credentials: RequestCredentials, allocator: ByteBufferAllocator) -> ByteBuffer {
+    func upstreamRequest(credentialLines: ByteBuffer, allocator: ByteBufferAllocator) -> ByteBuffer {
         var length: Int?
         if !streaming {
             // The body is whole: its length is known, whatever framing the client used.
@@ -65,11 +65,8 @@ final class Exchange {
             length = head.contentLength
         }
         var bytes = allocator.buffer(
-            capacity: head.bytes.readableBytes + uri.utf8.count + credentials.authorization.utf8.count + credentials.cookies.utf8.count
-                + (streaming ? 0 : kept.readableBytes) + 96)
-        bytes.writeUpstreamHead(
-            head, uri: uri, host: host, authorization: credentials.authorization, cookies: credentials.cookies, length: length,
-            chunked: upstreamChunked)
+            capacity: head.bytes.readableBytes + uri.utf8.count + credentialLines.readableBytes + (streaming ? 0 : kept.readableBytes) + 64)
+        bytes.writeUpstreamHead(head, uri: uri, credentialLines: credentialLines, length: length, chunked: upstreamChunked)
         if !streaming { bytes.writeImmutableBuffer(kept) }
         return bytes
     }

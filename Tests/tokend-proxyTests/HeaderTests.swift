@@ -10,8 +10,8 @@ import Testing
 
     func upstreamHead(_ head: RequestHead, cookies: String = "", length: Int? = nil, chunked: Bool = false) -> String {
         var bytes = ByteBuffer()
-        bytes.writeUpstreamHead(
-            head, uri: "/api/x", host: "api.example.com", authorization: "Bearer tokend", cookies: cookies, length: length, chunked: chunked)
+        let lines = Wire.credentialLines(host: "api.example.com", authorization: "Bearer tokend", cookies: cookies)
+        bytes.writeUpstreamHead(head, uri: "/api/x", credentialLines: lines, length: length, chunked: chunked)
         return String(buffer: bytes)
     }
 
@@ -21,6 +21,16 @@ import Testing
                 + "Upgrade: h2c\r\nProxy-Authorization: Basic x\r\nContent-Type: text/plain\r\nX-Kept: 2\r\n\r\n")
         #expect(head.fields.connectionNames == ["x-private"] && head.keepAlive)
         #expect(upstreamHead(head) == "GET /api/x HTTP/1.1\r\nContent-Type: text/plain\r\nX-Kept: 2\r\nHost: api.example.com\r\nAuthorization: Bearer tokend\r\n\r\n")
+        // A request line that stays as it came is copied with the lines after it, around the ones dropped.
+        var bytes = ByteBuffer()
+        bytes.writeUpstreamHead(
+            head, uri: "/x", credentialLines: Wire.credentialLines(host: "h", authorization: "Bearer t", cookies: ""), length: nil, chunked: false)
+        #expect(String(buffer: bytes) == "GET /x HTTP/1.1\r\nContent-Type: text/plain\r\nX-Kept: 2\r\nHost: h\r\nAuthorization: Bearer t\r\n\r\n")
+        let old = try request("GET /x HTTP/1.0\r\nA: 1\r\n\r\n")
+        bytes.clear()
+        bytes.writeUpstreamHead(
+            old, uri: "/x", credentialLines: Wire.credentialLines(host: "h", authorization: "Bearer t", cookies: ""), length: nil, chunked: false)
+        #expect(String(buffer: bytes).hasPrefix("GET /x HTTP/1.1\r\nA: 1\r\n"))
         let closing = try request("GET /x HTTP/1.1\r\nConnection: close, X\r\nX: 1\r\nY: 2\r\n\r\n")
         #expect(!closing.keepAlive)
         #expect(upstreamHead(closing).contains("\r\nY: 2\r\n") && !upstreamHead(closing).contains("X: 1"))
@@ -49,6 +59,10 @@ import Testing
         bytes.clear()
         bytes.writeClientHead(answer, version: .http1_0, chunked: false, close: false)
         #expect(String(buffer: bytes).hasSuffix("Connection: keep-alive\r\n\r\n"))
+        let old = try ResponseHead(ByteBuffer(string: "HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n"), toHead: false)
+        bytes.clear()
+        bytes.writeClientHead(old, version: .http1_1, chunked: false, close: true)
+        #expect(String(buffer: bytes) == "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         // A Connection header may not take a message's length off its hop: the client would lose its framing.
         let framed = try ResponseHead(ByteBuffer(string: "HTTP/1.1 200 OK\r\nConnection: content-length, x\r\nContent-Length: 2\r\nX: 1\r\n\r\n"), toHead: false)
         bytes.clear()

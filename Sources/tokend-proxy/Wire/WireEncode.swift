@@ -5,31 +5,22 @@ import NIOHTTP1
 /// that cross copied as they came, its own lines after them.
 extension ByteBuffer {
     /// What the upstream gets of the client's head: its method, `uri` (the path under the upstream's
-    /// prefix), the end-to-end fields but the client's Host, credentials and framing; then the
-    /// upstream's Host, tokend's Authorization and Cookie, and the body's framing (`length`, or chunks
-    /// with `chunked`, or none).
-    mutating func writeUpstreamHead(
-        _ head: RequestHead, uri: String, host: String, authorization: String, cookies: String, length: Int?, chunked: Bool
-    ) {
+    /// prefix), the end-to-end fields but the client's Host, credentials and framing; then
+    /// `credentialLines` (the upstream's Host, tokend's Authorization and Cookie) and the body's
+    /// framing (`length`, or chunks with `chunked`, or none). A request line that would be written as it
+    /// came is copied with the lines after it.
+    mutating func writeUpstreamHead(_ head: RequestHead, uri: String, credentialLines: ByteBuffer, length: Int?, chunked: Bool) {
         head.bytes.withUnsafeReadableBytes { p in
-            writeBytes(UnsafeRawBufferPointer(rebasing: p[head.methodBytes]))
-            writeStaticString(" ")
-            writeString(uri)
-            writeStaticString(" HTTP/1.1\r\n")
-            for field in head.fields.list where head.fields.passes(field, dropping: Wire.requestDrops) {
-                writeBytes(UnsafeRawBufferPointer(rebasing: p[field.line]))
+            let asItCame = head.version.minor == 1 && uri == head.target
+            if !asItCame {
+                writeBytes(UnsafeRawBufferPointer(rebasing: p[head.methodBytes]))
+                writeStaticString(" ")
+                writeString(uri)
+                writeStaticString(" HTTP/1.1\r\n")
             }
+            writeLines(head.fields, p, from: asItCame ? head.fields.startLine : nil, dropping: Wire.requestDrops)
         }
-        writeStaticString("Host: ")
-        writeString(host)
-        writeStaticString("\r\nAuthorization: ")
-        writeString(authorization)
-        writeStaticString("\r\n")
-        if !cookies.isEmpty {
-            writeStaticString("Cookie: ")
-            writeString(cookies)
-            writeStaticString("\r\n")
-        }
+        writeImmutableBuffer(credentialLines)
         if let length {
             writeStaticString("Content-Length: ")
             writeString(String(length))
@@ -44,18 +35,19 @@ extension ByteBuffer {
     /// client's HTTP version; chunks when the proxy frames the body (`chunked`), and what becomes of the
     /// connection.
     mutating func writeClientHead(_ head: ResponseHead, version: HTTPVersion, chunked: Bool, close: Bool) {
-        writeStaticString(version.minor == 0 ? "HTTP/1.0 " : "HTTP/1.1 ")
-        let status = head.status
-        writeInteger(UInt8(0x30 + status / 100))
-        writeInteger(UInt8(0x30 + status / 10 % 10))
-        writeInteger(UInt8(0x30 + status % 10))
-        writeStaticString(" ")
         head.bytes.withUnsafeReadableBytes { p in
-            writeBytes(UnsafeRawBufferPointer(rebasing: p[head.reason]))
-            writeStaticString("\r\n")
-            for field in head.fields.list where head.fields.passes(field, dropping: Wire.responseDrops) {
-                writeBytes(UnsafeRawBufferPointer(rebasing: p[field.line]))
+            let asItCame = head.version == version
+            if !asItCame {
+                writeStaticString(version.minor == 0 ? "HTTP/1.0 " : "HTTP/1.1 ")
+                let status = head.status
+                writeInteger(UInt8(0x30 + status / 100))
+                writeInteger(UInt8(0x30 + status / 10 % 10))
+                writeInteger(UInt8(0x30 + status % 10))
+                writeStaticString(" ")
+                writeBytes(UnsafeRawBufferPointer(rebasing: p[head.reason]))
+                writeStaticString("\r\n")
             }
+            writeLines(head.fields, p, from: asItCame ? head.fields.startLine : nil, dropping: Wire.responseDrops)
         }
         if chunked { writeStaticString("Transfer-Encoding: chunked\r\n") }
         if close {
@@ -64,6 +56,23 @@ extension ByteBuffer {
             writeStaticString("Connection: keep-alive\r\n")
         }
         writeStaticString("\r\n")
+    }
+
+    /// The header lines that cross, as they came: lines next to each other (and to `start`, the start
+    /// line) in one copy.
+    private mutating func writeLines(
+        _ fields: HeadFields, _ p: UnsafeRawBufferPointer, from start: Range<Int>?, dropping dropped: (FieldKind) -> Bool
+    ) {
+        var run = start
+        for field in fields.list where fields.passes(field, dropping: dropped) {
+            if let current = run, current.upperBound == field.line.lowerBound {
+                run = current.lowerBound..<field.line.upperBound
+            } else {
+                if let current = run { writeBytes(UnsafeRawBufferPointer(rebasing: p[current])) }
+                run = field.line
+            }
+        }
+        if let current = run { writeBytes(UnsafeRawBufferPointer(rebasing: p[current])) }
     }
 
     /// A chunk's size line (RFC 9112 §7.1).
@@ -96,6 +105,23 @@ extension Wire {
         case .hopByHop, .connection, .transferEncoding: true
         default: false
         }
+    }
+
+    /// The upstream's Host, tokend's Authorization and the Cookie header (when there are cookies), as lines.
+    static func credentialLines(host: String, authorization: String, cookies: String) -> ByteBuffer {
+        var lines = ByteBuffer()
+        lines.reserveCapacity(host.utf8.count + authorization.utf8.count + cookies.utf8.count + 40)
+        lines.writeStaticString("Host: ")
+        lines.writeString(host)
+        lines.writeStaticString("\r\nAuthorization: ")
+        lines.writeString(authorization)
+        lines.writeStaticString("\r\n")
+        if !cookies.isEmpty {
+            lines.writeStaticString("Cookie: ")
+            lines.writeString(cookies)
+            lines.writeStaticString("\r\n")
+        }
+        return lines
     }
 
     static let crlf = ByteBuffer(staticString: "\r\n")

@@ -51,6 +51,8 @@ struct Field {
 struct HeadFields {
     /// The head, from its start line through the empty line.
     let bytes: ByteBuffer
+    /// The start line, its CRLF included.
+    let startLine: Range<Int>
     let list: [Field]
     /// Lowercased names the Connection header lists besides close and keep-alive: these stay on their hop.
     let connectionNames: [String]
@@ -58,8 +60,9 @@ struct HeadFields {
     let close: Bool
     let keepAlive: Bool
 
-    init(bytes: ByteBuffer, list: [Field], _ p: UnsafeRawBufferPointer) {
+    init(bytes: ByteBuffer, startLine: Range<Int>, list: [Field], _ p: UnsafeRawBufferPointer) {
         self.bytes = bytes
+        self.startLine = startLine
         self.list = list
         var close = false
         var keepAlive = false

@@ -63,7 +63,7 @@ struct RequestHead {
         let version = try Wire.version(p, at: &at)
         guard p[at] == 0x0D, p[at + 1] == 0x0A else { throw .bad("the request line has more after its HTTP version") }
         let list = try Wire.fields(p, from: at + 2)
-        let fields = HeadFields(bytes: bytes, list: list, p)
+        let fields = HeadFields(bytes: bytes, startLine: 0..<at + 2, list: list, p)
         let framing = try Wire.framing(fields, p, request: true)
         if framing.chunked && version.minor == 0 { throw .bad("HTTP/1.0 has no Transfer-Encoding") }
         let expectsContinue = version.minor == 1 && fields.has(.expect) && fields.values(.expect).contains { $0.lowercased() == "100-continue" }

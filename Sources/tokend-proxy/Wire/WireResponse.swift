@@ -5,6 +5,7 @@ import NIOHTTP1
 struct ResponseHead {
     let fields: HeadFields
     let status: Int
+    let version: HTTPVersion
     /// The reason phrase's place in the head's bytes.
     let reason: Range<Int>
     /// How its body is framed; `.length(0)` when it has none (RFC 9112 §6.3).
@@ -21,9 +22,10 @@ struct ResponseHead {
         self = try bytes.withUnsafeReadableBytes { p in Result { () throws(WireError) in try Self.parse(bytes, p, toHead: toHead) } }.get()
     }
 
-    private init(fields: HeadFields, status: Int, reason: Range<Int>, framing: BodyReader.Framing, keepAlive: Bool) {
+    private init(fields: HeadFields, status: Int, version: HTTPVersion, reason: Range<Int>, framing: BodyReader.Framing, keepAlive: Bool) {
         self.fields = fields
         self.status = status
+        self.version = version
         self.reason = reason
         self.framing = framing
         self.keepAlive = keepAlive
@@ -60,7 +62,7 @@ struct ResponseHead {
         } catch {
             throw refused(error.message)
         }
-        let fields = HeadFields(bytes: bytes, list: list, p)
+        let fields = HeadFields(bytes: bytes, startLine: 0..<at + 2, list: list, p)
         let given = try Wire.framing(fields, p, request: false)
         let framing: BodyReader.Framing
         if toHead || status < 200 || status == 204 || status == 304 {
@@ -74,7 +76,8 @@ struct ResponseHead {
         }
         let untilClose = if case .untilClose = framing { true } else { false }
         let keepAlive = !untilClose && (version.minor == 1 ? !fields.close : fields.keepAlive && !fields.close)
-        return ResponseHead(fields: fields, status: status, reason: reasonStart..<at, framing: framing, keepAlive: keepAlive)
+        return ResponseHead(
+            fields: fields, status: status, version: version, reason: reasonStart..<at, framing: framing, keepAlive: keepAlive)
     }
 }
 
