@@ -96,6 +96,14 @@ extension ClientHandler {
             context?.close(promise: nil)
             return nil
         }
+        if let deadline = blockedDeadline, deadline <= now {
+            // The client sent requests and took none of the answers for --timeout.
+            blockedDeadline = nil
+            if case .exchange(let exchange) = phase { abandon(exchange) }
+            phase = .done
+            context?.close(promise: nil)
+            return nil
+        }
         if let deadline = headDeadline, deadline <= now, case .idle = phase {
             phase = .done
             let seconds = settings.headerTimeout.nanoseconds / 1_000_000_000
@@ -128,6 +136,6 @@ extension ClientHandler {
         // What passed and guards nothing now is dropped, so the alarm never goes off in a loop.
         if let deadline = headDeadline, deadline <= now { headDeadline = nil }
         if let deadline = bodyDeadline, deadline <= now { bodyDeadline = nil }
-        return [headDeadline, bodyDeadline, upstreamDeadline, closeDeadline].compactMap { $0 }.min()
+        return [headDeadline, bodyDeadline, upstreamDeadline, closeDeadline, blockedDeadline].compactMap { $0 }.min()
     }
 }

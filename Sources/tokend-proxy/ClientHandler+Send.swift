@@ -38,7 +38,7 @@ extension ClientHandler {
             release(exchange)
             if exchange.bodyDone {
                 phase = .idle
-                write(answer, version: exchange.head.version, close: false)
+                write(answer, version: exchange.head.version, close: !exchange.head.keepAlive)
                 answered()
             } else {
                 lastVersion = exchange.head.version

@@ -9,6 +9,10 @@ extension ClientHandler: UpstreamUser {
         if exchange.sent {
             upstreamDeadline = .now() + settings.timeout
         }
+        if let held = exchange.held, case .end? = held.last {
+            exchange.upstreamKeepAlive = false  // bytes after the answer's end: none a request asked for
+            return
+        }
         if exchange.held != nil {
             exchange.held?.append(part)
             if case .end = part { heldEnded(exchange) }
@@ -19,7 +23,7 @@ extension ClientHandler: UpstreamUser {
             exchange.upstreamKeepAlive = head.keepAlive
             if head.status == 401, !exchange.streaming, !exchange.retried, let credentials = exchange.credentials {
                 hold(head, of: exchange)
-                return refresh(exchange, after: credentials.token)
+                return refresh(exchange, after: credentials.token, setCookie: head.values(.setCookie))
             }
             if head.fields.list.contains(where: { $0.kind == .setCookie }) {
                 hold(head, of: exchange)
@@ -65,11 +69,13 @@ extension ClientHandler: UpstreamUser {
 
     func upstreamFailed(_ error: any Error) {
         guard case .exchange(let exchange) = phase else { return }
+        // A byte of an answer (an interim one, half a head) means the upstream may have acted on the request.
+        if exchange.upstream?.answerBegun == true { exchange.answered = true }
         exchange.upstream = nil
         exchange.upstreamKeepAlive = false
         // An answer held whole (a 401 while tokend refreshes, Set-Cookie on its way to tokend) stands,
         // whatever became of its connection after it.
-        if exchange.held != nil, exchange.upstreamEnded { return }
+        if let held = exchange.held, case .end? = held.last { return }
         // A kept connection the upstream closed while it sat idle: the whole request again on a new one.
         if !exchange.answered, !exchange.streaming, !exchange.reconnected, exchange.upstreamWasReused,
             let credentials = exchange.credentials
@@ -99,7 +105,7 @@ extension ClientHandler: UpstreamUser {
         release(exchange)
         if exchange.bodyDone {
             phase = .idle
-            write(failure.answer, version: exchange.head.version, close: false)
+            write(failure.answer, version: exchange.head.version, close: !exchange.head.keepAlive)
             answered()
         } else {
             lastVersion = exchange.head.version
@@ -114,12 +120,15 @@ extension ClientHandler: UpstreamUser {
     }
 
     /// A 401 to the token sent: one compare-and-refresh, then the request again, or the 401 as it came.
-    private func refresh(_ exchange: Exchange, after stale: AccessToken) {
+    /// The 401's own Set-Cookie reaches tokend too, whether the request is retried or the 401 goes back.
+    private func refresh(_ exchange: Exchange, after stale: AccessToken, setCookie: [String]) {
         let credentials = settings.credentials
         let loop = pool.loop
+        let url = exchange.url
         let bound = NIOLoopBound((self, exchange), eventLoop: loop)
         Task {
             let fresh = await credentials.refresh(after: stale)
+            if !setCookie.isEmpty { await credentials.importCookies(setCookie, from: url) }
             loop.execute {
                 let (handler, exchange) = bound.value
                 handler.refreshed(fresh, for: exchange)
@@ -129,13 +138,7 @@ extension ClientHandler: UpstreamUser {
 
     private func refreshed(_ fresh: AccessToken?, for exchange: Exchange) {
         guard case .exchange(let current) = phase, current === exchange, let old = exchange.credentials else { return }
-        guard let fresh else {
-            // No refresh: the 401 goes to the client as it came, its cookies to tokend first.
-            if case .head(let head)? = exchange.held?.first, head.fields.has(.setCookie) {
-                return importCookies(head.values(.setCookie), of: exchange)
-            }
-            return release(held: exchange)
-        }
+        guard let fresh else { return release(held: exchange) }  // the 401 goes to the client as it came
         settings.logger.info("retried after a 401 with a refreshed token", metadata: ["generation": "\(fresh.generation)"])
         exchange.retried = true
         let whole = exchange.held?.last.map { if case .end = $0 { true } else { false } } ?? false
@@ -166,7 +169,6 @@ extension ClientHandler: UpstreamUser {
     }
 
     private func heldEnded(_ exchange: Exchange) {
-        exchange.upstreamEnded = true
         upstreamDeadline = nil  // the upstream has answered; what is awaited now is tokend
     }
 

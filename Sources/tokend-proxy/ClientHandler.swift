@@ -70,6 +70,9 @@ final class ClientHandler: ChannelDuplexHandler {
     var keptCredentialLines: (authorization: String, cookies: String, lines: ByteBuffer)?
     /// `drain` is under way.
     var draining = false
+    /// `drain` stopped because the client takes no answers; it must take one by `blockedDeadline`.
+    var blocked = false
+    var blockedDeadline: NIODeadline?
     /// The connection closes by then, whether or not the client took the last answer.
     var closeDeadline: NIODeadline?
     /// The client shut its sending side: the connection closes once what it sent is answered.
@@ -160,9 +163,21 @@ final class ClientHandler: ChannelDuplexHandler {
         guard !draining else { return }
         draining = true
         defer { draining = false }
-        let writable = { self.context?.channel.isWritable ?? false }
-        while !answering, writable() {
-            if case .done = phase { return }
+        blocked = false
+        while !answering {
+            switch phase {
+            case .done:
+                return
+            case .idle, .skipping:
+                // The proxy's own answers come from here: none while the client does not take them.
+                guard context?.channel.isWritable ?? false else {
+                    blocked = true
+                    break
+                }
+            case .exchange:
+                break  // an exchange goes at the pace of its upstream and its client, as they say
+            }
+            if blocked { break }
             let part: RequestPart?
             do {
                 part = try decoder.next()
@@ -172,11 +187,18 @@ final class ClientHandler: ChannelDuplexHandler {
             guard let part else { break }
             handle(part)
         }
+        if blocked {
+            // Nothing more is read until the client takes what was written, and it has --timeout to.
+            pause()
+            let deadline = NIODeadline.now() + settings.timeout
+            blockedDeadline = deadline
+            alarm?.ensure(deadline)
+            return
+        }
+        blockedDeadline = nil
         switch phase {
         case .done:
             break
-        case _ where !writable():
-            pause()  // what was written is not taken: nothing more is read until it is
         case .idle where inputClosed:  // the client sent no more than a cut head after its last request
             phase = .done
             context?.close(promise: nil)
@@ -200,16 +222,16 @@ final class ClientHandler: ChannelDuplexHandler {
         guard case ChannelEvent.inputClosed = event else { return context.fireUserInboundEventTriggered(event) }
         inputClosed = true
         switch phase {
-        case .idle:  // nothing whole is left unanswered (`drain` took it): what is left is a cut head
+        case .idle where !blocked:  // nothing whole is left unanswered (`drain` took it): what is left is a cut head
             phase = .done
-            context.close(promise: nil)
+            writeThenClose(ByteBuffer())  // after what was written
         case .exchange(let exchange) where !exchange.bodyDone:
             abandon(exchange)  // the client went away before its request was whole
             phase = .done
             context.close(promise: nil)
-        case .skipping:
+        case .skipping where !blocked:
             phase = .done
-            context.close(promise: nil)
+            writeThenClose(ByteBuffer())
         default:
             break
         }

@@ -38,7 +38,6 @@ final class Exchange {
     /// The upstream's head, body and end, held while tokend is asked (a 401's refresh, its Set-Cookie).
     var held: [ResponsePart]?
     var relayedHead = false
-    var upstreamEnded = false
     var upstreamKeepAlive = true
     /// The body goes upstream in chunks (it streams, and the client gave no length).
     var upstreamChunked: Bool { streaming && head.contentLength == nil }

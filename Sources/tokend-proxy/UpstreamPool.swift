@@ -121,9 +121,13 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
         context?.write(wrapOutboundOut(bytes), promise: nil)
     }
 
+    /// A byte came since the request was written.
+    private(set) var answerBegun = false
+
     /// The request written next is HEAD (its answer has no body) or not.
     func expectAnswer(toHead: Bool) {
         decoder.toHead = toHead
+        answerBegun = false
     }
 
     func flush() { context?.flush() }
@@ -142,6 +146,7 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if user != nil { answerBegun = true }
         decoder.append(unwrapInboundIn(data))
         // The user changes when an answer ends: its request is over, the connection pooled or closed.
         while let user {

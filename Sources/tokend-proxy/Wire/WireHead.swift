@@ -20,6 +20,8 @@ enum Wire {
     /// The longest chunk-size line, and the most trailer bytes, of a chunked body.
     static let maximumChunkLine = 4096
     static let maximumTrailers = 16 * 1024
+    /// The most header lines a head may have: what a field costs to note is bounded per head.
+    static let maximumFields = 256
 }
 
 /// A message that cannot be read, as the status its sender gets and why.
@@ -55,7 +57,7 @@ struct HeadFields {
     let startLine: Range<Int>
     let list: [Field]
     /// Lowercased names the Connection header lists besides close and keep-alive: these stay on their hop.
-    let connectionNames: [String]
+    let connectionNames: Set<String>
     /// The Connection header lists close / keep-alive.
     let close: Bool
     let keepAlive: Bool
@@ -66,7 +68,7 @@ struct HeadFields {
         self.list = list
         var close = false
         var keepAlive = false
-        var names: [String] = []
+        var names: Set<String> = []
         for field in list where field.kind == .connection {
             var start = field.value.lowerBound
             while start < field.value.upperBound {
@@ -81,7 +83,7 @@ struct HeadFields {
                 } else if Wire.equalsLowercase(p, first..<last, "keep-alive") {
                     keepAlive = true
                 } else if first < last {
-                    names.append(String(decoding: UnsafeRawBufferPointer(rebasing: p[first..<last]), as: UTF8.self).lowercased())
+                    names.insert(String(decoding: UnsafeRawBufferPointer(rebasing: p[first..<last]), as: UTF8.self).lowercased())
                 }
                 start = end + 1
             }
@@ -167,6 +169,9 @@ extension Wire {
             while valueEnd > valueStart, p[valueEnd - 1] == 0x20 || p[valueEnd - 1] == 0x09 { valueEnd -= 1 }
             for index in valueStart..<valueEnd where !isValueByte(p[index]) {
                 throw .bad("a header value has a control character")
+            }
+            guard fields.count < maximumFields else {
+                throw WireError(status: .requestHeaderFieldsTooLarge, message: "the head has more than \(maximumFields) header lines")
             }
             fields.append(Field(line: at..<lineEnd, name: at..<colon, value: valueStart..<valueEnd, kind: kind(p, at..<colon)))
             at = lineEnd

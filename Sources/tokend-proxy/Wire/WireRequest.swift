@@ -163,62 +163,28 @@ enum RequestPart {
 
 /// The client's bytes as requests, one after another on the connection.
 struct RequestDecoder {
-    private var buffer = ByteBuffer()
-    private var scanned = 0
-    /// The body being read; nil while a head is.
-    private var body: BodyReader?
+    private var reader = MessageReader()
 
     /// Bytes read and not yet given out as parts.
-    var hasBytes: Bool { buffer.readableBytes > 0 }
+    var hasBytes: Bool { reader.hasBytes }
     /// The memory the bytes kept take.
-    var capacity: Int { buffer.capacity }
-    /// A head is being read (its bytes have begun).
-    var inHead: Bool { body == nil && buffer.readableBytes > 0 }
+    var capacity: Int { reader.capacity }
 
-    /// Bytes read are kept from their first unread one: what was read is dropped before more are added,
-    /// so the buffer holds at most what is not yet read (a head, a chunk-size line) plus one read.
-    mutating func append(_ bytes: ByteBuffer) {
-        if buffer.readableBytes == 0 {
-            buffer = bytes
-        } else {
-            var joined = ByteBuffer()
-            joined.reserveCapacity(buffer.readableBytes + bytes.readableBytes)
-            joined.writeImmutableBuffer(buffer)
-            joined.writeImmutableBuffer(bytes)
-            buffer = joined
-        }
-    }
+    mutating func append(_ bytes: ByteBuffer) { reader.append(bytes) }
 
     /// The next part, or nil while more bytes are needed.
     mutating func next() throws(WireError) -> RequestPart? {
-        guard body != nil else { return try head() }
-        switch try body!.read(&buffer) {
-        case .data(let data)?: return .body(data)
-        case .end?:
-            body = nil
-            return .end
-        case nil: return nil
-        }
-    }
-
-    private mutating func head() throws(WireError) -> RequestPart? {
-        // RFC 9112 §2.2: empty lines before a request line are ignored.
-        while scanned == 0, buffer.readableBytes >= 2, buffer.getInteger(at: buffer.readerIndex, as: UInt16.self) == 0x0D0A {
-            buffer.moveReaderIndex(forwardBy: 2)
-        }
-        guard buffer.readableBytes > 0 else { return nil }
-        guard let length = try Wire.headLength(of: buffer, scanned: &scanned) else {
-            if buffer.readableBytes > Wire.maximumHead {
-                throw WireError(status: .requestHeaderFieldsTooLarge, message: "the request head is longer than 64 KiB")
+        if reader.body != nil {
+            switch try reader.bodyPiece() {
+            case .data(let data)?: return .body(data)
+            case .end?: return .end
+            case nil: return nil
             }
-            return nil
         }
-        guard length <= Wire.maximumHead else {
-            throw WireError(status: .requestHeaderFieldsTooLarge, message: "the request head is longer than 64 KiB")
-        }
-        let head = try RequestHead(buffer.readSlice(length: length)!)
-        self.scanned = 0
-        body = BodyReader(head.chunked ? .chunked : .length(head.contentLength ?? 0))
+        reader.skipEmptyLines()
+        guard let bytes = try reader.head() else { return nil }
+        let head = try RequestHead(bytes)
+        reader.body = BodyReader(head.chunked ? .chunked : .length(head.contentLength ?? 0))
         return .head(head)
     }
 }

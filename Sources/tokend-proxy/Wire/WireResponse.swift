@@ -90,81 +90,51 @@ enum ResponsePart {
 
 /// An upstream connection's bytes as answers, one per request sent.
 struct ResponseDecoder {
-    private var buffer = ByteBuffer()
-    private var scanned = 0
-    private var body: BodyReader?
+    private var reader = MessageReader()
     /// The request being answered was HEAD.
     var toHead = false
 
     /// Bytes read and not yet given out as parts: after an answer's end, bytes no request asked for.
-    var hasBytes: Bool { buffer.readableBytes > 0 }
+    var hasBytes: Bool { reader.hasBytes }
 
-    /// Bytes read are kept from their first unread one: what was read is dropped before more are added,
-    /// so the buffer holds at most what is not yet read (a head, a chunk-size line) plus one read.
-    mutating func append(_ bytes: ByteBuffer) {
-        if buffer.readableBytes == 0 {
-            buffer = bytes
-        } else {
-            var joined = ByteBuffer()
-            joined.reserveCapacity(buffer.readableBytes + bytes.readableBytes)
-            joined.writeImmutableBuffer(buffer)
-            joined.writeImmutableBuffer(bytes)
-            buffer = joined
+    mutating func append(_ bytes: ByteBuffer) { reader.append(bytes) }
+
+    /// The next part, or nil while more bytes are needed; what cannot be read is the upstream's fault (502).
+    mutating func next() throws(WireError) -> ResponsePart? {
+        do {
+            return try part()
+        } catch where error.status == .badGateway {
+            throw error
+        } catch {
+            throw WireError(status: .badGateway, message: "the upstream's answer: \(error.message)")
         }
     }
 
-    /// The next part, or nil while more bytes are needed.
-    mutating func next() throws(WireError) -> ResponsePart? {
-        if body != nil {
-            let piece: BodyPiece?
-            do {
-                piece = try body!.read(&buffer)
-            } catch {
-                throw WireError(status: .badGateway, message: "the upstream's answer: \(error.message)")
-            }
-            switch piece {
+    private mutating func part() throws(WireError) -> ResponsePart? {
+        if reader.body != nil {
+            switch try reader.bodyPiece() {
             case .data(let data)?: return .body(data)
-            case .end?:
-                body = nil
-                return .end
+            case .end?: return .end
             case nil: return nil
             }
         }
-        while true {
-            guard buffer.readableBytes > 0 else { return nil }
-            let length: Int?
-            do {
-                length = try Wire.headLength(of: buffer, scanned: &scanned)
-            } catch {
-                throw WireError(status: .badGateway, message: "the upstream's answer: \(error.message)")
-            }
-            guard let length else {
-                if buffer.readableBytes > Wire.maximumHead {
-                    throw WireError(status: .badGateway, message: "the upstream's answer has a head longer than 64 KiB")
-                }
-                return nil
-            }
-            guard length <= Wire.maximumHead else {
-                throw WireError(status: .badGateway, message: "the upstream's answer has a head longer than 64 KiB")
-            }
-            let head = try ResponseHead(buffer.readSlice(length: length)!, toHead: toHead)
-            self.scanned = 0
+        while let bytes = try reader.head() {
+            let head = try ResponseHead(bytes, toHead: toHead)
             // An interim answer (103 Early Hints, a 100 not asked for) is dropped: the final one follows.
             if head.status < 200 {
-                guard head.status != 101 else {
-                    throw WireError(status: .badGateway, message: "the upstream switched protocols, which the proxy does not ask for")
-                }
+                guard head.status != 101 else { throw WireError(status: .badGateway, message: "the upstream switched protocols, which the proxy does not ask for") }
                 continue
             }
-            body = BodyReader(head.framing)
+            reader.body = BodyReader(head.framing)
             return .head(head)
         }
+        return nil
     }
 
     /// The upstream closed the connection: the end of a body read until then, else nil (the answer is cut).
     mutating func closed() -> ResponsePart? {
-        guard let body, body.endsWithConnection else { return nil }
-        self.body = nil
+        guard let body = reader.body, body.endsWithConnection else { return nil }
+        reader.body = nil
         return .end
     }
 }
