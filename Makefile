@@ -57,7 +57,7 @@ unit-test:
 # The web view suite runs here against tokend-webview; `make webview-test`
 # runs it against every app (the C and PyGObject ones too), as CI does.
 integration-test: venv build webview
-	TOKEND_WEBVIEW_APPS=swift $(PY) -m pytest -q Tests/integration
+	TOKEND_WEBVIEW_APPS=swift $(PY) -m pytest -q --durations=30 Tests/integration
 
 test: venv build webview unit-test webview-unit-test integration-test fuzz-smoke $(TEST_EXTRA)
 
