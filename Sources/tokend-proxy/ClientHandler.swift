@@ -70,8 +70,7 @@ final class ClientHandler: ChannelDuplexHandler {
     var keptCredentialLines: (authorization: String, cookies: String, lines: ByteBuffer)?
     /// `drain` is under way.
     var draining = false
-    /// `drain` stopped because the client takes no answers; it must take one by `blockedDeadline`.
-    var blocked = false
+    /// Set while `drain` waits for the client to take the proxy's own answers: it must take one by then.
     var blockedDeadline: NIODeadline?
     /// The connection closes by then, whether or not the client took the last answer.
     var closeDeadline: NIODeadline?
@@ -163,19 +162,16 @@ final class ClientHandler: ChannelDuplexHandler {
         guard !draining else { return }
         draining = true
         defer { draining = false }
-        blocked = false
+        var blocked = false
         while !answering {
             switch phase {
             case .done:
                 return
             case .idle, .skipping:
                 // The proxy's own answers come from here: none while the client does not take them.
-                guard context?.channel.isWritable ?? false else {
-                    blocked = true
-                    break
-                }
+                blocked = !(context?.channel.isWritable ?? false)
             case .exchange:
-                break  // an exchange goes at the pace of its upstream and its client, as they say
+                blocked = false  // an exchange goes at the pace of its upstream and its client, as they say
             }
             if blocked { break }
             let part: RequestPart?
@@ -222,14 +218,14 @@ final class ClientHandler: ChannelDuplexHandler {
         guard case ChannelEvent.inputClosed = event else { return context.fireUserInboundEventTriggered(event) }
         inputClosed = true
         switch phase {
-        case .idle where !blocked:  // nothing whole is left unanswered (`drain` took it): what is left is a cut head
+        case .idle where blockedDeadline == nil:  // nothing whole is left unanswered (`drain` took it): what is left is a cut head
             phase = .done
             writeThenClose(ByteBuffer())  // after what was written
         case .exchange(let exchange) where !exchange.bodyDone:
             abandon(exchange)  // the client went away before its request was whole
             phase = .done
             context.close(promise: nil)
-        case .skipping where !blocked:
+        case .skipping where blockedDeadline == nil:
             phase = .done
             writeThenClose(ByteBuffer())
         default:
