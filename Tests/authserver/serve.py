@@ -24,6 +24,7 @@ with it valid until it expires (DOT deletes it; keep-wide implies this).
 """
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -36,12 +37,34 @@ USER, PASSWORD = "alice", "alice-password"
 DEVICE_CLIENT, BROWSER_CLIENT = "tokend-device", "tokend-browser"
 
 
+def migrated_database(directory):
+    """Puts a migrated, empty database in DIR. Django's migrations take seconds
+    and every test starts a server, so the result is kept beside the venv, once
+    per Django and django-oauth-toolkit version, and copied in; `migrate` still
+    runs on the copy and finds nothing left to do."""
+    import django
+    import oauth2_provider
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import connection
+
+    kept = os.path.join(sys.prefix, f"authserver-django{django.__version__}-dot{oauth2_provider.__version__}.sqlite3")
+    target = settings.DATABASES["default"]["NAME"]
+    if os.path.exists(kept) and not os.path.exists(target):
+        shutil.copyfile(kept, target)
+    call_command("migrate", verbosity=0, interactive=False)
+    if not os.path.exists(kept):
+        connection.close()
+        partial = f"{kept}.{os.getpid()}"
+        shutil.copyfile(target, partial)
+        os.replace(partial, kept)
+
+
 def prepare(directory):
     import django
-    from django.core.management import call_command
 
     django.setup()
-    call_command("migrate", verbosity=0, interactive=False)
+    migrated_database(directory)
     from authserver import resources
 
     resources.create_tables()
