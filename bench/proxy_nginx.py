@@ -3,11 +3,12 @@
 An nginx upstream returns a fixed body; nginx as a reverse proxy in front of it adds a fixed
 Authorization header (keep-alive upstream connections); tokend-proxy on tcp:127.0.0.1 puts a
 logged-in tokend session's token on the same requests to the same upstream. wrk (keep-alive)
-drives the upstream directly and each proxy at 1, 16 and 64 connections, rounds interleaved so
-that drift affects all alike. For each proxy: requests/s, p50 and p99 (wrk's), CPU per request
+drives the upstream directly and each proxy at 1, 16 and 64 connections, in many short rounds,
+every other one in the opposite order, so that drift affects all alike; a proxy against nginx is
+the median of its ratios to nginx in the same round (measured next to each other). For each proxy: requests/s, p50 and p99 (wrk's), CPU per request
 (user + system from /proc around the run, all of nginx's processes) and RSS after the run.
 
-    python bench/proxy_nginx.py BIN_DIR RESULTS_MD [--rounds 3] [--seconds 5] [--connections 1,16,64]
+    python bench/proxy_nginx.py BIN_DIR RESULTS_MD [--rounds 8] [--seconds 3] [--connections 1,16,64]
                                 [--before OLD_TOKEND_PROXY]
 
 With --before, another tokend-proxy binary (an older build) runs in the same rounds, in front of
@@ -219,8 +220,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("bin_dir")
     parser.add_argument("results")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--connections", default="1,16,64")
     parser.add_argument("--before", help="an older tokend-proxy binary to run in the same rounds")
     args = parser.parse_args()
@@ -236,9 +237,11 @@ def main() -> None:
         rounds: dict[str, dict[int, list]] = {name: {c: [] for c in counts} for name in targets}
         tokend_cpu: dict[tuple[str, int], list[float]] = {
             (name, c): [] for name in targets if name.startswith("tokend-proxy") for c in counts}
-        for _ in range(args.rounds):
+        for index in range(args.rounds):
             for connections in counts:
-                for name, (port, pids) in targets.items():
+                # Every other round in the opposite order, so that no path is always measured right after another.
+                order = list(targets.items()) if index % 2 == 0 else list(reversed(targets.items()))
+                for name, (port, pids) in order:
                     tokend_before = cpu_seconds([tokend_pid])
                     run = measure(port, pids, connections, args.seconds)
                     rounds[name][connections].append(run)
@@ -251,6 +254,15 @@ def main() -> None:
         for name, by_count in rounds.items():
             results[name] = {str(c): {key: statistics.median(r[key] for r in runs) for key in runs[0]}
                              for c, runs in by_count.items()}
+        # Against nginx: each round's proxy against nginx in the same round (measured next to each other),
+        # the median of those ratios; the machine's speed drifts between rounds, less within one.
+        for name in targets:
+            if name.startswith("tokend-proxy"):
+                for c in counts:
+                    pairs = list(zip(rounds[name][c], rounds["nginx"][c]))
+                    results[name][str(c)]["of_nginx"] = statistics.median(x["rps"] / n["rps"] for x, n in pairs)
+                    results[name][str(c)]["p50_x_nginx"] = statistics.median(x["p50_us"] / n["p50_us"] for x, n in pairs)
+                    results[name][str(c)]["of_nginx_rounds"] = [round(x["rps"] / n["rps"], 3) for x, n in pairs]
         results["load"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
         for (name, c), values in tokend_cpu.items():
             results[name][str(c)]["tokend_cpu_us_per_request"] = statistics.median(values)
@@ -293,11 +305,20 @@ def render(r: dict) -> str:
             x = r[name][c]
             label = {"direct": "direct to the upstream", "nginx": "nginx as the proxy"}.get(name, name)
             proxy = name != "direct"
-            out.append(f"| {c} | {label} | {x['rps']:,.0f} | " + (f"{x['rps'] / n['rps']:.0%}" if proxy else "")
-                       + f" | {x['p50_us']:,.0f} | " + (f"{x['p50_us'] / n['p50_us']:.2f}×" if proxy else "")
+            of_nginx = x.get("of_nginx", x["rps"] / n["rps"])
+            p50_x = x.get("p50_x_nginx", x["p50_us"] / n["p50_us"])
+            out.append(f"| {c} | {label} | {x['rps']:,.0f} | " + (f"{of_nginx:.0%}" if proxy else "")
+                       + f" | {x['p50_us']:,.0f} | " + (f"{p50_x:.2f}×" if proxy else "")
                        + f" | {x['p99_us']:,.0f} | " + (f"{x['cpu_us_per_request']:.1f}" if proxy else "")
                        + " | " + (f"{x['rss_kib'] / 1024:.1f}" if proxy else "") + " |")
+    out += ["", "Requests/s and p50 are medians over the rounds; \"of nginx\" and \"× nginx\" are medians of each "
+            "round's ratio to nginx in the same round (the paths run next to each other, in the opposite order "
+            "every other round)."]
     for name in names[2:]:
+        rounds = "; ".join(f"{', '.join(f'{v:.0%}' for v in r[name][c]['of_nginx_rounds'])} at {c}"
+                           for c in r[name] if "of_nginx_rounds" in r[name][c])
+        if rounds:
+            out += ["", f"{name} against nginx, round by round: {rounds}."]
         cpu = ", ".join(f"{r[name][c]['tokend_cpu_us_per_request']:.2f} µs at {c}" for c in r[name])
         out += ["", f"tokend's own CPU per request through {name}: {cpu}."]
     errors = sum(r[name][c]["non_2xx"] for name in names for c in r[name])

@@ -23,6 +23,7 @@ the refresh token keeps them all); authserver/resources.py has the details.
 with it valid until it expires (DOT deletes it; keep-wide implies this).
 """
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -37,34 +38,53 @@ USER, PASSWORD = "alice", "alice-password"
 DEVICE_CLIENT, BROWSER_CLIENT = "tokend-device", "tokend-browser"
 
 
-def migrated_database(directory):
-    """Puts a migrated, empty database in DIR. Django's migrations take seconds
-    and every test starts a server, so the result is kept beside the venv, once
-    per Django and django-oauth-toolkit version, and copied in; `migrate` still
-    runs on the copy and finds nothing left to do."""
+def migrated_database():
+    """Puts a migrated, empty database in place. Django's migrations take seconds
+    and every test starts a server, so a freshly migrated one is kept beside the
+    venv, once per Django and django-oauth-toolkit version, and copied in;
+    `migrate` still runs on the copy and finds nothing left to do. A kept copy
+    SQLite cannot read is dropped and made again."""
     import django
     import oauth2_provider
     from django.conf import settings
     from django.core.management import call_command
-    from django.db import connection
+    from django.db import DatabaseError, connection
 
     kept = os.path.join(sys.prefix, f"authserver-django{django.__version__}-dot{oauth2_provider.__version__}.sqlite3")
     target = settings.DATABASES["default"]["NAME"]
-    if os.path.exists(kept) and not os.path.exists(target):
+    fresh = not os.path.exists(target)
+    if fresh and os.path.exists(kept):
         shutil.copyfile(kept, target)
+        try:
+            call_command("migrate", verbosity=0, interactive=False)
+            return
+        except DatabaseError:
+            connection.close()
+            for path in (target, kept):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
     call_command("migrate", verbosity=0, interactive=False)
-    if not os.path.exists(kept):
+    if fresh:  # only a database this call made from nothing is kept
         connection.close()
         partial = f"{kept}.{os.getpid()}"
-        shutil.copyfile(target, partial)
-        os.replace(partial, kept)
+        try:
+            with open(target, "rb") as source, open(partial, "wb") as copy:
+                shutil.copyfileobj(source, copy)
+                copy.flush()
+                os.fsync(copy.fileno())
+            os.replace(partial, kept)
+        except OSError:
+            pass  # not kept (a read-only prefix): the next start migrates again
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
 
 
 def prepare(directory):
     import django
 
     django.setup()
-    migrated_database(directory)
+    migrated_database()
     from authserver import resources
 
     resources.create_tables()

@@ -92,6 +92,17 @@ import Testing
         #expect(requests("POST / HTTP/1.1\r\nContent-Length: 3, 3\r\nContent-Length:3\r\n\r\nabc") == ["HEAD /", "BODY abc", "END"])
     }
 
+    /// A body longer than 4 GiB has the length it says (no 32-bit count anywhere).
+    @Test func lengthsPastFourGiBAreTakenAsTheySay() throws {
+        var decoder = RequestDecoder()
+        decoder.append(ByteBuffer(string: "PUT / HTTP/1.1\r\nContent-Length: 4294967301\r\n\r\nabc"))
+        guard case .head(let head)? = try decoder.next() else { return #expect(Bool(false)) }
+        #expect(head.contentLength == 4_294_967_301)
+        guard case .body(let data)? = try decoder.next() else { return #expect(Bool(false)) }
+        #expect(String(buffer: data) == "abc")
+        #expect(try decoder.next() == nil, "the body is not over after 3 of its bytes")
+    }
+
     /// Bytes already read are not kept: a stream of chunk-size lines that each end in a later read costs
     /// what one line and one read take, however long it goes on.
     @Test func whatWasReadIsNotKept() throws {
