@@ -3,10 +3,12 @@
 An nginx upstream returns a fixed body; nginx as a reverse proxy in front of it adds a fixed
 Authorization header (keep-alive upstream connections); tokend-proxy on tcp:127.0.0.1 puts a
 logged-in tokend session's token on the same requests to the same upstream. wrk (keep-alive)
-drives the upstream directly and each proxy at 1, 16 and 64 connections, in many short rounds,
-every other one in the opposite order, so that drift affects all alike; a proxy against nginx is
-the median of its ratios to nginx in the same round (measured next to each other). For each proxy: requests/s, p50 and p99 (wrk's), CPU per request
-(user + system from /proc around the run, all of nginx's processes) and RSS after the run.
+drives the upstream directly and each proxy at 1, 16 and 64 connections, in an even number of
+short rounds, every other one in the opposite order, so that drift affects all alike. For each
+proxy: requests/s, p50 and p99 (wrk's), CPU per request (user + system from /proc around the run,
+all of nginx's processes) and RSS after the run, as medians over the rounds; against nginx, the
+median of its ratios to nginx in the same round (tokend-proxy runs next to nginx, an older build
+given with --before one place further) and the ratio of the medians. Every round is in the JSON.
 
     python bench/proxy_nginx.py BIN_DIR RESULTS_MD [--rounds 8] [--seconds 3] [--connections 1,16,64]
                                 [--before OLD_TOKEND_PROXY]
@@ -147,10 +149,19 @@ def wrk(port: int, connections: int, seconds: int) -> dict[str, float]:
             "p99_us": micros("99%"), "non_2xx": int(errors.group(1)) if errors else 0}
 
 
+def cpu_user_system(pids: list[int]) -> tuple[float, float]:
+    splits = [bench.cpu_split(pid) for pid in pids]
+    return sum(user for user, _ in splits), sum(system for _, system in splits)
+
+
 def measure(port: int, pids: list[int], connections: int, seconds: int) -> dict[str, float]:
-    before = cpu_seconds(pids)
+    user, system = cpu_user_system(pids)
     run = wrk(port, connections, seconds)
-    run["cpu_us_per_request"] = (cpu_seconds(pids) - before) * 1e6 / max(run["requests"], 1)
+    user_after, system_after = cpu_user_system(pids)
+    requests = max(run["requests"], 1)
+    run["user_us_per_request"] = (user_after - user) * 1e6 / requests
+    run["system_us_per_request"] = (system_after - system) * 1e6 / requests
+    run["cpu_us_per_request"] = run["user_us_per_request"] + run["system_us_per_request"]
     run["rss_kib"] = rss_kib(pids)
     return run
 
@@ -225,6 +236,8 @@ def main() -> None:
     parser.add_argument("--connections", default="1,16,64")
     parser.add_argument("--before", help="an older tokend-proxy binary to run in the same rounds")
     args = parser.parse_args()
+    if args.rounds % 2:
+        parser.error("--rounds must be even: each order is run as often as the other")
     counts = [int(c) for c in args.connections.split(",")]
     bench.raise_nofile()
     directory = tempfile.mkdtemp(prefix="tkproxy", dir="/tmp")
@@ -250,7 +263,7 @@ def main() -> None:
                             (cpu_seconds([tokend_pid]) - tokend_before) * 1e6 / max(run["requests"], 1))
         results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": bench.machine(),
                    "rounds": args.rounds, "seconds": args.seconds, "nginx_version": nginx_version(),
-                   "wrk": wrk_version(), "before": args.before}
+                   "wrk": wrk_version(), "before": args.before, "connections": counts}
         for name, by_count in rounds.items():
             results[name] = {str(c): {key: statistics.median(r[key] for r in runs) for key in runs[0]}
                              for c, runs in by_count.items()}
@@ -263,6 +276,8 @@ def main() -> None:
                     results[name][str(c)]["of_nginx"] = statistics.median(x["rps"] / n["rps"] for x, n in pairs)
                     results[name][str(c)]["p50_x_nginx"] = statistics.median(x["p50_us"] / n["p50_us"] for x, n in pairs)
                     results[name][str(c)]["of_nginx_rounds"] = [round(x["rps"] / n["rps"], 3) for x, n in pairs]
+                    results[name][str(c)]["p50_x_nginx_rounds"] = [round(x["p50_us"] / n["p50_us"], 3) for x, n in pairs]
+        results["runs"] = {name: {str(c): runs for c, runs in by_count.items()} for name, by_count in rounds.items()}
         results["load"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
         for (name, c), values in tokend_cpu.items():
             results[name][str(c)]["tokend_cpu_us_per_request"] = statistics.median(values)
@@ -287,16 +302,25 @@ def wrk_version() -> str:
     return (out.stdout + out.stderr).split()[1]
 
 
+def cpu_cell(x: dict) -> str:
+    if "user_us_per_request" not in x:
+        return f"{x['cpu_us_per_request']:.1f}"
+    return f"{x['cpu_us_per_request']:.1f} ({x['user_us_per_request']:.1f} + {x['system_us_per_request']:.1f})"
+
+
 def render(r: dict) -> str:
+    command = (f"`.venv/bin/python bench/proxy_nginx.py .build/release RESULTS --before {r['before']}`" if r.get("before")
+               else "`make bench-proxy`")
     out = [f"# tokend-proxy against nginx — {r['date']}", "", f"Machine: {r['machine']}.", "",
-           f"Command: `make bench-proxy` (release build; wrk {r['wrk']}, keep-alive, {r['seconds']} s per run, "
-           f"{r['rounds']} interleaved rounds, medians). Upstream: nginx {r['nginx_version']} returning a fixed "
+           f"Command: {command} (release build; wrk {r['wrk']}, keep-alive, {r['seconds']} s per run, "
+           f"{r['rounds']} interleaved rounds, every other one in the opposite order). Upstream: nginx {r['nginx_version']} returning a fixed "
            f"{len(BODY)}-byte body. nginx as the proxy: `proxy_pass` to a keep-alive upstream, a fixed "
            "`Authorization` header. tokend-proxy: `--listen tcp:127.0.0.1:PORT`, the token of a logged-in "
-           "tokend session. CPU per request: user + system of all the proxy's processes around the run."
+           "tokend session. CPU per request: user + system of all the proxy's processes around the run (user "
+           "and system apart in brackets)."
            + (f" tokend-proxy (before): `--before {r['before']}`, an older build in the same rounds." if r.get("before") else "")
            + f" Load average when the run ended: {r.get('load', '?')}.", "",
-           "| connections | path | requests/s | of nginx | p50 (µs) | × nginx | p99 (µs) | CPU/request (µs) | RSS (MiB) |",
+           "| connections | path | requests/s | of nginx | p50 (µs) | × nginx | p99 (µs) | CPU/request (µs) (user + system) | RSS (MiB) |",
            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     names = [name for name in ("direct", "nginx", "tokend-proxy", "tokend-proxy (before)") if name in r]
     for c in r["direct"]:
@@ -309,16 +333,21 @@ def render(r: dict) -> str:
             p50_x = x.get("p50_x_nginx", x["p50_us"] / n["p50_us"])
             out.append(f"| {c} | {label} | {x['rps']:,.0f} | " + (f"{of_nginx:.0%}" if proxy else "")
                        + f" | {x['p50_us']:,.0f} | " + (f"{p50_x:.2f}×" if proxy else "")
-                       + f" | {x['p99_us']:,.0f} | " + (f"{x['cpu_us_per_request']:.1f}" if proxy else "")
+                       + f" | {x['p99_us']:,.0f} | " + (cpu_cell(x) if proxy else "")
                        + " | " + (f"{x['rss_kib'] / 1024:.1f}" if proxy else "") + " |")
-    out += ["", "Requests/s and p50 are medians over the rounds; \"of nginx\" and \"× nginx\" are medians of each "
-            "round's ratio to nginx in the same round (the paths run next to each other, in the opposite order "
-            "every other round)."]
+    out += ["", "Requests/s, p50, p99 and CPU are medians over the rounds; \"of nginx\" and \"× nginx\" are "
+            "medians of each round's ratio to nginx in the same round."]
     for name in names[2:]:
-        rounds = "; ".join(f"{', '.join(f'{v:.0%}' for v in r[name][c]['of_nginx_rounds'])} at {c}"
-                           for c in r[name] if "of_nginx_rounds" in r[name][c])
-        if rounds:
-            out += ["", f"{name} against nginx, round by round: {rounds}."]
+        if "of_nginx_rounds" not in r[name][next(iter(r[name]))]:
+            continue
+        medians = "; ".join(f"{r[name][c]['rps'] / r['nginx'][c]['rps']:.0%}, "
+                            f"{r[name][c]['p50_us'] / r['nginx'][c]['p50_us']:.2f}× at {c}" for c in r[name])
+        rps = "; ".join(f"{', '.join(f'{v:.0%}' for v in r[name][c]['of_nginx_rounds'])} at {c}" for c in r[name])
+        out += ["", f"{name} against nginx as the ratio of the medians instead: {medians}. Round by round, "
+                f"requests/s: {rps}."]
+        if "p50_x_nginx_rounds" in r[name][next(iter(r[name]))]:
+            p50 = "; ".join(f"{', '.join(f'{v:.2f}×' for v in r[name][c]['p50_x_nginx_rounds'])} at {c}" for c in r[name])
+            out[-1] = out[-1][:-1] + f"; p50: {p50}."
         cpu = ", ".join(f"{r[name][c]['tokend_cpu_us_per_request']:.2f} µs at {c}" for c in r[name])
         out += ["", f"tokend's own CPU per request through {name}: {cpu}."]
     errors = sum(r[name][c]["non_2xx"] for name in names for c in r[name])

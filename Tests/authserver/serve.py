@@ -41,7 +41,7 @@ DEVICE_CLIENT, BROWSER_CLIENT = "tokend-device", "tokend-browser"
 def migrated_database():
     """Puts a migrated, empty database in place. Django's migrations take seconds
     and every test starts a server, so a freshly migrated one is kept beside the
-    venv, once per Django and django-oauth-toolkit version, and copied in;
+    venv (only in a venv), once per Django and django-oauth-toolkit version, and copied in;
     `migrate` still runs on the copy and finds nothing left to do. A kept copy
     SQLite cannot read is dropped and made again."""
     import django
@@ -54,7 +54,9 @@ def migrated_database():
     target = settings.DATABASES["default"]["NAME"]
     fresh = not os.path.exists(target)
     if fresh and os.path.exists(kept):
-        shutil.copyfile(kept, target)
+        # Whole or not at all: a database cut by a kill mid-copy would not be migrated from nothing next time.
+        shutil.copyfile(kept, target + ".copy")
+        os.replace(target + ".copy", target)
         try:
             call_command("migrate", verbosity=0, interactive=False)
             return
@@ -64,7 +66,7 @@ def migrated_database():
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(path)
     call_command("migrate", verbosity=0, interactive=False)
-    if fresh:  # only a database this call made from nothing is kept
+    if fresh and sys.prefix != sys.base_prefix:  # only a database made from nothing, only in a venv
         connection.close()
         partial = f"{kept}.{os.getpid()}"
         try:

@@ -219,8 +219,8 @@ def vm_hwm_kib(pid):
 
 
 def test_a_256_mib_download_and_a_512_mib_upload_pass_in_bounded_memory(setup, workdir):
-    # Four and eight times the memory bound: a proxy that held a body whole could not stay under it. The
-    # download is read slower than the upstream sends it, so the proxy must stop reading the upstream.
+    # Four and eight times the memory bound: a proxy that held a body whole could not stay under it. Each
+    # way the receiver takes 50 MB/s, slower than the sender sends: the proxy must stop reading the sender.
     daemon, proxy = setup
     down = subprocess.run(["curl", "-sS", "--limit-rate", "50M", "--unix-socket", proxy.path, "-o", "/dev/null",
                            "-w", "%{http_code} %{size_download}", "http://localhost/big?bytes=268435456"],
@@ -229,7 +229,7 @@ def test_a_256_mib_download_and_a_512_mib_upload_pass_in_bounded_memory(setup, w
     upload = os.path.join(workdir, "half-gib")
     with open(upload, "wb") as f:
         f.truncate(512 << 20)
-    sent = proxy.curl("/upload", "-T", upload, "-X", "POST", timeout=300)
+    sent = proxy.curl("/upload?rate=50", "-T", upload, "-X", "POST", timeout=300)
     body, code = sent.stdout.rsplit("\n", 1)
     assert code == "200" and json.loads(body)["bytes"] == 512 << 20, sent.stdout[-300:] + sent.stderr
     peak = vm_hwm_kib(proxy.process.pid)

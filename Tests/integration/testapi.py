@@ -5,7 +5,7 @@ it checks bearer tokens, sets and deletes cookies, streams large bodies.
     GET  /set-cookie?name=&value=   sets a cookie (Path=/, an hour)
     GET  /delete-cookie?name=   deletes it (Max-Age=0)
     GET  /big?bytes=N           N bytes of body, streamed
-    POST /upload                reads the body (PUT too), answers {"bytes": n}
+    POST /upload[?rate=MB]      reads the body (PUT too; at most MB megabytes a second), answers {"bytes": n}
 
 Made with `introspection` (an authorization server's RFC 7662 endpoint, asked
 with `client`'s credentials), it is also any number of resource servers: a
@@ -22,6 +22,7 @@ import json
 import re
 import socket
 import threading
+import time
 import urllib.parse
 
 import requests
@@ -108,12 +109,16 @@ class TestAPI:
 
             def do_POST(self):
                 length = int(self.headers.get("Content-Length", 0))
+                rate = float(dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query)).get("rate", 0))
+                started = time.monotonic()
                 received = 0
                 while received < length:
                     piece = self.rfile.read(min(1 << 20, length - received))
                     if not piece:
                         break
                     received += len(piece)
+                    if rate:  # a slow reader: the sender must wait for it
+                        time.sleep(max(0.0, started + received / (rate * 1e6) - time.monotonic()))
                 if api.introspection and RESOURCE_PATH.match(urllib.parse.urlparse(self.path).path):
                     return self.do_GET()
                 self.answer(200, {"bytes": received})
