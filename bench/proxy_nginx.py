@@ -116,12 +116,14 @@ http {{
             self.process.wait()
 
 
+def cpu_user_system(pids: list[int]) -> tuple[float, float]:
+    """User and system CPU seconds of all of `pids`."""
+    splits = [bench.cpu_split(pid) for pid in pids]
+    return sum(user for user, _ in splits), sum(system for _, system in splits)
+
+
 def cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        user, system = bench.cpu_split(pid)
-        total += user + system
-    return total
+    return sum(cpu_user_system(pids))
 
 
 def rss_kib(pids: list[int]) -> int:
@@ -147,11 +149,6 @@ def wrk(port: int, connections: int, seconds: int) -> dict[str, float]:
     assert requests and rps, out
     return {"rps": float(rps.group(1)), "requests": int(requests.group(1)), "p50_us": micros("50%"),
             "p99_us": micros("99%"), "non_2xx": int(errors.group(1)) if errors else 0}
-
-
-def cpu_user_system(pids: list[int]) -> tuple[float, float]:
-    splits = [bench.cpu_split(pid) for pid in pids]
-    return sum(user for user, _ in splits), sum(system for _, system in splits)
 
 
 def measure(port: int, pids: list[int], connections: int, seconds: int) -> dict[str, float]:
@@ -272,11 +269,12 @@ def main() -> None:
         for name in targets:
             if name.startswith("tokend-proxy"):
                 for c in counts:
+                    figures = results[name][str(c)]
                     pairs = list(zip(rounds[name][c], rounds["nginx"][c]))
-                    results[name][str(c)]["of_nginx"] = statistics.median(x["rps"] / n["rps"] for x, n in pairs)
-                    results[name][str(c)]["p50_x_nginx"] = statistics.median(x["p50_us"] / n["p50_us"] for x, n in pairs)
-                    results[name][str(c)]["of_nginx_rounds"] = [round(x["rps"] / n["rps"], 3) for x, n in pairs]
-                    results[name][str(c)]["p50_x_nginx_rounds"] = [round(x["p50_us"] / n["p50_us"], 3) for x, n in pairs]
+                    figures["of_nginx_rounds"] = [round(x["rps"] / n["rps"], 3) for x, n in pairs]
+                    figures["p50_x_nginx_rounds"] = [round(x["p50_us"] / n["p50_us"], 3) for x, n in pairs]
+                    figures["of_nginx"] = statistics.median(figures["of_nginx_rounds"])
+                    figures["p50_x_nginx"] = statistics.median(figures["p50_x_nginx_rounds"])
         results["runs"] = {name: {str(c): runs for c, runs in by_count.items()} for name, by_count in rounds.items()}
         results["load"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
         for (name, c), values in tokend_cpu.items():
@@ -302,19 +300,13 @@ def wrk_version() -> str:
     return (out.stdout + out.stderr).split()[1]
 
 
-def cpu_cell(x: dict) -> str:
-    if "user_us_per_request" not in x:
-        return f"{x['cpu_us_per_request']:.1f}"
-    return f"{x['cpu_us_per_request']:.1f} ({x['user_us_per_request']:.1f} + {x['system_us_per_request']:.1f})"
-
-
 def render(r: dict) -> str:
     command = (f"`.venv/bin/python bench/proxy_nginx.py .build/release RESULTS --before {r['before']}`" if r.get("before")
                else "`make bench-proxy`")
     out = [f"# tokend-proxy against nginx — {r['date']}", "", f"Machine: {r['machine']}.", "",
            f"Command: {command} (release build; wrk {r['wrk']}, keep-alive, {r['seconds']} s per run, "
-           f"{r['rounds']} interleaved rounds, every other one in the opposite order). Upstream: nginx {r['nginx_version']} returning a fixed "
-           f"{len(BODY)}-byte body. nginx as the proxy: `proxy_pass` to a keep-alive upstream, a fixed "
+           f"{r['rounds']} interleaved rounds, every other one in the opposite order). Upstream: nginx "
+           f"{r['nginx_version']} returning a fixed {len(BODY)}-byte body. nginx as the proxy: `proxy_pass` to a keep-alive upstream, a fixed "
            "`Authorization` header. tokend-proxy: `--listen tcp:127.0.0.1:PORT`, the token of a logged-in "
            "tokend session. CPU per request: user + system of all the proxy's processes around the run (user "
            "and system apart in brackets)."
@@ -329,25 +321,22 @@ def render(r: dict) -> str:
             x = r[name][c]
             label = {"direct": "direct to the upstream", "nginx": "nginx as the proxy"}.get(name, name)
             proxy = name != "direct"
-            of_nginx = x.get("of_nginx", x["rps"] / n["rps"])
-            p50_x = x.get("p50_x_nginx", x["p50_us"] / n["p50_us"])
+            # nginx against itself is 100 % and 1.00× by definition; the proxies have their paired ratios.
+            of_nginx, p50_x = (x["of_nginx"], x["p50_x_nginx"]) if name.startswith("tokend-proxy") else (1.0, 1.0)
+            cpu = f"{x['cpu_us_per_request']:.1f} ({x['user_us_per_request']:.1f} + {x['system_us_per_request']:.1f})"
             out.append(f"| {c} | {label} | {x['rps']:,.0f} | " + (f"{of_nginx:.0%}" if proxy else "")
                        + f" | {x['p50_us']:,.0f} | " + (f"{p50_x:.2f}×" if proxy else "")
-                       + f" | {x['p99_us']:,.0f} | " + (cpu_cell(x) if proxy else "")
+                       + f" | {x['p99_us']:,.0f} | " + (cpu if proxy else "")
                        + " | " + (f"{x['rss_kib'] / 1024:.1f}" if proxy else "") + " |")
     out += ["", "Requests/s, p50, p99 and CPU are medians over the rounds; \"of nginx\" and \"× nginx\" are "
             "medians of each round's ratio to nginx in the same round."]
     for name in names[2:]:
-        if "of_nginx_rounds" not in r[name][next(iter(r[name]))]:
-            continue
         medians = "; ".join(f"{r[name][c]['rps'] / r['nginx'][c]['rps']:.0%}, "
                             f"{r[name][c]['p50_us'] / r['nginx'][c]['p50_us']:.2f}× at {c}" for c in r[name])
         rps = "; ".join(f"{', '.join(f'{v:.0%}' for v in r[name][c]['of_nginx_rounds'])} at {c}" for c in r[name])
+        p50 = "; ".join(f"{', '.join(f'{v:.2f}×' for v in r[name][c]['p50_x_nginx_rounds'])} at {c}" for c in r[name])
         out += ["", f"{name} against nginx as the ratio of the medians instead: {medians}. Round by round, "
-                f"requests/s: {rps}."]
-        if "p50_x_nginx_rounds" in r[name][next(iter(r[name]))]:
-            p50 = "; ".join(f"{', '.join(f'{v:.2f}×' for v in r[name][c]['p50_x_nginx_rounds'])} at {c}" for c in r[name])
-            out[-1] = out[-1][:-1] + f"; p50: {p50}."
+                f"requests/s: {rps}; p50: {p50}."]
         cpu = ", ".join(f"{r[name][c]['tokend_cpu_us_per_request']:.2f} µs at {c}" for c in r[name])
         out += ["", f"tokend's own CPU per request through {name}: {cpu}."]
     errors = sum(r[name][c]["non_2xx"] for name in names for c in r[name])

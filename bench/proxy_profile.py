@@ -3,7 +3,8 @@
 The stand of bench/proxy_nginx.py (tokend, the nginx upstream, tokend-proxy on TCP). First wrk
 alone: requests/s and the CPU per request of tokend-proxy and of tokend. Then `strace -c -f` on
 tokend-proxy during a wrk run: system calls per request. Then `perf record` (software cpu-clock
-sampling, call graphs) on tokend-proxy during a wrk run: perf's top entries by shared object and
+sampling, call graphs) on tokend-proxy during a wrk run: its samples by part of the program (kernel,
+Swift runtime, SwiftNIO, the proxy's own code), then perf's top entries by shared object and
 by symbol.
 
     python bench/proxy_profile.py BIN_DIR [--seconds 5] [--connections 16]
@@ -62,6 +63,9 @@ def main() -> None:
             fields = line.split()
             if len(fields) >= 5 and re.fullmatch(r"[\d.]+", fields[0]) and fields[-1] != "total":
                 print(f"  {fields[-1]:<20} {int(fields[3]) / traced['requests']:8.2f}")
+    print("\nperf, by part:\n")
+    for part, share in parts(data):
+        print(f"  {part:<40} {share:6.2f} %")
     for key in ("dso", "symbol"):
         report = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", key, "--stdio", "-g", "none"],
                                 capture_output=True, text=True).stdout
@@ -69,6 +73,33 @@ def main() -> None:
         print(f"\nperf, by {key}:\n")
         print("\n".join(lines[:args.symbols]))
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def parts(data: str) -> list[tuple[str, float]]:
+    """perf's samples by part of the program: the kernel, the Swift runtime, libc and the loader,
+    SwiftNIO (its modules are linked into the binary), the proxy's own code, the rest of the binary."""
+    report = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "dso,symbol", "--stdio",
+                             "-g", "none"], capture_output=True, text=True).stdout
+    shares: dict[str, float] = {}
+    for line in report.splitlines():
+        match = re.match(r"\s*([\d.]+)%\s+(\S+)\s+\[(.)\]\s+(\S+)", line)
+        if not match:
+            continue
+        share, dso, kind, symbol = float(match.group(1)), match.group(2), match.group(3), match.group(4)
+        if kind == "k":
+            part = "kernel"
+        elif dso.startswith("libswift") or dso.startswith("libFoundation"):
+            part = "Swift runtime and Foundation"
+        elif dso != "tokend-proxy":
+            part = "libc, the loader, vdso"
+        elif re.match(r"\$s\d+NIO", symbol):
+            part = "SwiftNIO"
+        elif symbol.startswith("$s12tokend_proxy"):
+            part = "tokend-proxy's own code"
+        else:
+            part = "rest of the binary (other packages, generics)"
+        shares[part] = shares.get(part, 0.0) + share
+    return sorted(shares.items(), key=lambda item: -item[1])
 
 
 if __name__ == "__main__":

@@ -54,9 +54,7 @@ def migrated_database():
     target = settings.DATABASES["default"]["NAME"]
     fresh = not os.path.exists(target)
     if fresh and os.path.exists(kept):
-        # Whole or not at all: a database cut by a kill mid-copy would not be migrated from nothing next time.
-        shutil.copyfile(kept, target + ".copy")
-        os.replace(target + ".copy", target)
+        copy_whole(kept, target)
         try:
             call_command("migrate", verbosity=0, interactive=False)
             return
@@ -68,18 +66,23 @@ def migrated_database():
     call_command("migrate", verbosity=0, interactive=False)
     if fresh and sys.prefix != sys.base_prefix:  # only a database made from nothing, only in a venv
         connection.close()
-        partial = f"{kept}.{os.getpid()}"
-        try:
-            with open(target, "rb") as source, open(partial, "wb") as copy:
-                shutil.copyfileobj(source, copy)
-                copy.flush()
-                os.fsync(copy.fileno())
-            os.replace(partial, kept)
-        except OSError:
-            pass  # not kept (a read-only prefix): the next start migrates again
-        finally:
-            if os.path.exists(partial):
-                os.remove(partial)
+        with contextlib.suppress(OSError):  # not kept (a read-only prefix): the next start migrates again
+            copy_whole(target, kept)
+
+
+def copy_whole(source, target):
+    """`source` to `target`, whole or not at all: a copy cut by a kill is never found in its place
+    (a cut database would not be migrated from nothing, a cut kept copy would be copied in)."""
+    partial = f"{target}.{os.getpid()}"
+    try:
+        with open(source, "rb") as origin, open(partial, "wb") as copy:
+            shutil.copyfileobj(origin, copy)
+            copy.flush()
+            os.fsync(copy.fileno())
+        os.replace(partial, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial)
 
 
 def prepare(directory):

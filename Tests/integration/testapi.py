@@ -109,7 +109,8 @@ class TestAPI:
 
             def do_POST(self):
                 length = int(self.headers.get("Content-Length", 0))
-                rate = float(dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query)).get("rate", 0))
+                url = urllib.parse.urlparse(self.path)
+                rate = float(dict(urllib.parse.parse_qsl(url.query)).get("rate", 0))
                 started = time.monotonic()
                 received = 0
                 while received < length:
@@ -119,7 +120,7 @@ class TestAPI:
                     received += len(piece)
                     if rate:  # a slow reader: the sender must wait for it
                         time.sleep(max(0.0, started + received / (rate * 1e6) - time.monotonic()))
-                if api.introspection and RESOURCE_PATH.match(urllib.parse.urlparse(self.path).path):
+                if api.introspection and RESOURCE_PATH.match(url.path):
                     return self.do_GET()
                 self.answer(200, {"bytes": received})
 
