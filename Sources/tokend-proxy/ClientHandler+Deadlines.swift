@@ -49,6 +49,7 @@ extension ClientHandler {
     /// does not take them.
     func writeThenClose(_ bytes: ByteBuffer) {
         guard let context else { return }
+        unflushed = false
         context.writeAndFlush(wrapOutboundOut(bytes)).assumeIsolated().whenComplete { _ in
             context.close(promise: nil)
         }
@@ -66,6 +67,7 @@ extension ClientHandler {
             writeThenClose(bytes)
         } else {
             context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+            unflushed = false
         }
     }
 

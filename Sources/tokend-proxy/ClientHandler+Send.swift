@@ -81,10 +81,12 @@ extension ClientHandler {
         exchange.answered = false
         connection.user = self
         connection.expectAnswer(toHead: exchange.head.method == .head)
-        connection.write(exchange.upstreamRequest(credentialLines: credentialLines(for: credentials), allocator: connection.channel.allocator))
+        let request = exchange.upstreamRequest(credentialLines: credentialLines(for: credentials), allocator: connection.channel.allocator)
         if !exchange.streaming {
             exchange.sent = true
+            connection.writeAndFlush(request)
         } else {
+            connection.write(request)
             // What was kept before the body outgrew the limit goes first; no retry needs it any more.
             exchange.writeBody(exchange.kept, to: connection)
             settings.bodyBudget.give(exchange.budgeted)
@@ -96,8 +98,8 @@ extension ClientHandler {
                 if exchange.upstreamChunked { connection.write(Wire.lastChunk) }
                 exchange.sent = true
             }
+            connection.flush()
         }
-        connection.flush()
         if exchange.sent {
             awaitUpstream()
         }

@@ -3,12 +3,15 @@ import TokendClient
 
 /// The upstream's answer on its way back to the client.
 extension ClientHandler: UpstreamUser {
+    /// Bytes came from the upstream: once the request is sent, it may not fall silent for --timeout from now.
+    func upstreamActive() {
+        guard case .exchange(let exchange) = phase, exchange.sent else { return }
+        upstreamDeadline = .now() + settings.timeout
+    }
+
     func upstreamReceived(_ part: ResponsePart) {
         guard case .exchange(let exchange) = phase else { return }
         exchange.answered = true
-        if exchange.sent {
-            upstreamDeadline = .now() + settings.timeout
-        }
         if let held = exchange.held, case .end? = held.last {
             exchange.upstreamKeepAlive = false  // bytes after the answer's end: none a request asked for
             return
@@ -39,15 +42,30 @@ extension ClientHandler: UpstreamUser {
     }
 
     func upstreamReadComplete() {
-        sendOutgoing()
-        context?.flush()
+        sendOutgoing(flush: true)
     }
 
-    /// What was gathered for the client goes out as one write.
-    func sendOutgoing() {
-        guard let bytes = outgoing else { return }
-        outgoing = nil
+    /// What was gathered for the client goes out as one write; with `flush`, it and the writes before it
+    /// leave now (one pass down the pipeline for both, none when nothing is waiting).
+    func sendOutgoing(flush: Bool = false) {
+        if let bytes = outgoing {
+            outgoing = nil
+            if flush {
+                context?.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+                unflushed = false
+            } else {
+                writeToClient(bytes)
+            }
+        } else if flush && unflushed {
+            context?.flush()
+            unflushed = false
+        }
+    }
+
+    /// Bytes for the client, sent with the next flush.
+    func writeToClient(_ bytes: ByteBuffer) {
         context?.write(wrapOutboundOut(bytes), promise: nil)
+        unflushed = true
     }
 
     func upstreamWritabilityChanged(writable: Bool) {
@@ -183,8 +201,7 @@ extension ClientHandler: UpstreamUser {
             case .end: return finish(exchange)
             }
         }
-        sendOutgoing()
-        context?.flush()
+        sendOutgoing(flush: true)
         exchange.upstream?.resumeReading()
     }
 
@@ -223,11 +240,11 @@ extension ClientHandler: UpstreamUser {
         if exchange.clientChunked {
             var size = context.channel.allocator.buffer(capacity: 18)
             size.writeChunkSize(chunk.readableBytes)
-            context.write(wrapOutboundOut(size), promise: nil)
-            context.write(wrapOutboundOut(chunk), promise: nil)
-            context.write(wrapOutboundOut(Wire.crlf), promise: nil)
+            writeToClient(size)
+            writeToClient(chunk)
+            writeToClient(Wire.crlf)
         } else {
-            context.write(wrapOutboundOut(chunk), promise: nil)
+            writeToClient(chunk)
         }
     }
 
@@ -241,15 +258,15 @@ extension ClientHandler: UpstreamUser {
         release(exchange)
         let close = exchange.closeAfter || !exchange.bodyDone || (inputClosed && !decoder.hasBytes)
         phase = close ? .done : .idle
-        guard let context else { return }
+        guard context != nil else { return }
         if exchange.clientChunked {
-            if outgoing != nil { outgoing!.writeStaticString("0\r\n\r\n") } else { context.write(wrapOutboundOut(Wire.lastChunk), promise: nil) }
+            if outgoing != nil { outgoing!.writeStaticString("0\r\n\r\n") } else { writeToClient(Wire.lastChunk) }
         }
-        sendOutgoing()
         if close {
+            sendOutgoing()
             writeThenClose(ByteBuffer())
         } else {
-            context.flush()
+            sendOutgoing(flush: true)
             answered()
         }
     }

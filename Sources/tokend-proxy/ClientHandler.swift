@@ -66,6 +66,8 @@ final class ClientHandler: ChannelDuplexHandler {
     var decoder = RequestDecoder()
     /// The answer's head and the body pieces after it, gathered to go to the client in one write.
     var outgoing: ByteBuffer?
+    /// Bytes were written to the client since its last flush.
+    var unflushed = false
     /// The lines tokend's last answers made (`credentialLines(for:)`).
     var keptCredentialLines: (authorization: String, cookies: String, lines: ByteBuffer)?
     /// `drain` is under way.

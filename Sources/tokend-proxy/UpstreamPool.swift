@@ -4,6 +4,7 @@ import NIOSSL
 
 /// What an upstream connection tells the request it serves.
 protocol UpstreamUser: AnyObject {
+    func upstreamActive()
     func upstreamReceived(_ part: ResponsePart)
     func upstreamReadComplete()
     func upstreamWritabilityChanged(writable: Bool)
@@ -132,6 +133,10 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
 
     func flush() { context?.flush() }
 
+    func writeAndFlush(_ bytes: ByteBuffer) {
+        context?.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+    }
+
     /// The client does not take the answer as fast as it comes: the upstream's socket is not read meanwhile.
     func pauseReading() {
         guard reading else { return }
@@ -146,7 +151,10 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if user != nil { answerBegun = true }
+        if let user {
+            answerBegun = true
+            user.upstreamActive()
+        }
         decoder.append(unwrapInboundIn(data))
         // The user changes when an answer ends: its request is over, the connection pooled or closed.
         while let user {
