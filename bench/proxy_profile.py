@@ -5,7 +5,11 @@ alone: requests/s and the CPU per request of tokend-proxy and of tokend. Then `s
 tokend-proxy during a wrk run: system calls per request. Then `perf record` (software cpu-clock
 sampling, call graphs) on tokend-proxy during a wrk run: its samples by part of the program (kernel,
 Swift runtime, SwiftNIO, the proxy's own code), then perf's top entries by shared object and
-by symbol.
+by symbol. Last, calls per request that time samples cannot count and the host's load does not
+move: the Swift runtime's reference counting (swift_retain, swift_release), its exclusivity checks
+(swift_beginAccess) and malloc, counted by uprobes (`perf probe`) during a wrk run, and by whom they
+are called (SwiftNIO, the proxy's own code, the rest). The probes slow the proxy down about tenfold
+while they count; they are removed afterwards.
 
     python bench/proxy_profile.py BIN_DIR [--seconds 5] [--connections 16]
 """
@@ -13,6 +17,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -55,6 +60,7 @@ def main() -> None:
         time.sleep(0.5)
         proxy_nginx.wrk(port, args.connections, args.seconds)
         perf.wait()
+        calls = calls_per_request(pid, port, args.connections, directory)
     finally:
         stand.stop()
     print(f"\nsystem calls per request ({traced['requests']:,} requests under strace):\n")
@@ -72,7 +78,80 @@ def main() -> None:
         lines = [line[:140] for line in report.splitlines() if "%" in line and not line.startswith("#")]
         print(f"\nperf, by {key}:\n")
         print("\n".join(lines[:args.symbols]))
+    print(f"\ncalls per request, counted ({calls['requests']:,} requests under uprobes), and who calls them:\n")
+    for name, count in calls["counts"].items():
+        callers = ", ".join(f"{part} {share:.0f} %" for part, share in calls["callers"].get(name, []))
+        print(f"  {name:<18} {count:7.1f}   {callers}")
     shutil.rmtree(directory, ignore_errors=True)
+
+
+# The runtime calls counted, by library; the probes go in a group of their own (removed afterwards).
+PROBED = {"libswiftCore.so": ["swift_retain", "swift_release", "swift_beginAccess"], "libc.so.6": ["malloc"]}
+GROUP = "tkproxy"
+
+
+def calls_per_request(pid: int, port: int, connections: int, directory: str) -> dict:
+    """Runtime calls per request (uprobes), and the share of each made by SwiftNIO, the proxy's own
+    code and the rest, from the caller of each call in a recording."""
+    libraries = {}
+    for line in open(f"/proc/{pid}/maps"):
+        path = line.split()[-1]
+        for name in PROBED:
+            if os.path.basename(path) == name:
+                libraries[name] = path
+    events = []
+    subprocess.run(["perf", "probe", "-q", "-d", f"{GROUP}:*"], capture_output=True)
+    try:
+        for name, functions in PROBED.items():
+            for function in functions:
+                subprocess.run(["perf", "probe", "-q", "-x", libraries[name], f"{GROUP}:{function}={function}"],
+                               check=True, capture_output=True)
+                events.append(f"{GROUP}:{function}")
+        counted = os.path.join(directory, "calls.csv")
+        stat = subprocess.Popen(["perf", "stat", "-x", ",", "-o", counted, "-e", ",".join(events), "-p", str(pid)])
+        time.sleep(0.5)
+        run = proxy_nginx.wrk(port, connections, 3)
+        time.sleep(0.2)
+        stat.send_signal(signal.SIGINT)
+        stat.wait()
+        counts = {}
+        for line in open(counted):
+            fields = line.strip().split(",")
+            if len(fields) > 2 and fields[2].startswith(GROUP + ":"):
+                counts[fields[2].split(":")[1]] = int(fields[0]) / run["requests"]
+        recorded = os.path.join(directory, "calls.data")
+        perf = subprocess.Popen(["perf", "record", "-q", "-g", "-e", ",".join(events), "-p", str(pid), "-o", recorded,
+                                 "--", "sleep", "2.5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.3)
+        proxy_nginx.wrk(port, connections, 2)
+        perf.wait()
+        script = subprocess.run(["perf", "script", "-i", recorded, "-F", "event,ip,sym", "--max-stack", "2"],
+                                capture_output=True, text=True).stdout
+    finally:
+        subprocess.run(["perf", "probe", "-q", "-d", f"{GROUP}:*"], capture_output=True)
+    return {"requests": run["requests"], "counts": counts, "callers": callers(script)}
+
+
+def callers(script: str) -> dict[str, list[tuple[str, float]]]:
+    """From `perf script -F event,ip,sym --max-stack 2`: for each probed function, the share of its calls
+    whose caller is in SwiftNIO, in tokend-proxy's own code, or elsewhere (the runtime, other modules)."""
+    tally: dict[str, dict[str, int]] = {}
+    for block in script.split("\n\n"):
+        lines = [line.strip() for line in block.strip().splitlines() if line.strip()]
+        if len(lines) < 3:
+            continue
+        event = lines[0].rstrip(":").split(":")[-1]
+        caller = lines[2].split(None, 1)[-1]
+        if re.match(r"\$s\d+NIO", caller):
+            part = "SwiftNIO"
+        elif caller.startswith("$s12tokend_proxy"):
+            part = "tokend-proxy"
+        else:
+            part = "the rest"
+        tally.setdefault(event, {}).setdefault(part, 0)
+        tally[event][part] += 1
+    return {event: sorted(((part, 100 * n / sum(parts.values())) for part, n in parts.items()), key=lambda item: -item[1])
+            for event, parts in tally.items()}
 
 
 def parts(data: str) -> list[tuple[str, float]]:
