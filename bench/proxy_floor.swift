@@ -1,11 +1,14 @@
-// The floor for tokend-proxy in bench/proxy_nginx.py (--floor): the least a
-// forwarding proxy written in Swift does per request, with no framework. Two
-// threads, each with its own epoll and its own connections (a client and the
-// one upstream connection kept for it). A request head is read whole, an
-// Authorization line is put before its empty line, and it goes upstream; the
-// answer's head and Content-Length body are read whole and go back. GET only,
-// no body, no chunked answers, no timeouts, no TLS, no tokend: what the
-// proxy's own code and SwiftNIO add above this is what a rewrite could save.
+// The floor for tokend-proxy in bench/proxy_floor.py (make bench-proxy-floor):
+// the least a forwarding proxy written in Swift close to the system calls
+// does per request, with no framework. Two threads, each with its own epoll
+// and its own connections (a client and the one upstream connection kept for
+// it); each accepts one connection per wakeup, as nginx does without
+// multi_accept, and says on stderr which thread took it. A request head is
+// read whole, an Authorization line is put before its empty line, and it goes
+// upstream in one write; the answer's head and Content-Length body are read
+// whole and go back in one write. GET only, no body, no chunked answers, no
+// header checked, no timeouts, no backpressure, no TLS, no tokend; one message
+// is taken per read (what a read brings after it waits for the next read).
 //
 //     swiftc -O -import-objc-header bench/proxy_floor.h bench/proxy_floor.swift -o proxy-floor
 //     proxy-floor LISTEN_PORT UPSTREAM_PORT TOKEN
@@ -81,7 +84,7 @@ struct Floor: Sendable {
         return true
     }
 
-    func serve() {
+    func serve(thread: Int) {
         let epoll = epoll_create1(0)
         var event = epoll_event(events: EPOLLIN.rawValue | EPOLLEXCLUSIVE.rawValue, data: epoll_data_t(fd: listener))
         Self.check(epoll_ctl(epoll, EPOLL_CTL_ADD, listener, &event), "epoll_ctl")
@@ -109,9 +112,10 @@ struct Floor: Sendable {
             for index in 0..<Int(count) {
                 let fd = events[index].data.fd
                 if fd == listener {
-                    while true {
+                    repeat {
                         let client = accept(listener, nil, nil)
                         if client < 0 { break }
+                        fputs("accepted on thread \(thread)\n", stderr)
                         _ = fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK)
                         let upstream = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
                         var address = Self.loopback(upstreamPort)
@@ -133,7 +137,7 @@ struct Floor: Sendable {
                             var added = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(fd: side))
                             epoll_ctl(epoll, EPOLL_CTL_ADD, side, &added)
                         }
-                    }
+                    } while false
                     continue
                 }
                 guard let pair = pairs[fd] else { continue }
@@ -195,5 +199,5 @@ Floor.check(withUnsafePointer(to: &listenAddress) { bind(listener, UnsafeRawPoin
 Floor.check(listen(listener, 1024), "listen")
 let floor = Floor(listener: listener, upstreamPort: upstreamPort, authorization: Array("Authorization: Bearer \(arguments[3])\r\n".utf8))
 // Two threads, as tokend-proxy has two event loops (and nginx two workers).
-Thread { floor.serve() }.start()
-floor.serve()
+Thread { floor.serve(thread: 2) }.start()
+floor.serve(thread: 1)

@@ -6,9 +6,13 @@ tokend-proxy during a wrk run: system calls per request. Then `perf record` (sof
 sampling, call graphs) on tokend-proxy during a wrk run: its samples by part of the program (kernel,
 Swift runtime, SwiftNIO, the proxy's own code), then perf's top entries by shared object and
 by symbol. Last, calls per request that time samples cannot count and the host's load does not
-move: the Swift runtime's reference counting (swift_retain, swift_release), its exclusivity checks
-(swift_beginAccess) and malloc, counted by uprobes (`perf probe`) during a wrk run, and by whom they
-are called (SwiftNIO, the proxy's own code, the rest). The probes slow the proxy down about tenfold
+move: the Swift runtime's main reference-counting entry points (swift_retain, swift_release; not
+their _n, bridge-object or unknown-object variants), its exclusivity checks (swift_beginAccess) and
+malloc, counted by uprobes (`perf probe`) during a wrk run; then, from a recording, who calls the
+Swift ones (SwiftNIO, the proxy's own code, the rest) and the functions that call them most. The
+caller comes from the frame-pointer call chain taken at the probed function's entry, which names the
+immediate caller on Linux 6.12 or later (this machine runs 6.18); malloc, which does not start by
+pushing a frame pointer, is counted but not attributed. The probes slow the proxy down about tenfold
 while they count; they are removed afterwards.
 
     python bench/proxy_profile.py BIN_DIR [--seconds 5] [--connections 16]
@@ -80,13 +84,18 @@ def main() -> None:
         print("\n".join(lines[:args.symbols]))
     print(f"\ncalls per request, counted ({calls['requests']:,} requests under uprobes), and who calls them:\n")
     for name, count in calls["counts"].items():
-        callers = ", ".join(f"{part} {share:.0f} %" for part, share in calls["callers"].get(name, []))
-        print(f"  {name:<18} {count:7.1f}   {callers}")
+        by_part = ", ".join(f"{part} {share:.0f} %" for part, share in calls["callers"].get(name, ([], []))[0])
+        print(f"  {name:<18} {count:7.1f}   {by_part}")
+    for name, (_, top) in calls["callers"].items():
+        print(f"\n{name}: the callers that make most of its calls\n")
+        for caller, share in top:
+            print(f"  {share:5.1f} %  {caller}")
     shutil.rmtree(directory, ignore_errors=True)
 
 
 # The runtime calls counted, by library; the probes go in a group of their own (removed afterwards).
 PROBED = {"libswiftCore.so": ["swift_retain", "swift_release", "swift_beginAccess"], "libc.so.6": ["malloc"]}
+ATTRIBUTED = ["swift_retain", "swift_release", "swift_beginAccess"]  # they push a frame pointer first
 GROUP = "tkproxy"
 
 
@@ -101,6 +110,7 @@ def calls_per_request(pid: int, port: int, connections: int, directory: str) -> 
                 libraries[name] = path
     events = []
     subprocess.run(["perf", "probe", "-q", "-d", f"{GROUP}:*"], capture_output=True)
+    stat = perf = None
     try:
         for name, functions in PROBED.items():
             for function in functions:
@@ -120,22 +130,33 @@ def calls_per_request(pid: int, port: int, connections: int, directory: str) -> 
             if len(fields) > 2 and fields[2].startswith(GROUP + ":"):
                 counts[fields[2].split(":")[1]] = int(fields[0]) / run["requests"]
         recorded = os.path.join(directory, "calls.data")
-        perf = subprocess.Popen(["perf", "record", "-q", "-g", "-e", ",".join(events), "-p", str(pid), "-o", recorded,
-                                 "--", "sleep", "2.5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        attributed = [f"{GROUP}:{function}" for function in ATTRIBUTED]
+        perf = subprocess.Popen(["perf", "record", "-q", "-g", "-e", ",".join(attributed), "-p", str(pid), "-o",
+                                 recorded, "--", "sleep", "2.5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.3)
         proxy_nginx.wrk(port, connections, 2)
         perf.wait()
         script = subprocess.run(["perf", "script", "-i", recorded, "-F", "event,ip,sym", "--max-stack", "2"],
                                 capture_output=True, text=True).stdout
     finally:
-        subprocess.run(["perf", "probe", "-q", "-d", f"{GROUP}:*"], capture_output=True)
+        # No perf may hold the probes when they are deleted.
+        for process in (stat, perf):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+        if events:
+            deleted = subprocess.run(["perf", "probe", "-q", "-d", f"{GROUP}:*"], capture_output=True, text=True)
+            if deleted.returncode != 0:
+                print(f"could not remove the probes ({deleted.stderr.strip()}): perf probe -d '{GROUP}:*'", file=sys.stderr)
     return {"requests": run["requests"], "counts": counts, "callers": callers(script)}
 
 
-def callers(script: str) -> dict[str, list[tuple[str, float]]]:
+def callers(script: str) -> dict[str, tuple[list[tuple[str, float]], list[tuple[str, float]]]]:
     """From `perf script -F event,ip,sym --max-stack 2`: for each probed function, the share of its calls
-    whose caller is in SwiftNIO, in tokend-proxy's own code, or elsewhere (the runtime, other modules)."""
+    whose caller is in SwiftNIO, in tokend-proxy's own code, or elsewhere (the runtime, other modules),
+    and the five callers (demangled) that make most of them."""
     tally: dict[str, dict[str, int]] = {}
+    by_caller: dict[str, dict[str, int]] = {}
     for block in script.split("\n\n"):
         lines = [line.strip() for line in block.strip().splitlines() if line.strip()]
         if len(lines) < 3:
@@ -150,8 +171,19 @@ def callers(script: str) -> dict[str, list[tuple[str, float]]]:
             part = "the rest"
         tally.setdefault(event, {}).setdefault(part, 0)
         tally[event][part] += 1
-    return {event: sorted(((part, 100 * n / sum(parts.values())) for part, n in parts.items()), key=lambda item: -item[1])
-            for event, parts in tally.items()}
+        by_caller.setdefault(event, {}).setdefault(caller, 0)
+        by_caller[event][caller] += 1
+    result = {}
+    for event, parts in tally.items():
+        total = sum(parts.values())
+        top = sorted(by_caller[event].items(), key=lambda item: -item[1])[:5]
+        names = subprocess.run(["swift-demangle", "--simplified"], input="\n".join(name for name, _ in top),
+                               capture_output=True, text=True).stdout.splitlines() if shutil.which("swift-demangle") else []
+        if len(names) != len(top):
+            names = [name for name, _ in top]
+        result[event] = (sorted(((part, 100 * n / total) for part, n in parts.items()), key=lambda item: -item[1]),
+                         [(name[:110], 100 * n / total) for name, (_, n) in zip(names, top)])
+    return result
 
 
 def parts(data: str) -> list[tuple[str, float]]:

@@ -4,8 +4,9 @@ import TokendClient
 /// The upstream's answer on its way back to the client.
 extension ClientHandler: UpstreamUser {
     /// Bytes came from the upstream: once the request is sent, it may not fall silent for --timeout from now.
+    /// While an answer is held, what is awaited is tokend, not the upstream.
     func upstreamActive() {
-        guard case .exchange(let exchange) = phase, exchange.sent else { return }
+        guard case .exchange(let exchange) = phase, exchange.sent, exchange.held == nil else { return }
         upstreamDeadline = .now() + settings.timeout
     }
 
@@ -18,7 +19,6 @@ extension ClientHandler: UpstreamUser {
         }
         if exchange.held != nil {
             exchange.held?.append(part)
-            if case .end = part { heldEnded(exchange) }
             return
         }
         switch part {
@@ -132,9 +132,11 @@ extension ClientHandler: UpstreamUser {
         }
     }
 
+    /// The answer waits for tokend (a refresh, its cookies): the upstream is not read, nor timed, meanwhile.
     private func hold(_ head: ResponseHead, of exchange: Exchange) {
         exchange.held = [.head(head)]
         exchange.upstream?.pauseReading()
+        upstreamDeadline = nil
     }
 
     /// A 401 to the token sent: one compare-and-refresh, then the request again, or the 401 as it came.
@@ -186,10 +188,6 @@ extension ClientHandler: UpstreamUser {
         }
     }
 
-    private func heldEnded(_ exchange: Exchange) {
-        upstreamDeadline = nil  // the upstream has answered; what is awaited now is tokend
-    }
-
     /// What was held goes to the client, and the rest of the answer follows as it comes.
     private func release(held exchange: Exchange) {
         guard let held = exchange.held else { return }
@@ -202,6 +200,8 @@ extension ClientHandler: UpstreamUser {
             }
         }
         sendOutgoing(flush: true)
+        // The rest of the answer is the upstream's to send again, within --timeout.
+        if exchange.sent { awaitUpstream() }
         exchange.upstream?.resumeReading()
     }
 
