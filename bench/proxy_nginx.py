@@ -216,7 +216,8 @@ class Stand:
             status = urllib.request.urlopen(f"http://127.0.0.1:{port}{CHECK}", timeout=10).status
         except urllib.error.HTTPError as error:
             status = error.code
-        assert status == 200, f"{name} did not forward the session's token (the upstream answered {status})"
+        if status != 200:
+            raise RuntimeError(f"{name} did not forward the session's token (the upstream answered {status})")
 
     def targets(self) -> dict[str, tuple[int, list[int]]]:
         assert self.proxy is not None

@@ -163,12 +163,7 @@ def callers(script: str) -> dict[str, tuple[list[tuple[str, float]], list[tuple[
             continue
         event = lines[0].rstrip(":").split(":")[-1]
         caller = lines[2].split(None, 1)[-1]
-        if re.match(r"\$s\d+NIO", caller):
-            part = "SwiftNIO"
-        elif caller.startswith("$s12tokend_proxy"):
-            part = "tokend-proxy"
-        else:
-            part = "the rest"
+        part = module(caller) or "the rest"
         tally.setdefault(event, {}).setdefault(part, 0)
         tally[event][part] += 1
         by_caller.setdefault(event, {}).setdefault(caller, 0)
@@ -184,6 +179,15 @@ def callers(script: str) -> dict[str, tuple[list[tuple[str, float]], list[tuple[
         result[event] = (sorted(((part, 100 * n / total) for part, n in parts.items()), key=lambda item: -item[1]),
                          [(name[:110], 100 * n / total) for name, (_, n) in zip(names, top)])
     return result
+
+
+def module(symbol: str) -> str | None:
+    """The part of the program a mangled Swift symbol is in: SwiftNIO's modules, tokend-proxy's own, or None."""
+    if re.match(r"\$s\d+NIO", symbol):
+        return "SwiftNIO"
+    if symbol.startswith("$s12tokend_proxy"):
+        return "tokend-proxy's own code"
+    return None
 
 
 def parts(data: str) -> list[tuple[str, float]]:
@@ -203,12 +207,8 @@ def parts(data: str) -> list[tuple[str, float]]:
             part = "Swift runtime and Foundation"
         elif dso != "tokend-proxy":
             part = "libc, the loader, vdso"
-        elif re.match(r"\$s\d+NIO", symbol):
-            part = "SwiftNIO"
-        elif symbol.startswith("$s12tokend_proxy"):
-            part = "tokend-proxy's own code"
         else:
-            part = "rest of the binary (other packages, generics)"
+            part = module(symbol) or "rest of the binary (other packages, generics)"
         shares[part] = shares.get(part, 0.0) + share
     return sorted(shares.items(), key=lambda item: -item[1])
 

@@ -262,7 +262,8 @@ final class ClientHandler: ChannelDuplexHandler {
                 if exchange.upstreamChunked { upstream.write(Wire.lastChunk) }
                 upstream.flush()
                 exchange.sent = true
-                awaitUpstream()
+                // An answer that came early and is held waits for tokend; its release times the upstream.
+                if exchange.held == nil { awaitUpstream() }
             }
         case (.done, _):
             break
