@@ -318,6 +318,9 @@ def test_a_host_cut_off_from_the_database_serves_its_token_refreshes_nothing_and
         assert result.returncode == 9 and "shared store" in result.stderr, result.stderr
         assert "shared store unavailable" in fleet["c"].logs()
         calls_while_cut = [g for g in server.grants("refresh_token")[grants:]]
+        # All the while cut off, C made no upstream call (asked or on its own).
+        refreshes_by_c = fleet.status("c")["refreshes"]
+        assert refreshes_by_c == 0, f"C made {refreshes_by_c} upstream calls while cut off"
 
         namespace.restore()
         wait_for(lambda: fleet.status("c")["store"] == "connected", 30, "C reconnects")
@@ -325,9 +328,13 @@ def test_a_host_cut_off_from_the_database_serves_its_token_refreshes_nothing_and
         wait_for(lambda: fleet.status("c")["generation"] >= latest, 10, "C adopts the fleet's generation")
         token = fleet["c"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]
         assert token["accessToken"] == fleet["a"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["accessToken"]
-        refreshes_by_c = fleet.status("c")["refreshes"]
-        print(f"cut off: C made {refreshes_by_c} upstream calls; the fleet made {len(calls_while_cut)} while C was cut off")
-        assert refreshes_by_c == 0
+        # Back in the fleet, C is a member like the others: when the fleet's token nears its end, it may be
+        # the host that holds the lock and refreshes. What must hold is the fleet's rule: no refresh token
+        # was ever presented twice, and every refresh succeeded.
+        refreshes = server.grants("refresh_token")
+        assert all(g["status"] == 200 and not g["reuse"] for g in refreshes), refreshes
+        print(f"cut off: C made {refreshes_by_c} upstream calls and the fleet {len(calls_while_cut)} while C was cut off; "
+              f"after: C {fleet.status('c')['refreshes']}, fleet grants {len(refreshes)}, none reused")
     finally:
         if fleet:
             fleet.stop()
