@@ -79,11 +79,11 @@ def main() -> None:
     for name, rows in runs.items():
         med = {key: statistics.median(r[key] for r in rows) for key in ("rps", "p50_us", "cpu_us_per_request",
                                                                          "user_us_per_request", "system_us_per_request")}
-        failed = sum(r["non_2xx"] + r["socket_errors"] for r in rows)
+        failed = sum(proxy_nginx.errors(r) for r in rows)
         print(f"| {name} | {med['rps']:,.0f} | {med['p50_us']:,.0f} | {med['cpu_us_per_request']:.1f} "
               f"({med['user_us_per_request']:.1f} + {med['system_us_per_request']:.1f}) | {failed:,.0f} |")
     print(f"\nThe floor's connections by thread: {', '.join(f'{accepted.count(t)} on thread {t}' for t in sorted(set(accepted)))}.")
-    if any(r["non_2xx"] or r["socket_errors"] for rows in runs.values() for r in rows):
+    if any(proxy_nginx.errors(r) for rows in runs.values() for r in rows):
         sys.exit("answers that were not 2xx, or socket errors: these figures are not a proxy's rate")
 
 

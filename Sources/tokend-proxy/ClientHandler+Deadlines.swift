@@ -11,8 +11,10 @@ extension ClientHandler {
         alarm?.ensure(deadline)
     }
 
-    /// The request is upstream whole: the answer must begin within --timeout.
+    /// The upstream's answer is awaited: it must begin, or go on, within --timeout from now. Not while an
+    /// answer is held for tokend (what is awaited then is tokend): releasing it calls this again.
     func awaitUpstream() {
+        if case .exchange(let exchange) = phase, exchange.held != nil { return }
         let deadline = NIODeadline.now() + settings.timeout
         upstreamDeadline = deadline
         alarm?.ensure(deadline)

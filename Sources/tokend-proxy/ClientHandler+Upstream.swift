@@ -4,10 +4,9 @@ import TokendClient
 /// The upstream's answer on its way back to the client.
 extension ClientHandler: UpstreamUser {
     /// Bytes came from the upstream: once the request is sent, it may not fall silent for --timeout from now.
-    /// While an answer is held, what is awaited is tokend, not the upstream.
     func upstreamActive() {
-        guard case .exchange(let exchange) = phase, exchange.sent, exchange.held == nil else { return }
-        upstreamDeadline = .now() + settings.timeout
+        guard case .exchange(let exchange) = phase, exchange.sent else { return }
+        awaitUpstream()
     }
 
     func upstreamReceived(_ part: ResponsePart) {

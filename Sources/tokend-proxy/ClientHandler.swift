@@ -262,8 +262,7 @@ final class ClientHandler: ChannelDuplexHandler {
                 if exchange.upstreamChunked { upstream.write(Wire.lastChunk) }
                 upstream.flush()
                 exchange.sent = true
-                // An answer that came early and is held waits for tokend; its release times the upstream.
-                if exchange.held == nil { awaitUpstream() }
+                awaitUpstream()
             }
         case (.done, _):
             break
