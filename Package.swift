@@ -91,8 +91,9 @@ let package = Package(
         .executableTarget(name: "tokenctl", dependencies: ["Config", "Loopback", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
         // A local HTTP proxy that puts the session's token and cookies on requests to one upstream.
         .executableTarget(name: "tokend-proxy", dependencies: [
-            "Loopback", "TokendClient", argumentParser, logging, nio, nioPosix,
-            .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            "CLinux", "Loopback", "TokendClient", argumentParser, logging, nio,
+            .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ], swiftSettings: strict),
         // WebExtension native messaging framing (pure) and the host the browser starts.
         .target(name: "NativeMessaging", dependencies: ["Varlink"], swiftSettings: strict),

@@ -1,30 +1,28 @@
 import NIOCore
 
-/// One timer for a connection's deadlines, on its event loop. Moving a
+/// One timer for a connection's deadlines, on its loop. Moving a
 /// deadline later costs nothing (the timer, when it goes off early, is set
 /// again for the deadline as it then stands); only a deadline earlier than the
 /// one the timer is set for sets it again. A connection that serves requests
 /// back to back thus arms no timer per request.
 final class Alarm {
-    private let loop: EventLoop
-    private var armed: (at: NIODeadline, task: Scheduled<Void>)?
+    private unowned let loop: ProxyLoop
+    private var armed: (at: NIODeadline, timer: TimerHeap.ID)?
     /// Called when the timer goes off: checks the deadlines and answers the next one, or nil for none.
     var check: () -> NIODeadline? = { nil }
 
-    init(on loop: EventLoop) { self.loop = loop }
+    init(on loop: ProxyLoop) { self.loop = loop }
 
     /// The earliest deadline is now `deadline` or later: the timer goes off no later than it.
     func ensure(_ deadline: NIODeadline) {
         if let armed, armed.at <= deadline { return }
-        armed?.task.cancel()
-        let task = loop.assumeIsolatedUnsafeUnchecked().scheduleTask(deadline: deadline) { [weak self] () -> Void in
-            self?.fire()
-        }
-        armed = (deadline, task)
+        if let armed { loop.cancel(armed.timer) }
+        let timer = loop.schedule(at: deadline) { [weak self] in self?.fire() }
+        armed = (deadline, timer)
     }
 
     func cancel() {
-        armed?.task.cancel()
+        if let armed { loop.cancel(armed.timer) }
         armed = nil
     }
 

@@ -8,7 +8,7 @@ extension ClientHandler {
         guard !paused else { return }
         let deadline = NIODeadline.now() + settings.bodyTimeout
         bodyDeadline = deadline
-        alarm?.ensure(deadline)
+        alarm.ensure(deadline)
     }
 
     /// The upstream's answer is awaited: it must begin, or go on, within --timeout from now. Not while an
@@ -17,23 +17,21 @@ extension ClientHandler {
         if case .exchange(let exchange) = phase, exchange.held != nil { return }
         let deadline = NIODeadline.now() + settings.timeout
         upstreamDeadline = deadline
-        alarm?.ensure(deadline)
+        alarm.ensure(deadline)
     }
 
     /// No more of the client's body for now; the time until `resume` is not the client's.
     func pause() {
         paused = true
         bodyDeadline = nil
+        socket.reading = false
     }
 
     func resume() {
         guard paused else { return }
         paused = false
         waitForBody()
-        if readHeld, let context {
-            readHeld = false
-            context.read()
-        }
+        socket.reading = true
     }
 
     /// An answer is written: the next request's head must come within --header-timeout.
@@ -43,32 +41,31 @@ extension ClientHandler {
         upstreamDeadline = nil
         let deadline = NIODeadline.now() + settings.headerTimeout
         headDeadline = deadline
-        alarm?.ensure(deadline)
+        alarm.ensure(deadline)
         drain()
     }
 
     /// `bytes`, then the connection closed: once they are written, or after --timeout if the client
     /// does not take them.
     func writeThenClose(_ bytes: ByteBuffer) {
-        guard let context else { return }
+        guard socket.isActive else { return }
         unflushed = false
-        context.writeAndFlush(wrapOutboundOut(bytes)).assumeIsolated().whenComplete { _ in
-            context.close(promise: nil)
-        }
+        socket.write(bytes)
+        socket.closeAfterWriting()
         let deadline = NIODeadline.now() + settings.timeout
         closeDeadline = deadline
-        alarm?.ensure(deadline)
+        alarm.ensure(deadline)
     }
 
     /// An answer of the proxy's own, to the request being read or dropped.
     func write(_ answer: Answer, version: HTTPVersion?, close: Bool) {
-        guard let context else { return }
+        guard socket.isActive else { return }
         let close = close || (inputClosed && !decoder.hasBytes)
         let bytes = answer.bytes(version: version ?? lastVersion, close: close)
         if close {
             writeThenClose(bytes)
         } else {
-            context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+            socket.writeAndFlush(bytes)
             unflushed = false
         }
     }
@@ -97,7 +94,7 @@ extension ClientHandler {
         let now = NIODeadline.now()
         if let deadline = closeDeadline, deadline <= now {
             closeDeadline = nil
-            context?.close(promise: nil)
+            socket.close(error: nil)
             return nil
         }
         if let deadline = blockedDeadline, deadline <= now {
@@ -105,7 +102,7 @@ extension ClientHandler {
             blockedDeadline = nil
             if case .exchange(let exchange) = phase { abandon(exchange) }
             phase = .done
-            context?.close(promise: nil)
+            socket.close(error: nil)
             return nil
         }
         if let deadline = headDeadline, deadline <= now, case .idle = phase {
@@ -123,7 +120,7 @@ extension ClientHandler {
             case .exchange(let exchange):
                 abandon(exchange)
                 phase = .done
-                if exchange.relayedHead { context?.close(promise: nil) } else { write(answer, version: exchange.head.version, close: true) }
+                if exchange.relayedHead { socket.close(error: nil) } else { write(answer, version: exchange.head.version, close: true) }
                 return nil
             case .skipping:
                 phase = .done

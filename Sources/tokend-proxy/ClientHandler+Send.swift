@@ -12,7 +12,7 @@ extension ClientHandler {
         let url = exchange.url
         let path = exchange.path
         let loop = pool.loop
-        let bound = NIOLoopBound((self, exchange), eventLoop: loop)
+        let bound = LoopBound((self, exchange), on: loop)
         Task {
             let result: Result<RequestCredentials, any Error>
             do {
@@ -81,7 +81,7 @@ extension ClientHandler {
         exchange.answered = false
         connection.user = self
         connection.expectAnswer(toHead: exchange.head.method == .head)
-        let request = exchange.upstreamRequest(credentialLines: credentialLines(for: credentials), allocator: connection.channel.allocator)
+        let request = exchange.upstreamRequest(credentialLines: credentialLines(for: credentials), allocator: pool.loop.allocator)
         if !exchange.streaming {
             exchange.sent = true
             connection.writeAndFlush(request)
@@ -103,6 +103,6 @@ extension ClientHandler {
         if exchange.sent {
             awaitUpstream()
         }
-        if exchange.streaming && !exchange.bodyDone && connection.channel.isWritable { resume() }
+        if exchange.streaming && !exchange.bodyDone && connection.socket.isWritable { resume() }
     }
 }

@@ -34,7 +34,7 @@ extension ClientHandler: UpstreamUser {
             relay(head, of: exchange)
         case .body(let chunk):
             relay(chunk, of: exchange)
-            if let context, !context.channel.isWritable { exchange.upstream?.pauseReading() }
+            if !socket.isWritable { exchange.upstream?.pauseReading() }
         case .end:
             finish(exchange)
         }
@@ -50,20 +50,20 @@ extension ClientHandler: UpstreamUser {
         if let bytes = outgoing {
             outgoing = nil
             if flush {
-                context?.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+                socket.writeAndFlush(bytes)
                 unflushed = false
             } else {
                 writeToClient(bytes)
             }
         } else if flush && unflushed {
-            context?.flush()
+            socket.flush()
             unflushed = false
         }
     }
 
     /// Bytes for the client, sent with the next flush.
     func writeToClient(_ bytes: ByteBuffer) {
-        context?.write(wrapOutboundOut(bytes), promise: nil)
+        socket.write(bytes)
         unflushed = true
     }
 
@@ -72,16 +72,15 @@ extension ClientHandler: UpstreamUser {
         if writable { resume() } else { pause() }
     }
 
-    func channelWritabilityChanged(context: ChannelHandlerContext) {
+    func socketWritabilityChanged() {
         if case .exchange(let exchange) = phase, exchange.held == nil {
-            if context.channel.isWritable {
+            if socket.isWritable {
                 exchange.upstream?.resumeReading()
             } else {
                 exchange.upstream?.pauseReading()
             }
         }
-        if context.channel.isWritable { drain() }  // requests that waited for the client to take answers
-        context.fireChannelWritabilityChanged()
+        if socket.isWritable { drain() }  // requests that waited for the client to take answers
     }
 
     func upstreamFailed(_ error: any Error) {
@@ -114,7 +113,7 @@ extension ClientHandler: UpstreamUser {
             settings.logger.error("upstream failed mid-answer", metadata: ["target": "\(exchange.url)", "problem": "\(error)"])
             release(exchange)
             phase = .done
-            context?.close(promise: nil)
+            socket.close(error: nil)
             return
         }
         let failure = UpstreamFailure(error, timeout: .nanoseconds(settings.timeout.nanoseconds))
@@ -144,7 +143,7 @@ extension ClientHandler: UpstreamUser {
         let credentials = settings.credentials
         let loop = pool.loop
         let url = exchange.url
-        let bound = NIOLoopBound((self, exchange), eventLoop: loop)
+        let bound = LoopBound((self, exchange), on: loop)
         Task {
             let fresh = await credentials.refresh(after: stale)
             if !setCookie.isEmpty { await credentials.importCookies(setCookie, from: url) }
@@ -176,7 +175,7 @@ extension ClientHandler: UpstreamUser {
         let credentials = settings.credentials
         let url = exchange.url
         let loop = pool.loop
-        let bound = NIOLoopBound((self, exchange), eventLoop: loop)
+        let bound = LoopBound((self, exchange), on: loop)
         Task {
             await credentials.importCookies(setCookie, from: url)
             loop.execute {
@@ -208,7 +207,6 @@ extension ClientHandler: UpstreamUser {
     /// length passes as it is; another is sent in chunks to an HTTP/1.1 client, and until the connection
     /// closes to an HTTP/1.0 one.
     private func relay(_ head: ResponseHead, of exchange: Exchange) {
-        guard let context else { return }
         exchange.relayedHead = true
         let version = exchange.head.version
         switch head.framing {
@@ -217,7 +215,7 @@ extension ClientHandler: UpstreamUser {
             if version.minor == 1 { exchange.clientChunked = true } else { exchange.closeAfter = true }
         }
         if !exchange.head.keepAlive { exchange.closeAfter = true }
-        var bytes = context.channel.allocator.buffer(capacity: head.bytes.readableBytes + Self.gathered + 64)
+        var bytes = pool.loop.allocator.buffer(capacity: head.bytes.readableBytes + Self.gathered + 64)
         bytes.writeClientHead(head, version: version, chunked: exchange.clientChunked, close: exchange.closeAfter)
         sendOutgoing()
         outgoing = bytes
@@ -228,7 +226,7 @@ extension ClientHandler: UpstreamUser {
 
     /// A piece of the upstream's body, in the client's framing.
     private func relay(_ chunk: ByteBuffer, of exchange: Exchange) {
-        guard let context, chunk.readableBytes > 0 else { return }
+        guard chunk.readableBytes > 0 else { return }
         if chunk.readableBytes <= Self.gathered, outgoing != nil {
             if exchange.clientChunked { outgoing!.writeChunkSize(chunk.readableBytes) }
             outgoing!.writeImmutableBuffer(chunk)
@@ -237,7 +235,7 @@ extension ClientHandler: UpstreamUser {
         }
         sendOutgoing()
         if exchange.clientChunked {
-            var size = context.channel.allocator.buffer(capacity: 18)
+            var size = pool.loop.allocator.buffer(capacity: 18)
             size.writeChunkSize(chunk.readableBytes)
             writeToClient(size)
             writeToClient(chunk)
@@ -257,7 +255,7 @@ extension ClientHandler: UpstreamUser {
         release(exchange)
         let close = exchange.closeAfter || !exchange.bodyDone || (inputClosed && !decoder.hasBytes)
         phase = close ? .done : .idle
-        guard context != nil else { return }
+        guard socket.isActive else { return }
         if exchange.clientChunked {
             if outgoing != nil { outgoing!.writeStaticString("0\r\n\r\n") } else { writeToClient(Wire.lastChunk) }
         }

@@ -31,11 +31,7 @@ struct Settings: Sendable {
 /// The upstream must start answering within --timeout of the request's end,
 /// and may not fall silent for longer (504, or the connection closed once the
 /// answer has begun).
-final class ClientHandler: ChannelDuplexHandler {
-    typealias InboundIn = ByteBuffer
-    typealias OutboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
-
+final class ClientHandler: SocketUser {
     enum Phase {
         /// Waiting for a request head.
         case idle
@@ -48,20 +44,19 @@ final class ClientHandler: ChannelDuplexHandler {
 
     let settings: Settings
     let pool: UpstreamPool
+    let socket: Socket
     /// The peer may be served (on a Unix socket: it is this process's user).
     let allowed: Bool
-    /// Within --max-connections.
+    /// Counted until the connection closes; not admitted, it gets 503.
+    let admission: Admission
     let admitted: Bool
     var phase = Phase.idle
-    var context: ChannelHandlerContext?
-    var alarm: Alarm?
+    let alarm: Alarm
     var headDeadline: NIODeadline?
     var bodyDeadline: NIODeadline?
     var upstreamDeadline: NIODeadline?
     /// The proxy takes no more of the client's body for now (its upstream is not there or not taking it).
     var paused = false
-    /// A read NIO asked for while paused: issued on resuming.
-    var readHeld = false
     /// The client's bytes as requests; what came while one is answered (pipelined) waits in it.
     var decoder = RequestDecoder()
     /// The answer's head and the body pieces after it, gathered to go to the client in one write.
@@ -79,47 +74,38 @@ final class ClientHandler: ChannelDuplexHandler {
     /// The client shut its sending side: the connection closes once what it sent is answered.
     var inputClosed = false
 
-    init(settings: Settings, pool: UpstreamPool, allowed: Bool, admitted: Bool) {
+    init(settings: Settings, pool: UpstreamPool, socket: Socket, allowed: Bool, admission: Admission) {
         self.settings = settings
         self.pool = pool
+        self.socket = socket
         self.allowed = allowed
-        self.admitted = admitted
-    }
-
-    func handlerAdded(context: ChannelHandlerContext) {
-        self.context = context
-        let alarm = Alarm(on: context.eventLoop)
+        self.admission = admission
+        admitted = admission.admit()
+        alarm = Alarm(on: pool.loop)
         alarm.check = { [unowned self] in self.checkDeadlines() }
-        self.alarm = alarm
     }
 
-    func channelActive(context: ChannelHandlerContext) {
+    /// The connection is accepted: over the cap it gets 503, else its first request head is awaited.
+    func start() {
         guard admitted else {
             phase = .done
             settings.logger.warning("refused a connection over the cap", metadata: ["max-connections": "\(settings.maxConnections)"])
-            writeThenClose(
+            return writeThenClose(
                 Answer(status: .serviceUnavailable, message: "the proxy serves \(settings.maxConnections) connections at most; try again")
                     .bytes(version: .http1_1, close: true))
-            return context.fireChannelActive()
         }
         let deadline = NIODeadline.now() + settings.headerTimeout
         headDeadline = deadline
-        alarm?.ensure(deadline)
-        context.fireChannelActive()
+        alarm.ensure(deadline)
     }
 
-    func channelInactive(context: ChannelHandlerContext) {
+    /// Closed: by the proxy, by the client, or after a socket error.
+    func socketClosed(error: (any Error)?) {
         if case .exchange(let exchange) = phase { abandon(exchange) }
         phase = .done
-        alarm?.cancel()
-        alarm?.check = { nil }
-        context.fireChannelInactive()
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if case .exchange(let exchange) = phase { abandon(exchange) }
-        phase = .done
-        context.close(promise: nil)
+        alarm.cancel()
+        alarm.check = { nil }
+        if admitted { admission.leave() }
     }
 
     /// A request the proxy cannot read: its status and why, and the connection closed (where the
@@ -130,8 +116,7 @@ final class ClientHandler: ChannelDuplexHandler {
             abandon(exchange)
             if exchange.relayedHead {
                 phase = .done
-                context?.close(promise: nil)
-                return
+                return socket.close(error: nil)
             }
             lastVersion = exchange.head.version
         }
@@ -139,22 +124,16 @@ final class ClientHandler: ChannelDuplexHandler {
         write(Answer(status: error.status, message: error.message), version: nil, close: true)
     }
 
-    func read(context: ChannelHandlerContext) {
-        if paused {
-            readHeld = true
-        } else {
-            context.read()
-        }
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+    func socketRead(_ bytes: ByteBuffer) {
         if case .done = phase {
-            paused = true  // nothing more is answered: its bytes are dropped and no more are read
+            pause()  // nothing more is answered: its bytes are dropped and no more are read
             return
         }
-        decoder.append(unwrapInboundIn(data))
+        decoder.append(bytes)
         drain()
     }
+
+    func socketReadComplete() {}
 
     /// The requests read are handled one after another while none is being answered and the client
     /// takes what is written to it; the socket is read on only then, and the rest waits in the decoder.
@@ -171,7 +150,7 @@ final class ClientHandler: ChannelDuplexHandler {
                 return
             case .idle, .skipping:
                 // The proxy's own answers come from here: none while the client does not take them.
-                blocked = !(context?.channel.isWritable ?? false)
+                blocked = !socket.isWritable
             case .exchange:
                 blocked = false  // an exchange goes at the pace of its upstream and its client, as they say
             }
@@ -190,7 +169,7 @@ final class ClientHandler: ChannelDuplexHandler {
             pause()
             let deadline = NIODeadline.now() + settings.timeout
             blockedDeadline = deadline
-            alarm?.ensure(deadline)
+            alarm.ensure(deadline)
             return
         }
         blockedDeadline = nil
@@ -199,7 +178,7 @@ final class ClientHandler: ChannelDuplexHandler {
             break
         case .idle where inputClosed:  // the client sent no more than a cut head after its last request
             phase = .done
-            context?.close(promise: nil)
+            socket.close(error: nil)
         case .idle, .skipping:
             resume()
         case .exchange(let exchange) where exchange.bodyDone:
@@ -216,8 +195,8 @@ final class ClientHandler: ChannelDuplexHandler {
         if case .exchange(let exchange) = phase { exchange.bodyDone } else { false }
     }
 
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        guard case ChannelEvent.inputClosed = event else { return context.fireUserInboundEventTriggered(event) }
+    /// The client shut its sending side.
+    func socketInputClosed() {
         inputClosed = true
         switch phase {
         case .idle where blockedDeadline == nil:  // nothing whole is left unanswered (`drain` took it): what is left is a cut head
@@ -226,7 +205,7 @@ final class ClientHandler: ChannelDuplexHandler {
         case .exchange(let exchange) where !exchange.bodyDone:
             abandon(exchange)  // the client went away before its request was whole
             phase = .done
-            context.close(promise: nil)
+            socket.close(error: nil)
         case .skipping where blockedDeadline == nil:
             phase = .done
             writeThenClose(ByteBuffer())
@@ -269,7 +248,7 @@ final class ClientHandler: ChannelDuplexHandler {
         default:
             // A part without a head: what the decoder never delivers.
             phase = .done
-            context?.close(promise: nil)
+            socket.close(error: nil)
         }
     }
 
@@ -288,7 +267,7 @@ final class ClientHandler: ChannelDuplexHandler {
             phase = .exchange(Exchange(head: head, upstream: settings.upstream, target: target, path: path))
             // The proxy reads the body itself: a client that waits to be asked for it is asked.
             if head.expectsContinue, head.chunked || head.contentLength ?? 0 > 0 {
-                context?.writeAndFlush(wrapOutboundOut(Wire.continueAnswer), promise: nil)
+                socket.writeAndFlush(Wire.continueAnswer)
             }
         case .failure(let refusal):
             settings.logger.warning("refused a request path", metadata: ["reason": "\(refusal.why)"])
@@ -318,7 +297,7 @@ final class ClientHandler: ChannelDuplexHandler {
         if let upstream = exchange.upstream {
             exchange.writeBody(chunk, to: upstream)
             upstream.flush()
-            if !upstream.channel.isWritable { pause() }
+            if !upstream.socket.isWritable { pause() }
         } else {
             exchange.pending.append(chunk)
             pause()

@@ -1,18 +1,17 @@
+import CLinux
 import Foundation
 import Logging
 import Loopback
 import NIOCore
-import NIOPosix
 import NIOSSL
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// The listener (SwiftNIO HTTP/1) and, on each event loop, the client
-/// connections it accepts and the upstream connections that serve them;
-/// tokend's answers come from `Credentials`.
+/// The listener and, on each loop (one per core), the client connections it
+/// accepts and the upstream connections that serve them; tokend's answers
+/// come from `Credentials`.
 final class Proxy: Sendable {
     let upstream: Upstream
     let credentials: Credentials
@@ -50,77 +49,88 @@ final class Proxy: Sendable {
     }
 
     private func listen(on address: ListenAddress) async throws {
-        let group = MultiThreadedEventLoopGroup.singleton
-        // A redirect would carry the token elsewhere: the client gets it as it is (the proxy follows none).
-        let tls = try upstream.tls ? NIOSSLContext(configuration: .makeClientConfiguration()) : nil
-        let pools = try await UpstreamPool.pools(for: group, upstream: upstream, tls: tls, keep: maxConnections)
-        let settingsBox = Mutex<Settings?>(nil)
-        let initializer: @Sendable (Channel) -> EventLoopFuture<Void> = { channel in
-            guard let settings = settingsBox.withLock({ $0 }), let pool = pools[ObjectIdentifier(channel.eventLoop)] else {
-                return channel.close()
-            }
-            let admitted = self.admission.admitted(channel)
-            let peer: EventLoopFuture<Bool> =
-                settings.pages.hosts == nil ? Self.peerIsThisUser(channel) : channel.eventLoop.makeSucceededFuture(true)
-            return peer.flatMapThrowing { allowed in
-                try channel.pipeline.syncOperations.addHandler(
-                    ClientHandler(settings: settings, pool: pool.value, allowed: allowed, admitted: admitted))
-            }
-        }
-        let bootstrap = ServerBootstrap(group: group)
-            .serverChannelOption(.backlog, value: 1024)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            // Nothing is accepted until the settings, which need the bound address, are made.
-            .serverChannelOption(.autoRead, value: false)
-            .serverChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(AdmissionHandler(self.admission)) }
-            }
-            .childChannelOption(.allowRemoteHalfClosure, value: true)
-            .childChannelInitializer(initializer)
-        let server: Channel
-        switch address {
-        case .unix(let path, let mode):
-            server = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
-            chmod(path, mode)
-        case .tcp(let host, let port):
-            server = try await bootstrap.bind(host: host, port: port).get()
-        case .inherited(let fd):
-            server = try await bootstrap.withBoundSocket(NIOBSDSocket.Handle(fd)).get()
-        }
-        // What the socket is, from the socket: a passed one may be either kind, a port may be 0.
-        let local = server.localAddress
+        let listener = try Listener.open(address)
         // A socket systemd passed may be bound to any address; only a loopback one keeps other hosts out.
-        if let local, let ip = local.ipAddress, !Loopback.isLiteral(ip) {
-            try? await server.close()
+        if let local = listener.local, let ip = local.ipAddress, !Loopback.isLiteral(ip) {
+            close(listener.fd)
             throw ListenRefused(address: local.protocol == .inet6 ? "[\(ip)]:\(local.port ?? 0)" : "\(ip):\(local.port ?? 0)")
         }
-        if local?.ipAddress != nil {
+        if listener.local != nil {
             logger.warning("listening on TCP: any local user can use this proxy, and so the session's token")
         }
         let nanoseconds = { (duration: Duration) in TimeAmount.nanoseconds(Int64(duration.components.seconds) * 1_000_000_000) }
-        settingsBox.withLock {
-            $0 = Settings(
-                upstream: upstream, credentials: credentials, bodyBudget: bodyBudget, bufferLimit: bufferLimit,
-                bodyTimeout: nanoseconds(bodyTimeout), headerTimeout: nanoseconds(headerTimeout), timeout: nanoseconds(timeout),
-                maxConnections: maxConnections, pages: WebPages(listeningOn: local), logger: logger)
+        let settings = Settings(
+            upstream: upstream, credentials: credentials, bodyBudget: bodyBudget, bufferLimit: bufferLimit,
+            bodyTimeout: nanoseconds(bodyTimeout), headerTimeout: nanoseconds(headerTimeout), timeout: nanoseconds(timeout),
+            maxConnections: maxConnections, pages: WebPages(listeningOn: listener.local), logger: logger)
+        // A redirect would carry the token elsewhere: the client gets it as it is (the proxy follows none).
+        let tls = try upstream.tls ? NIOSSLContext(configuration: .makeClientConfiguration()) : nil
+        let dialer = Dialer(host: upstream.host, port: upstream.port, tls: tls, timeout: .seconds(10))
+        for loop in try ProxyLoop.start(count: System.coreCount) {
+            let accepting = LoopBound(Accepting(listener: listener, settings: settings, admission: admission, dialer: dialer, loop: loop), on: loop)
+            loop.execute { accepting.value.start() }
         }
-        try await server.setOption(.autoRead, value: true).get()
-        logger.notice("listening", metadata: ["address": "\(local.map { "\($0)" } ?? "\(address)")", "upstream": "\(upstream.base)\(upstream.prefix)"])
-        try await server.closeFuture.get()
+        logger.notice(
+            "listening",
+            metadata: ["address": "\(listener.local.map { "\($0)" } ?? "\(address)")", "upstream": "\(upstream.base)\(upstream.prefix)"])
+        while true { try await Task.sleep(for: .seconds(3600)) }
+    }
+}
+
+/// One loop's accepting: each connection the kernel hands this loop becomes a ClientHandler served
+/// here, with the upstream connections of this loop's pool.
+final class Accepting {
+    let listener: Listener
+    let settings: Settings
+    let admission: Admission
+    let loop: ProxyLoop
+    let pool: UpstreamPool
+
+    init(listener: Listener, settings: Settings, admission: Admission, dialer: Dialer, loop: ProxyLoop) {
+        self.listener = listener
+        self.settings = settings
+        self.admission = admission
+        self.loop = loop
+        pool = UpstreamPool(loop: loop, dialer: dialer, keep: settings.maxConnections)
     }
 
-    /// The connecting process's uid (SO_PEERCRED) is this process's: one
-    /// proxy serves one user, whom tokend's policy admits or refuses.
-    static func peerIsThisUser(_ channel: Channel) -> EventLoopFuture<Bool> {
-        struct UCred {
-            var pid: Int32 = 0
-            var uid: UInt32 = 0
-            var gid: UInt32 = 0
+    func start() {
+        do {
+            try loop.watch(listener: listener.fd) { [self] in acceptOne() }
+        } catch {
+            fatalError("tokend-proxy: cannot watch the listening socket: \(error)")
         }
-        guard let provider = channel as? SocketOptionProvider else { return channel.eventLoop.makeSucceededFuture(false) }
-        let asked: EventLoopFuture<UCred> = provider.unsafeGetSocketOption(
-            level: SocketOptionLevel(SOL_SOCKET), name: SocketOptionName(SO_PEERCRED))
-        return asked.map { $0.uid == getuid() }.recover { _ in false }
+    }
+
+    /// One connection per wakeup, so that the loops share them.
+    private func acceptOne() {
+        let fd = accept4(listener.fd, nil, nil, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
+        guard fd >= 0 else {
+            switch errno {
+            case EAGAIN, EINTR, ECONNABORTED, EPERM:
+                return  // another loop took it, or it went away
+            default:
+                // Out of descriptors or memory: the listener rests for a moment rather than spinning.
+                settings.logger.error("accept failed", metadata: ["problem": "\(SocketError("accept4", errno))"])
+                loop.pause(listener: listener.fd, for: .milliseconds(100))
+                return
+            }
+        }
+        if listener.local != nil {
+            var one: CInt = 1
+            setsockopt(fd, CInt(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<CInt>.size))
+        }
+        let socket = Socket(fd: fd, on: loop, halfClosure: true)
+        do {
+            try loop.register(socket)
+        } catch {
+            close(fd)
+            return
+        }
+        let allowed = settings.pages.hosts != nil || Listener.peerIsThisUser(fd)
+        let handler = ClientHandler(settings: settings, pool: pool, socket: socket, allowed: allowed, admission: admission)
+        socket.user = handler
+        handler.start()
     }
 }
 

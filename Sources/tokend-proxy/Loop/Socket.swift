@@ -1,0 +1,228 @@
+import CLinux
+import NIOCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a socket tells the one it serves, on its loop.
+protocol SocketUser: AnyObject {
+    func socketRead(_ bytes: ByteBuffer)
+    /// The reads of one readiness event are over.
+    func socketReadComplete()
+    /// `isWritable` changed.
+    func socketWritabilityChanged()
+    /// The peer shut its sending side (only with `halfClosure`; else the socket closes).
+    func socketInputClosed()
+    /// The socket is closed: by its user (`error` nil), by the peer, or after `error`.
+    func socketClosed(error: (any Error)?)
+}
+
+/// A connected stream socket on a loop: reads go to its user as they come
+/// while reading is on; writes queue until `flush` and leave with one
+/// `writev`. `isWritable` turns false when more than `highWater` bytes wait to
+/// go and true again under `lowWater`, so a user can stop what feeds it.
+final class Socket {
+    let fd: CInt
+    unowned let loop: ProxyLoop
+    var user: SocketUser?
+    /// A peer that shuts its sending side may still be answered; without this the socket closes.
+    let halfClosure: Bool
+    /// Upstream connections speak TLS through this.
+    let tls: TLSFilter?
+    private(set) var isActive = true
+    private(set) var isWritable = true
+    /// The user takes reads; off, the kernel holds them (and the peer's sending slows).
+    var reading = true {
+        didSet { if reading && !oldValue && readable { loop.nextTurn { [self] in readAvailable() } } }
+    }
+
+    static let highWater = 64 * 1024
+    static let lowWater = 32 * 1024
+
+    /// Bytes may be waiting that were not read (an edge came, or reading stopped before they ran out).
+    private var readable = false
+    private var inputEnded = false
+    /// Written, not yet flushed.
+    private var unflushed: [ByteBuffer] = []
+    /// Flushed, not yet on the socket: from `sent` on.
+    private var queued: [ByteBuffer] = []
+    private var sent = 0
+    private var pendingBytes = 0
+    /// A write found the socket full: the next readiness for writing goes on with it.
+    private var waitingForRoom = false
+    private var closeWhenWritten = false
+
+    init(fd: CInt, on loop: ProxyLoop, halfClosure: Bool, tls: TLSFilter? = nil) {
+        self.fd = fd
+        self.loop = loop
+        self.halfClosure = halfClosure
+        self.tls = tls
+    }
+
+    /// While a connect is under way: called at its first readiness, which says how it went.
+    var onConnected: (() -> Void)?
+
+    /// Readiness from epoll.
+    func ready(_ events: UInt32) {
+        if events & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
+            readable = true
+        }
+        if let onConnected { return onConnected() }
+        if readable && reading { readAvailable() }
+        if isActive, events & (EPOLLOUT.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0, waitingForRoom {
+            waitingForRoom = false
+            writeQueued()
+        }
+    }
+
+    /// Reads until the socket has no more for now, or reading is turned off, or the socket closes.
+    private func readAvailable() {
+        var delivered = false
+        while isActive, reading, readable, !inputEnded {
+            let count = read(fd, loop.scratch.baseAddress, loop.scratch.count)
+            if count > 0 {
+                // A short read emptied the socket: the next bytes come with an edge of their own.
+                if count < loop.scratch.count { readable = false }
+                let bytes = loop.allocator.buffer(bytes: UnsafeRawBufferPointer(rebasing: loop.scratch[0..<count]))
+                delivered = true
+                if let tls {
+                    do {
+                        let plain = try tls.decrypt(bytes)
+                        writeQueued(tls.encrypted())  // what the TLS exchange answers (handshake, alerts)
+                        for piece in plain { user?.socketRead(piece) }
+                        if !tls.isOpen { return close(error: nil) }  // the server's close_notify
+                    } catch {
+                        return close(error: error)
+                    }
+                } else {
+                    user?.socketRead(bytes)
+                }
+            } else if count == 0 {
+                readable = false
+                inputEnded = true
+                if delivered { user?.socketReadComplete() }
+                guard halfClosure, isActive else { return close(error: nil) }
+                user?.socketInputClosed()
+                return
+            } else if errno == EINTR {
+                continue
+            } else if errno == EAGAIN {
+                readable = false
+            } else {
+                return close(error: SocketError("read", errno))
+            }
+        }
+        if delivered, isActive { user?.socketReadComplete() }
+    }
+
+    /// `bytes` go out with the next flush.
+    func write(_ bytes: ByteBuffer) {
+        guard isActive, bytes.readableBytes > 0 else { return }
+        if let tls {
+            tls.write(bytes)
+        } else {
+            unflushed.append(bytes)
+        }
+        pendingBytes += bytes.readableBytes
+        if isWritable && pendingBytes > Self.highWater {
+            isWritable = false
+            loop.afterEvent { [self] in if isActive { user?.socketWritabilityChanged() } }
+        }
+    }
+
+    func flush() {
+        guard isActive else { return }
+        if let tls {
+            tls.flush()
+            writeQueued(tls.encrypted())
+        } else if !unflushed.isEmpty {
+            let taking = unflushed
+            unflushed = []
+            writeQueued(taking)
+        }
+    }
+
+    func writeAndFlush(_ bytes: ByteBuffer) {
+        write(bytes)
+        flush()
+    }
+
+    /// What was written goes out, then the socket closes (the caller bounds how long that may take).
+    func closeAfterWriting() {
+        guard isActive else { return }
+        flush()
+        closeWhenWritten = true
+        if isActive && queued.count == sent { close(error: nil) }
+    }
+
+    /// Appends `more` (flushed bytes) and writes what the socket takes.
+    private func writeQueued(_ more: [ByteBuffer] = []) {
+        queued.append(contentsOf: more.lazy.filter { $0.readableBytes > 0 })
+        guard isActive, !waitingForRoom else { return }
+        while sent < queued.count {
+            let written = writeSome()
+            if written < 0 {
+                if errno == EINTR { continue }
+                if errno == EAGAIN { break }
+                return close(error: SocketError("write", errno))
+            }
+            var left = written
+            while sent < queued.count, queued[sent].readableBytes <= left {
+                left -= queued[sent].readableBytes
+                queued[sent] = ByteBuffer()
+                sent += 1
+            }
+            if left > 0 { queued[sent].moveReaderIndex(forwardBy: left) }
+            if tls == nil { pendingBytes -= written }
+        }
+        if sent == queued.count {
+            queued.removeAll(keepingCapacity: true)
+            sent = 0
+            if tls != nil { pendingBytes = 0 }
+            if closeWhenWritten { return close(error: nil) }
+        } else {
+            waitingForRoom = true
+            if sent > 64 {
+                queued.removeFirst(sent)
+                sent = 0
+            }
+        }
+        if !isWritable && pendingBytes < Self.lowWater {
+            isWritable = true
+            loop.afterEvent { [self] in if isActive { user?.socketWritabilityChanged() } }
+        }
+    }
+
+    /// One write or writev of the queued bytes: the count written, or -1 with errno.
+    private func writeSome() -> Int {
+        let first = queued[sent]
+        if sent + 1 == queued.count {
+            return first.withUnsafeReadableBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        }
+        // The buffers stay in `queued` while writev runs, so the storage their pointers name is held.
+        var vectors: [iovec] = []
+        vectors.reserveCapacity(min(queued.count - sent, 64))
+        for index in sent..<min(queued.count, sent + 64) {
+            queued[index].withUnsafeReadableBytes { vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: $0.baseAddress), iov_len: $0.count)) }
+        }
+        return writev(fd, vectors, Int32(vectors.count))
+    }
+
+    /// Closes at once (what was not written is dropped) and tells the user.
+    func close(error: (any Error)?) {
+        guard isActive else { return }
+        isActive = false
+        loop.forget(self)
+        if let tls, error == nil {
+            // close_notify, if the socket takes it now; the connection ends either way.
+            for piece in tls.closing() { piece.withUnsafeReadableBytes { _ = Glibc.write(fd, $0.baseAddress, $0.count) } }
+        }
+        Glibc.close(fd)
+        unflushed = []
+        queued = []
+        let user = self.user
+        self.user = nil
+        user?.socketClosed(error: error)
+    }
+}
