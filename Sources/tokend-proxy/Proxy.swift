@@ -49,6 +49,8 @@ final class Proxy: Sendable {
     }
 
     private func listen(on address: ListenAddress) async throws {
+        // A peer gone while a write is under way is a write error on that connection, not the end of the process.
+        signal(SIGPIPE, SIG_IGN)
         let listener = try Listener.open(address)
         // A socket systemd passed may be bound to any address; only a loopback one keeps other hosts out.
         if let local = listener.local, let ip = local.ipAddress, !Loopback.isLiteral(ip) {

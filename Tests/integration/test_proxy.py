@@ -6,6 +6,7 @@ import json
 import os
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -39,13 +40,13 @@ def request(port, method, target, headers, body=None):
 class ProxyProcess:
     """The built tokend-proxy on a Unix socket in `workdir`, or with `port` on tcp:127.0.0.1:port."""
 
-    def __init__(self, daemon, upstream, workdir, *extra, mode="0600", port=None):
+    def __init__(self, daemon, upstream, workdir, *extra, mode="0600", port=None, prefix=()):
         self.path = os.path.join(workdir, "api.sock")
         self.port = port
         self.log_path = os.path.join(workdir, "proxy.log")
         listen = f"tcp:127.0.0.1:{port}" if port else f"unix:{self.path}"
         self.process = subprocess.Popen(
-            [os.path.join(BIN, "tokend-proxy"), "--socket", daemon.socket, "--listen", listen,
+            [*prefix, os.path.join(BIN, "tokend-proxy"), "--socket", daemon.socket, "--listen", listen,
              "--upstream", upstream, "--mode", mode, *extra],
             stdout=subprocess.DEVNULL, stderr=open(self.log_path, "w"))
         wait_for(self.listening, 20, "the proxy's socket")
@@ -303,9 +304,10 @@ CHUNKED_ANSWER = [b"part one,", b" part two"]
 
 class RecordingAPI:
     """An upstream that notes every request (method, target as received, bearer token) as its head
-    arrives, before reading its body, and answers 200 with what it saw."""
+    arrives, before reading its body, and answers 200 with what it saw; over TLS with `tls`
+    (certificate and key files), as https://localhost:PORT."""
 
-    def __init__(self):
+    def __init__(self, tls=None):
         self.seen = []
         self.lock = threading.Lock()
         api = self
@@ -350,6 +352,11 @@ class RecordingAPI:
 
         self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.url = f"https://localhost:{self.server.server_port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self):
@@ -404,6 +411,57 @@ def test_on_tcp_no_web_page_gets_a_request_through(recording, tcp_proxy):
         code, body = proxy.request("POST", "/data", headers, b"x=1")
         assert code == 200 and json.loads(body) == {"path": "/api/data", "token": token, "bytes": 3}, (headers, body)
     assert len(recording.seen) == len(served)
+
+
+def make_certificates(directory):
+    """A test CA, and a certificate it signs for localhost: the CA file, the certificate and its key."""
+    ca, ca_key = os.path.join(directory, "ca.pem"), os.path.join(directory, "ca.key")
+    cert, key, request = (os.path.join(directory, name) for name in ("server.pem", "server.key", "server.csr"))
+    extensions = os.path.join(directory, "server.ext")
+    with open(extensions, "w") as f:
+        f.write("subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for command in (["req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=tokend test CA"],
+                    ["req", *ec, "-keyout", key, "-out", request, "-subj", "/CN=localhost"],
+                    ["x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+                     "-days", "2", "-extfile", extensions]):
+        subprocess.run(["openssl", *command], check=True, capture_output=True)
+    return ca, cert, key
+
+
+def test_an_https_upstream_is_spoken_to_over_tls_and_one_it_cannot_trust_gets_502(server, make_tokend, workdir):
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    ca, cert, key = make_certificates(workdir)
+    api = RecordingAPI(tls=(cert, key))
+    trusting_dir, plain_dir = os.path.join(workdir, "a"), os.path.join(workdir, "b")
+    os.mkdir(trusting_dir)
+    os.mkdir(plain_dir)
+    # The proxy trusts the system's CA bundle: in a mount namespace of its own, that bundle is the test CA.
+    trust = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/ssl/certs/ca-certificates.crt && exec "$@"', ca]
+    trusting = ProxyProcess(daemon, api.url + "/api", trusting_dir, "--buffer-limit", "1000", prefix=trust)
+    plain = ProxyProcess(daemon, api.url + "/api", plain_dir)
+    try:
+        assert api.url.startswith("https://localhost:"), "the name is looked up, and checked against the certificate"
+        token = token_of(daemon)["accessToken"]
+        for _ in range(2):  # the second on the kept connection
+            run = trusting.curl("/data")
+            assert json.loads(run.stdout.rsplit("\n", 1)[0]) == {"path": "/api/data", "token": token, "bytes": 0}, run.stdout
+        big = os.urandom(300_000)  # over --buffer-limit: streamed through TLS, many records each way
+        run = subprocess.run(["curl", "-sS", "--unix-socket", trusting.path, "--data-binary", "@-", "-H", "Expect:",
+                              "http://localhost/upload"], input=big, capture_output=True, timeout=60)
+        assert json.loads(run.stdout) == {"path": "/api/upload", "token": token, "bytes": len(big)}, run.stdout
+        run = trusting.curl("/chunked")
+        assert run.stdout.rsplit("\n", 1) == [b"".join(CHUNKED_ANSWER).decode(), "200"], run.stdout
+        seen = len(api.seen)
+        run = plain.curl("/data")
+        assert run.stdout.endswith("502") and "TLS with the upstream failed" in run.stdout, run.stdout
+        assert "certificate" in run.stdout.lower(), run.stdout
+        assert len(api.seen) == seen, "no request reached an upstream the proxy could not trust"
+    finally:
+        trusting.stop()
+        plain.stop()
+        api.stop()
 
 
 def test_on_a_unix_socket_a_web_page_is_refused_too(server, make_tokend, recording, workdir):

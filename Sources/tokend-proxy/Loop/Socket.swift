@@ -42,6 +42,8 @@ final class Socket {
 
     /// Bytes may be waiting that were not read (an edge came, or reading stopped before they ran out).
     private var readable = false
+    /// The peer shut its side or the socket failed: reads go on until they say so, short or not.
+    private var hungUp = false
     private var inputEnded = false
     /// Written, not yet flushed.
     private var unflushed: [ByteBuffer] = []
@@ -68,6 +70,7 @@ final class Socket {
         if events & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
             readable = true
         }
+        if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 { hungUp = true }
         if let onConnected { return onConnected() }
         if readable && reading { readAvailable() }
         if isActive, events & (EPOLLOUT.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0, waitingForRoom {
@@ -82,8 +85,9 @@ final class Socket {
         while isActive, reading, readable, !inputEnded {
             let count = read(fd, loop.scratch.baseAddress, loop.scratch.count)
             if count > 0 {
-                // A short read emptied the socket: the next bytes come with an edge of their own.
-                if count < loop.scratch.count { readable = false }
+                // A short read emptied the socket: the next bytes come with an edge of their own (but a
+                // hang-up that came with these bytes has had its edge).
+                if count < loop.scratch.count && !hungUp { readable = false }
                 let bytes = loop.allocator.buffer(bytes: UnsafeRawBufferPointer(rebasing: loop.scratch[0..<count]))
                 delivered = true
                 if let tls {

@@ -32,6 +32,7 @@ final class TLSFilter {
 
     /// Ciphertext for the socket: what writes, flushes and the handshake made.
     func encrypted() -> [ByteBuffer] {
+        channel.embeddedEventLoop.run()  // work the handler left for its loop (writes it queued during the handshake)
         var out: [ByteBuffer] = []
         while let piece = try? channel.readOutbound(as: ByteBuffer.self) { out.append(piece) }
         return out
