@@ -109,8 +109,8 @@ final class Accepting {
         let fd = accept4(listener.fd, nil, nil, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
         guard fd >= 0 else {
             switch errno {
-            case EAGAIN, EINTR, ECONNABORTED, EPERM:
-                return  // another loop took it, or it went away
+            case EAGAIN, EINTR, ECONNABORTED, EPERM, EPROTO, ENETDOWN, ENOPROTOOPT, EHOSTDOWN, ENONET, EHOSTUNREACH, EOPNOTSUPP, ENETUNREACH:
+                return  // another loop took it, or it went away (accept(2): errors of the connection, not the listener)
             default:
                 // Out of descriptors or memory: the listener rests for a moment rather than spinning.
                 settings.logger.error("accept failed", metadata: ["problem": "\(SocketError("accept4", errno))"])

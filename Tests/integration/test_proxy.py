@@ -464,6 +464,63 @@ def test_an_https_upstream_is_spoken_to_over_tls_and_one_it_cannot_trust_gets_50
         api.stop()
 
 
+def test_tls_connections_the_upstream_closes_leave_no_memory_behind(server, make_tokend, workdir):
+    """4,000 TLS connections, each closed by the upstream after one answer: the proxy's memory stays flat
+    (each one's TLS state is let go of when its socket closes)."""
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    ca, cert, key = make_certificates(workdir)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    connections = []
+
+    def serve():
+        while True:
+            try:
+                raw, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                tls = context.wrap_socket(raw, server_side=True)
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    piece = tls.recv(65536)
+                    if not piece:
+                        break
+                    head += piece
+                tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                connections.append(1)
+                tls.close()
+            except (OSError, ssl.SSLError):
+                raw.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    trust = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/ssl/certs/ca-certificates.crt && exec "$@"', ca]
+    proxy = ProxyProcess(daemon, f"https://localhost:{listener.getsockname()[1]}", workdir, prefix=trust)
+    try:
+        # The proxy is the child of the unshare wrapper's exec: the same process.
+        def rss_kib():
+            with open(f"/proc/{proxy.process.pid}/status") as f:
+                return next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
+
+        def requests(count):
+            script = "".join(f'url = "http://localhost/r{i}"\noutput = /dev/null\n' for i in range(count))
+            subprocess.run(["curl", "-sS", "--fail", "--unix-socket", proxy.path, "-K", "-"], input=script, text=True,
+                           check=True, timeout=300)
+
+        requests(200)  # warmed up: the loops' buffers, the TLS context, tokend's answers
+        before = rss_kib()
+        requests(4000)
+        grown = rss_kib() - before
+        assert len(connections) == 4200, "each request took a TLS connection of its own"
+        # Kept, each would hold ~37 KiB (NIOSSL's buffers and session): ~145 MiB for these 4,000.
+        assert grown < 8 * 1024, f"RSS grew {grown} KiB over 4,000 TLS connections"
+    finally:
+        proxy.stop()
+        listener.close()
+
+
 def test_on_a_unix_socket_a_web_page_is_refused_too(server, make_tokend, recording, workdir):
     daemon = make_tokend(server).start()
     login(daemon, server)

@@ -7,8 +7,9 @@ import Glibc
 #endif
 
 /// Connections to the upstream, made on a loop: the name is looked up off
-/// the loop (a literal needs no look-up), each address is tried in turn, and
-/// each try has `timeout`; an https upstream's TLS starts at once.
+/// the loop (a literal needs no look-up), and its addresses are tried in
+/// turn, all within `timeout` of the start; an https upstream's TLS starts at
+/// once.
 struct Dialer: Sendable {
     let host: String
     let port: Int
@@ -20,29 +21,35 @@ struct Dialer: Sendable {
 
     /// A connected socket on `loop`, with no user yet; `done` runs on the loop.
     func connect(on loop: ProxyLoop, _ done: @escaping (Result<Socket, any Error>) -> Void) {
+        let deadline = NIODeadline.now() + timeout
         if let literal = Self.resolve(host, port: port, numeric: true) {
-            return attempt(literal, on: loop, done)
+            return attempt(literal, deadline: deadline, on: loop, done)
         }
         let (host, port) = (self.host, self.port)
         let back = LoopBound(done, on: loop)
         DispatchQueue.global().async {
             let addresses = Self.resolve(host, port: port, numeric: false) ?? []
-            loop.execute { attempt(addresses, on: loop, back.value) }
+            loop.execute { attempt(addresses, deadline: deadline, on: loop, back.value) }
         }
     }
 
-    private func attempt(_ addresses: [Address], on loop: ProxyLoop, _ done: @escaping (Result<Socket, any Error>) -> Void) {
+    private func attempt(
+        _ addresses: [Address], deadline: NIODeadline, on loop: ProxyLoop, _ done: @escaping (Result<Socket, any Error>) -> Void
+    ) {
         guard let address = addresses.first else {
             return done(.failure(UpstreamUnresolved(host: host)))
         }
+        guard deadline > .now() else { return done(.failure(SocketError("connect", ETIMEDOUT))) }
         let rest = Array(addresses.dropFirst())
-        start(address, on: loop) { result in
-            if case .failure = result, !rest.isEmpty { return attempt(rest, on: loop, done) }
+        start(address, deadline: deadline, on: loop) { result in
+            if case .failure = result, !rest.isEmpty { return attempt(rest, deadline: deadline, on: loop, done) }
             done(result)
         }
     }
 
-    private func start(_ address: Address, on loop: ProxyLoop, _ done: @escaping (Result<Socket, any Error>) -> Void) {
+    private func start(
+        _ address: Address, deadline: NIODeadline, on loop: ProxyLoop, _ done: @escaping (Result<Socket, any Error>) -> Void
+    ) {
         let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { return done(.failure(SocketError("socket", errno))) }
         var one: CInt = 1
@@ -55,7 +62,7 @@ struct Dialer: Sendable {
         }
         let socket: Socket
         do {
-            let filter = try tls.map { try TLSFilter(context: $0, serverHostname: serverHostname) }
+            let filter = try tls.map { try TLSFilter(context: $0, serverHostname: serverHostname, peer: address.socketAddress) }
             socket = Socket(fd: fd, on: loop, halfClosure: false, tls: filter)
             try loop.register(socket)
         } catch {
@@ -65,7 +72,7 @@ struct Dialer: Sendable {
         let waiting = Connecting(socket: socket, done: done)
         socket.user = waiting
         socket.onConnected = { waiting.connected() }  // held until `finish` drops it
-        waiting.timer = loop.schedule(at: .now() + timeout) { waiting.finish(SocketError("connect", ETIMEDOUT)) }
+        waiting.timer = loop.schedule(at: deadline) { waiting.finish(SocketError("connect", ETIMEDOUT)) }
     }
 
     /// An address getaddrinfo gave.
@@ -73,6 +80,14 @@ struct Dialer: Sendable {
         var storage = sockaddr_storage()
         var length: socklen_t
         var family: CInt
+
+        /// NIO's spelling of it (what TLS checks a certificate's IP addresses against).
+        var socketAddress: SocketAddress {
+            withUnsafeBytes(of: storage) { raw in
+                family == AF_INET6
+                    ? SocketAddress(raw.load(as: sockaddr_in6.self), host: "") : SocketAddress(raw.load(as: sockaddr_in.self), host: "")
+            }
+        }
     }
 
     static func resolve(_ host: String, port: Int, numeric: Bool) -> [Address]? {
@@ -124,6 +139,7 @@ private final class Connecting: SocketUser {
         }
         socket.flush()  // the TLS handshake's first message
         done(.success(socket))
+        socket.readPending()  // what came with the connect (an upstream that closes at once)
     }
 
     func socketRead(_ bytes: ByteBuffer) {}

@@ -68,13 +68,9 @@ struct Listener: Sendable {
             getsockname(fd, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length)
         }
         guard named == 0 else { return nil }
-        return withUnsafeBytes(of: storage) { raw -> SocketAddress? in
-            switch CInt(storage.ss_family) {
-            case AF_INET: SocketAddress(raw.load(as: sockaddr_in.self), host: "")
-            case AF_INET6: SocketAddress(raw.load(as: sockaddr_in6.self), host: "")
-            default: nil
-            }
-        }
+        let family = CInt(storage.ss_family)
+        guard family == AF_INET || family == AF_INET6 else { return nil }
+        return Dialer.Address(storage: storage, length: length, family: family).socketAddress
     }
 
     /// The connecting process's uid (SO_PEERCRED) is this process's: one proxy serves one user, whom

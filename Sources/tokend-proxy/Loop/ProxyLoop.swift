@@ -26,6 +26,9 @@ final class ProxyLoop: @unchecked Sendable {
     // Everything below belongs to the loop's thread.
     /// By descriptor: what each readiness event goes to.
     private var sockets: [Socket?] = []
+    /// Each socket's registration carries its descriptor and a number of its own above it, so that an
+    /// event still waiting for a closed socket never reaches a new one that reuses the descriptor.
+    private var registrations: UInt32 = 0
     /// Listeners this loop accepts from (one connection per wakeup).
     private var listeners: [CInt: () -> Void] = [:]
     private var timers = TimerHeap()
@@ -41,7 +44,7 @@ final class ProxyLoop: @unchecked Sendable {
         epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
         bell = eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK))
         guard epoll >= 0, bell >= 0 else { throw SocketError("epoll_create1/eventfd", errno) }
-        var event = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(fd: bell))
+        var event = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(u64: UInt64(bell)))
         guard epoll_ctl(epoll, EPOLL_CTL_ADD, bell, &event) == 0 else { throw SocketError("epoll_ctl", errno) }
     }
 
@@ -89,8 +92,10 @@ final class ProxyLoop: @unchecked Sendable {
         let fd = Int(socket.fd)
         if sockets.count <= fd { sockets.append(contentsOf: repeatElement(nil, count: fd + 1 - sockets.count)) }
         sockets[fd] = socket
+        registrations = registrations == .max ? 1 : registrations + 1  // never 0, which marks the loop's own descriptors
+        socket.registration = UInt64(registrations) << 32 | UInt64(UInt32(bitPattern: socket.fd))
         let wanted = EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue
-        var event = epoll_event(events: wanted, data: epoll_data_t(fd: socket.fd))
+        var event = epoll_event(events: wanted, data: epoll_data_t(u64: socket.registration))
         guard epoll_ctl(epoll, EPOLL_CTL_ADD, socket.fd, &event) == 0 else {
             sockets[fd] = nil
             throw SocketError("epoll_ctl", errno)
@@ -106,16 +111,22 @@ final class ProxyLoop: @unchecked Sendable {
     /// `accept` runs when `listener` has a connection; every loop may watch the same listener, and the
     /// kernel wakes one of them per connection (EPOLLEXCLUSIVE).
     func watch(listener: CInt, _ accept: @escaping () -> Void) throws {
-        listeners[listener] = accept
-        var event = epoll_event(events: EPOLLIN.rawValue | EPOLLEXCLUSIVE.rawValue, data: epoll_data_t(fd: listener))
+        var event = epoll_event(events: EPOLLIN.rawValue | EPOLLEXCLUSIVE.rawValue, data: epoll_data_t(u64: UInt64(listener)))
         guard epoll_ctl(epoll, EPOLL_CTL_ADD, listener, &event) == 0 else { throw SocketError("epoll_ctl", errno) }
+        listeners[listener] = accept
     }
 
     /// The listener is not watched by this loop for `time` (accepting failed for want of descriptors or memory).
     func pause(listener: CInt, for time: TimeAmount) {
         guard let accept = listeners.removeValue(forKey: listener) else { return }
         epoll_ctl(epoll, EPOLL_CTL_DEL, listener, nil)
-        _ = schedule(at: .now() + time) { [self] in try? watch(listener: listener, accept) }
+        rewatch(listener, accept, after: time)
+    }
+
+    private func rewatch(_ listener: CInt, _ accept: @escaping () -> Void, after time: TimeAmount) {
+        _ = schedule(at: .now() + time) { [self] in
+            do { try watch(listener: listener, accept) } catch { rewatch(listener, accept, after: time) }
+        }
     }
 
     /// Serves until the process ends: an epoll failure ends the process, as a loop that cannot turn
@@ -138,12 +149,15 @@ final class ProxyLoop: @unchecked Sendable {
             }
             for index in 0..<Int(count) {
                 let event = events[index]
-                let fd = event.data.fd
-                if fd == bell {
-                    deliverMail()
-                } else if let accept = listeners[fd] {
-                    accept()
-                } else if Int(fd) < sockets.count, let socket = sockets[Int(fd)] {
+                let registration = event.data.u64
+                let fd = CInt(bitPattern: UInt32(truncatingIfNeeded: registration))
+                if registration >> 32 == 0 {
+                    if fd == bell {
+                        deliverMail()
+                    } else if let accept = listeners[fd] {
+                        accept()
+                    }
+                } else if Int(fd) < sockets.count, let socket = sockets[Int(fd)], socket.registration == registration {
                     socket.ready(event.events)
                 }
                 runSoon()

@@ -1,5 +1,6 @@
 import CLinux
 import NIOCore
+import NIOSSL
 
 #if canImport(Glibc)
 import Glibc
@@ -31,6 +32,8 @@ final class Socket {
     /// Upstream connections speak TLS through this.
     let tls: TLSFilter?
     private(set) var isActive = true
+    /// What its epoll events carry (set by the loop when it registers the socket).
+    var registration: UInt64 = 0
     private(set) var isWritable = true
     /// The user takes reads; off, the kernel holds them (and the peer's sending slows).
     var reading = true {
@@ -62,6 +65,11 @@ final class Socket {
         self.tls = tls
     }
 
+    /// Reads what came before the socket had a user (with its connect, say), on the next turn.
+    func readPending() {
+        if readable { loop.nextTurn { [self] in if reading && readable { readAvailable() } } }
+    }
+
     /// While a connect is under way: called at its first readiness, which says how it went.
     var onConnected: (() -> Void)?
 
@@ -73,6 +81,13 @@ final class Socket {
         if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 { hungUp = true }
         if let onConnected { return onConnected() }
         if readable && reading { readAvailable() }
+        if isActive, events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 {
+            // Reset, or closed both ways: over, whether or not reading is on (a read would have said so).
+            var code: CInt = 0
+            var size = socklen_t(MemoryLayout<CInt>.size)
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &code, &size)
+            return close(error: SocketError("the connection", code == 0 ? ECONNRESET : code))
+        }
         if isActive, events & (EPOLLOUT.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0, waitingForRoom {
             waitingForRoom = false
             writeQueued()
@@ -106,6 +121,8 @@ final class Socket {
                 readable = false
                 inputEnded = true
                 if delivered { user?.socketReadComplete() }
+                // The end of a TLS stream is close_notify; a bare end may be an attacker's cut.
+                if let tls, tls.isOpen { return close(error: NIOSSLError.uncleanShutdown) }
                 guard halfClosure, isActive else { return close(error: nil) }
                 user?.socketInputClosed()
                 return
@@ -138,7 +155,11 @@ final class Socket {
     func flush() {
         guard isActive else { return }
         if let tls {
-            tls.flush()
+            do {
+                try tls.flush()
+            } catch {
+                return close(error: error)
+            }
             writeQueued(tls.encrypted())
         } else if !unflushed.isEmpty {
             let taking = unflushed
@@ -218,9 +239,12 @@ final class Socket {
         guard isActive else { return }
         isActive = false
         loop.forget(self)
-        if let tls, error == nil {
+        if let tls {
             // close_notify, if the socket takes it now; the connection ends either way.
-            for piece in tls.closing() { piece.withUnsafeReadableBytes { _ = Glibc.write(fd, $0.baseAddress, $0.count) } }
+            if error == nil {
+                for piece in tls.closing() { piece.withUnsafeReadableBytes { _ = Glibc.write(fd, $0.baseAddress, $0.count) } }
+            }
+            tls.dispose()
         }
         Glibc.close(fd)
         unflushed = []

@@ -5,17 +5,20 @@ import NIOSSL
 /// TLS for an upstream connection: NIOSSL's client handler in a channel of
 /// its own that touches no socket. The socket's bytes go in as ciphertext and
 /// come out as plaintext, and the other way; the handshake starts when the
-/// filter is made and what it sends leaves with the first flush.
+/// filter is made and what it sends leaves with the first flush. Made, used
+/// and disposed of on one loop.
 final class TLSFilter {
     private let channel = EmbeddedChannel()
 
-    init(context: NIOSSLContext, serverHostname: String?) throws {
+    /// `peer` is the address the socket connects to: the handler checks a certificate's IP
+    /// addresses against it (and its names against `serverHostname`).
+    init(context: NIOSSLContext, serverHostname: String?, peer: SocketAddress) throws {
         try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: context, serverHostname: serverHostname))
-        // Makes the channel active, which starts the handshake; the address is not used.
-        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 443)).wait()
+        // Makes the channel active, which starts the handshake.
+        try channel.connect(to: peer).wait()
     }
 
-    /// The connection is still up at the TLS level (no close_notify came).
+    /// The connection is still up at the TLS level (no close_notify came, no alert ended it).
     var isOpen: Bool { channel.isActive }
 
     /// Ciphertext from the socket; the plaintext it holds.
@@ -28,7 +31,10 @@ final class TLSFilter {
 
     func write(_ bytes: ByteBuffer) { channel.write(bytes, promise: nil) }
 
-    func flush() { channel.flush() }
+    func flush() throws {
+        channel.flush()
+        try channel.throwIfErrorCaught()
+    }
 
     /// Ciphertext for the socket: what writes, flushes and the handshake made.
     func encrypted() -> [ByteBuffer] {
@@ -38,9 +44,18 @@ final class TLSFilter {
         return out
     }
 
-    /// close_notify, for the socket about to close.
+    /// close_notify, for the socket about to close; nothing when the connection is already over.
     func closing() -> [ByteBuffer] {
+        guard channel.isActive else { return [] }
         channel.close(promise: nil)
         return encrypted()
+    }
+
+    /// The socket is closed: the handler's close (and its wait for the server's close_notify, which
+    /// will not come) ends now, and the channel lets go of the handler, so that nothing is kept.
+    func dispose() {
+        if channel.isActive { channel.close(promise: nil) }
+        channel.embeddedEventLoop.advanceTime(by: .hours(1))
+        _ = try? channel.finish(acceptAlreadyClosed: true)
     }
 }
