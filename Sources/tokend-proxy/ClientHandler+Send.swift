@@ -100,7 +100,8 @@ extension ClientHandler {
             }
             connection.flush()
         }
-        if exchange.sent {
+        // A write that failed has ended the exchange already (and the connection may serve another by now).
+        if exchange.sent, case .exchange(let current) = phase, current === exchange, exchange.upstream === connection {
             awaitUpstream()
         }
         if exchange.streaming && !exchange.bodyDone && connection.socket.isWritable { resume() }

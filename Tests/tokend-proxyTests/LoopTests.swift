@@ -133,3 +133,68 @@ import Glibc
         #expect(heap.next() == 40)
     }
 }
+
+/// Connecting to the upstream: an address that drops connects costs a quarter second, not the timeout.
+@Suite struct DialerTests {
+    /// A loopback listener whose backlog is full: the kernel drops further connects (no answer at all).
+    static func blackHole() throws -> (listener: CInt, port: Int, fillers: [CInt]) {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        _ = withUnsafePointer(to: &address) { bind(listener, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), 16) }
+        try #require(listen(listener, 0) == 0)
+        var length = socklen_t(16)
+        _ = withUnsafeMutablePointer(to: &address) { getsockname(listener, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length) }
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        var fillers: [CInt] = []
+        for _ in 0..<4 {  // more than the backlog takes; the later ones hang, and are not waited for
+            let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            _ = withUnsafePointer(to: &address) { connect(filler, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), 16) }
+            fillers.append(filler)
+        }
+        return (listener, port, fillers)
+    }
+
+    @Test func anAddressThatDropsConnectsIsPassedOverForTheNextAfterAQuarterSecond() async throws {
+        let hole = try Self.blackHole()
+        let open = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        _ = withUnsafePointer(to: &address) { bind(open, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), 16) }
+        try #require(listen(open, 16) == 0)
+        var length = socklen_t(16)
+        _ = withUnsafeMutablePointer(to: &address) { getsockname(open, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length) }
+        defer { ([open, hole.listener] + hole.fillers).forEach { _ = close($0) } }
+        let holeAddress = try #require(Dialer.resolve("127.0.0.1", port: hole.port, numeric: true))
+        let openAddress = try #require(Dialer.resolve("127.0.0.1", port: Int(UInt16(bigEndian: address.sin_port)), numeric: true))
+        // The black hole holds a connect: alone, it times out.
+        let dialer = Dialer(host: "127.0.0.1", port: 0, tls: nil, timeout: .seconds(1))
+        let outcome = Mutex<String?>(nil)
+        let loop = LoopTests.loop
+        let started = ContinuousClock.now
+        loop.execute {
+            dialer.connect(to: holeAddress, on: loop) { result in
+                outcome.withLock { $0 = (try? result.get()).map { _ in "connected" } ?? "\(result)" }
+            }
+        }
+        try await eventually(within: 5) { outcome.withLock { $0 != nil } }
+        #expect(outcome.withLock { $0 ?? "" }.contains("timed out"), "the black hole really drops connects")
+        #expect(ContinuousClock.now - started >= .milliseconds(900))
+        // With a good address after it, the good one is connected a quarter second in.
+        outcome.withLock { $0 = nil }
+        let second = ContinuousClock.now
+        let elapsed = Mutex<Duration?>(nil)
+        loop.execute {
+            dialer.connect(to: holeAddress + openAddress, on: loop) { result in
+                elapsed.withLock { $0 = ContinuousClock.now - second }
+                outcome.withLock { $0 = (try? result.get()).map { socket in socket.close(error: nil); return "connected" } ?? "\(result)" }
+            }
+        }
+        try await eventually(within: 5) { outcome.withLock { $0 != nil } }
+        #expect(outcome.withLock { $0 } == "connected")
+        let took = try #require(elapsed.withLock { $0 })
+        #expect(took >= .milliseconds(240) && took < .milliseconds(900), "\(took)")
+    }
+}

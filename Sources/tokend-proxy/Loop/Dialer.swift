@@ -8,71 +8,64 @@ import Glibc
 
 /// Connections to the upstream, made on a loop: the name is looked up off
 /// the loop (a literal needs no look-up), and its addresses are tried in
-/// turn, all within `timeout` of the start; an https upstream's TLS starts at
-/// once.
+/// the order given, the next one 250 ms after the one before unless that
+/// failed sooner (RFC 8305's connection attempt delay: an address that drops
+/// connects costs a quarter second, not the whole timeout). The first to
+/// connect is used; all of it, the look-up too, within `timeout`. An https
+/// upstream's TLS starts at once.
 struct Dialer: Sendable {
     let host: String
     let port: Int
     let tls: NIOSSLContext?
     let timeout: TimeAmount
 
+    static let attemptDelay = TimeAmount.milliseconds(250)
+
     /// The name TLS checks the certificate against (none for an address literal).
     var serverHostname: String? { host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) ? nil : host }
 
     /// A connected socket on `loop`, with no user yet; `done` runs on the loop.
     func connect(on loop: ProxyLoop, _ done: @escaping (Result<Socket, any Error>) -> Void) {
-        let deadline = NIODeadline.now() + timeout
+        let dialing = Dialing(dialer: self, loop: loop, done: done)
         if let literal = Self.resolve(host, port: port, numeric: true) {
-            return attempt(literal, deadline: deadline, on: loop, done)
+            return dialing.resolved(literal)
         }
         let (host, port) = (self.host, self.port)
-        let back = LoopBound(done, on: loop)
+        let back = LoopBound(dialing, on: loop)
         DispatchQueue.global().async {
             let addresses = Self.resolve(host, port: port, numeric: false) ?? []
-            loop.execute { attempt(addresses, deadline: deadline, on: loop, back.value) }
+            loop.execute { back.value.resolved(addresses) }
         }
     }
 
-    private func attempt(
-        _ addresses: [Address], deadline: NIODeadline, on loop: ProxyLoop, _ done: @escaping (Result<Socket, any Error>) -> Void
-    ) {
-        guard let address = addresses.first else {
-            return done(.failure(UpstreamUnresolved(host: host)))
-        }
-        guard deadline > .now() else { return done(.failure(SocketError("connect", ETIMEDOUT))) }
-        let rest = Array(addresses.dropFirst())
-        start(address, deadline: deadline, on: loop) { result in
-            if case .failure = result, !rest.isEmpty { return attempt(rest, deadline: deadline, on: loop, done) }
-            done(result)
-        }
+    /// The same, to addresses already known.
+    func connect(to addresses: [Address], on loop: ProxyLoop, _ done: @escaping (Result<Socket, any Error>) -> Void) {
+        Dialing(dialer: self, loop: loop, done: done).resolved(addresses)
     }
 
-    private func start(
-        _ address: Address, deadline: NIODeadline, on loop: ProxyLoop, _ done: @escaping (Result<Socket, any Error>) -> Void
-    ) {
+    /// A socket whose connect to `address` is under way (or done: on loopback it may be at once).
+    fileprivate func open(_ address: Address, on loop: ProxyLoop) -> Result<Socket, any Error> {
         let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return done(.failure(SocketError("socket", errno))) }
+        guard fd >= 0 else { return .failure(SocketError("socket", errno)) }
         var one: CInt = 1
         setsockopt(fd, CInt(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<CInt>.size))
         let result = withUnsafeBytes(of: address.storage) { Glibc.connect(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), address.length) }
         guard result == 0 || errno == EINPROGRESS else {
             let code = errno
             Glibc.close(fd)
-            return done(.failure(SocketError("connect", code)))
+            return .failure(SocketError("connect", code))
         }
-        let socket: Socket
+        var filter: TLSFilter?
         do {
-            let filter = try tls.map { try TLSFilter(context: $0, serverHostname: serverHostname, peer: address.socketAddress) }
-            socket = Socket(fd: fd, on: loop, halfClosure: false, tls: filter)
+            filter = try tls.map { try TLSFilter(context: $0, serverHostname: serverHostname, peer: address.socketAddress) }
+            let socket = Socket(fd: fd, on: loop, halfClosure: false, tls: filter)
             try loop.register(socket)
+            return .success(socket)
         } catch {
+            filter?.dispose()
             Glibc.close(fd)
-            return done(.failure(error))
+            return .failure(error)
         }
-        let waiting = Connecting(socket: socket, done: done)
-        socket.user = waiting
-        socket.onConnected = { waiting.connected() }  // held until `finish` drops it
-        waiting.timer = loop.schedule(at: deadline) { waiting.finish(SocketError("connect", ETIMEDOUT)) }
     }
 
     /// An address getaddrinfo gave.
@@ -109,44 +102,127 @@ struct Dialer: Sendable {
     }
 }
 
-/// A socket whose connect is under way: the first readiness for writing says how it went.
-private final class Connecting: SocketUser {
-    let socket: Socket
-    var done: ((Result<Socket, any Error>) -> Void)?
-    var timer: TimerHeap.ID?
+/// One connect under way: its addresses, the attempts started, the deadline.
+private final class Dialing {
+    let dialer: Dialer
+    let loop: ProxyLoop
+    private var done: ((Result<Socket, any Error>) -> Void)?
+    /// Not tried yet.
+    private var addresses: [Dialer.Address] = []
+    private var attempts: [Connecting] = []
+    private var deadline: TimerHeap.ID?
+    private var nextAttempt: TimerHeap.ID?
+    private var lastError: (any Error)?
 
-    init(socket: Socket, done: @escaping (Result<Socket, any Error>) -> Void) {
-        self.socket = socket
+    init(dialer: Dialer, loop: ProxyLoop, done: @escaping (Result<Socket, any Error>) -> Void) {
+        self.dialer = dialer
+        self.loop = loop
         self.done = done
+        deadline = loop.schedule(at: .now() + dialer.timeout) { [self] in finish(.failure(lastError ?? SocketError("connect", ETIMEDOUT))) }
     }
 
-    func connected() {
+    func resolved(_ addresses: [Dialer.Address]) {
+        guard done != nil else { return }  // the deadline came first
+        guard !addresses.isEmpty else { return finish(.failure(UpstreamUnresolved(host: dialer.host))) }
+        self.addresses = addresses
+        startNext()
+    }
+
+    private func startNext() {
+        if let nextAttempt { loop.cancel(nextAttempt) }
+        nextAttempt = nil
+        guard done != nil else { return }
+        guard !addresses.isEmpty else {
+            if attempts.isEmpty { finish(.failure(lastError ?? SocketError("connect", ETIMEDOUT))) }
+            return
+        }
+        switch dialer.open(addresses.removeFirst(), on: loop) {
+        case .failure(let error):
+            lastError = error
+            startNext()
+        case .success(let socket):
+            let attempt = Connecting(socket: socket)
+            attempt.ended = { [unowned self, unowned attempt] result in ended(attempt, result) }
+            attempts.append(attempt)
+            if !addresses.isEmpty { nextAttempt = loop.schedule(at: .now() + Dialer.attemptDelay) { [self] in startNext() } }
+        }
+    }
+
+    private func ended(_ attempt: Connecting, _ result: Result<Socket, any Error>) {
+        attempts.removeAll { $0 === attempt }
+        switch result {
+        case .success: finish(result)
+        case .failure(let error):
+            lastError = error
+            startNext()  // at once: the one that failed has no more time to take
+        }
+    }
+
+    private func finish(_ result: Result<Socket, any Error>) {
+        guard let done else { return }
+        self.done = nil
+        for timer in [deadline, nextAttempt].compactMap({ $0 }) { loop.cancel(timer) }
+        for attempt in attempts { attempt.abandon() }
+        attempts = []
+        done(result)
+        if case .success(let socket) = result { socket.readPending() }  // what came with the connect
+    }
+}
+
+/// A socket whose connect is under way: its first readiness says how it went.
+private final class Connecting: SocketUser {
+    let socket: Socket
+    var ended: ((Result<Socket, any Error>) -> Void)?
+
+    init(socket: Socket) {
+        self.socket = socket
+        socket.user = self
+        socket.onConnected = { [unowned self] in connected() }
+    }
+
+    private func connected() {
+        withExtendedLifetime(self) { report() }  // the attempt ends here, and its last owner may let go of it
+    }
+
+    private func report() {
         var code: CInt = 0
         var size = socklen_t(MemoryLayout<CInt>.size)
         getsockopt(socket.fd, SOL_SOCKET, SO_ERROR, &code, &size)
-        finish(code == 0 ? nil : SocketError("connect", code))
+        if code == 0 {
+            socket.user = nil
+            socket.onConnected = nil
+            socket.flush()  // the TLS handshake's first message
+            if !socket.isActive { return end(.failure(SocketError("write", EPIPE))) }
+            return end(.success(socket))
+        }
+        end(.failure(SocketError("connect", code)))
     }
 
-    func finish(_ error: SocketError?) {
-        guard let done else { return }
-        self.done = nil
-        socket.onConnected = nil
-        if let timer { socket.loop.cancel(timer) }
+    /// Another attempt won, or the time is up.
+    func abandon() {
+        ended = nil
+        socketEnded()
+    }
+
+    private func end(_ result: Result<Socket, any Error>) {
+        let ended = self.ended
+        if case .failure = result { socketEnded() }
+        self.ended = nil
+        ended?(result)
+    }
+
+    /// The socket, not wanted, is closed (without telling this user again).
+    private func socketEnded() {
         socket.user = nil
-        if let error {
-            socket.close(error: nil)
-            return done(.failure(error))
-        }
-        socket.flush()  // the TLS handshake's first message
-        done(.success(socket))
-        socket.readPending()  // what came with the connect (an upstream that closes at once)
+        socket.onConnected = nil
+        socket.close(error: nil)
     }
 
     func socketRead(_ bytes: ByteBuffer) {}
     func socketReadComplete() {}
     func socketWritabilityChanged() {}
     func socketInputClosed() {}
-    func socketClosed(error: (any Error)?) { finish(error.map { $0 as? SocketError ?? SocketError("connect", ECONNABORTED) } ?? SocketError("connect", ECONNRESET)) }
+    func socketClosed(error: (any Error)?) { end(.failure(error ?? SocketError("connect", ECONNRESET))) }
 }
 
 /// The upstream's name has no address.

@@ -81,8 +81,9 @@ final class Socket {
         if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 { hungUp = true }
         if let onConnected { return onConnected() }
         if readable && reading { readAvailable() }
-        if isActive, events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 {
+        if isActive, events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0, unreadBytes == 0 {
             // Reset, or closed both ways: over, whether or not reading is on (a read would have said so).
+            // Bytes that came before it are read first, when reading resumes (an upstream's early answer).
             var code: CInt = 0
             var size = socklen_t(MemoryLayout<CInt>.size)
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &code, &size)
@@ -94,10 +95,26 @@ final class Socket {
         }
     }
 
+    /// Bytes the kernel holds for this socket.
+    private var unreadBytes: CInt {
+        var count: CInt = 0
+        return ioctl(fd, UInt(FIONREAD), &count) == 0 ? count : 0
+    }
+
+    /// Reads one readiness event takes at most; more wait for the loop's next turn, so that one
+    /// fast peer does not keep the loop's other connections waiting, and its user flushes between.
+    static let readsPerEvent = 4
+
     /// Reads until the socket has no more for now, or reading is turned off, or the socket closes.
     private func readAvailable() {
         var delivered = false
+        var reads = 0
         while isActive, reading, readable, !inputEnded {
+            if reads == Self.readsPerEvent {
+                loop.nextTurn { [self] in readAvailable() }
+                break
+            }
+            reads += 1
             let count = read(fd, loop.scratch.baseAddress, loop.scratch.count)
             if count > 0 {
                 // A short read emptied the socket: the next bytes come with an edge of their own (but a
