@@ -136,36 +136,35 @@ import Glibc
 
 /// Connecting to the upstream: an address that drops connects costs a quarter second, not the timeout.
 @Suite struct DialerTests {
-    /// A loopback listener whose backlog is full: the kernel drops further connects (no answer at all).
-    static func blackHole() throws -> (listener: CInt, port: Int, fillers: [CInt]) {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    /// A listener on 127.0.0.1 (port chosen by the kernel) with `backlog`, and its address.
+    static func listener(backlog: CInt) throws -> (fd: CInt, address: sockaddr_in) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        _ = withUnsafePointer(to: &address) { bind(listener, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), 16) }
-        try #require(listen(listener, 0) == 0)
+        _ = withUnsafePointer(to: &address) { bind(fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), 16) }
+        try #require(listen(fd, backlog) == 0)
         var length = socklen_t(16)
-        _ = withUnsafeMutablePointer(to: &address) { getsockname(listener, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length) }
-        let port = Int(UInt16(bigEndian: address.sin_port))
+        _ = withUnsafeMutablePointer(to: &address) { getsockname(fd, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length) }
+        return (fd, address)
+    }
+
+    /// A loopback listener whose backlog is full: the kernel drops further connects (no answer at all).
+    static func blackHole() throws -> (listener: CInt, port: Int, fillers: [CInt]) {
+        let (listener, bound) = try listener(backlog: 0)
+        var address = bound
         var fillers: [CInt] = []
         for _ in 0..<4 {  // more than the backlog takes; the later ones hang, and are not waited for
             let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
             _ = withUnsafePointer(to: &address) { connect(filler, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), 16) }
             fillers.append(filler)
         }
-        return (listener, port, fillers)
+        return (listener, Int(UInt16(bigEndian: address.sin_port)), fillers)
     }
 
     @Test func anAddressThatDropsConnectsIsPassedOverForTheNextAfterAQuarterSecond() async throws {
         let hole = try Self.blackHole()
-        let open = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        _ = withUnsafePointer(to: &address) { bind(open, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), 16) }
-        try #require(listen(open, 16) == 0)
-        var length = socklen_t(16)
-        _ = withUnsafeMutablePointer(to: &address) { getsockname(open, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length) }
+        let (open, address) = try Self.listener(backlog: 16)
         defer { ([open, hole.listener] + hole.fillers).forEach { _ = close($0) } }
         let holeAddress = try #require(Dialer.resolve("127.0.0.1", port: hole.port, numeric: true))
         let openAddress = try #require(Dialer.resolve("127.0.0.1", port: Int(UInt16(bigEndian: address.sin_port)), numeric: true))
