@@ -8,6 +8,8 @@ import NIOCore
 final class Alarm {
     private unowned let loop: ProxyLoop
     private var armed: (at: NIODeadline, timer: TimerHeap.ID)?
+    /// Its connection is closed: nothing is timed any more, and no timer is left behind for it.
+    private var retired = false
     /// Called when the timer goes off: checks the deadlines and answers the next one, or nil for none.
     var check: () -> NIODeadline? = { nil }
 
@@ -15,15 +17,19 @@ final class Alarm {
 
     /// The earliest deadline is now `deadline` or later: the timer goes off no later than it.
     func ensure(_ deadline: NIODeadline) {
+        if retired { return }
         if let armed, armed.at <= deadline { return }
         if let armed { loop.cancel(armed.timer) }
         let timer = loop.schedule(at: deadline) { [weak self] in self?.fire() }
         armed = (deadline, timer)
     }
 
-    func cancel() {
+    /// For good: the connection is closed (what closes it may still set a deadline, which is ignored).
+    func retire() {
+        retired = true
         if let armed { loop.cancel(armed.timer) }
         armed = nil
+        check = { nil }
     }
 
     private func fire() {

@@ -16,7 +16,7 @@ struct Settings: Sendable {
     let logger: Logger
 }
 
-/// One client connection, on its event loop: its requests one after another
+/// One client connection, on its loop: its requests one after another
 /// (HTTP/1.1 keep-alive), each forwarded on a kept upstream connection of the
 /// same loop. A request that comes while one is answered (pipelined) waits,
 /// and the socket is not read meanwhile; the socket is read on while an
@@ -103,8 +103,7 @@ final class ClientHandler: SocketUser {
     func socketClosed(error: (any Error)?) {
         if case .exchange(let exchange) = phase { abandon(exchange) }
         phase = .done
-        alarm.cancel()
-        alarm.check = { nil }
+        alarm.retire()
         if admitted { admission.leave() }
     }
 

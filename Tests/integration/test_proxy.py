@@ -439,8 +439,12 @@ def test_an_https_upstream_is_spoken_to_over_tls_and_one_it_cannot_trust_gets_50
     os.mkdir(plain_dir)
     # The proxy trusts the system's CA bundle: in a mount namespace of its own, that bundle is the test CA.
     trust = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/ssl/certs/ca-certificates.crt && exec "$@"', ca]
+    misnamed_dir = os.path.join(workdir, "c")
+    os.mkdir(misnamed_dir)
     trusting = ProxyProcess(daemon, api.url + "/api", trusting_dir, "--buffer-limit", "1000", prefix=trust)
     plain = ProxyProcess(daemon, api.url + "/api", plain_dir)
+    # The same trusted certificate, for localhost, reached by address: its name does not cover it.
+    misnamed = ProxyProcess(daemon, api.url.replace("localhost", "127.0.0.1") + "/api", misnamed_dir, prefix=trust)
     try:
         assert api.url.startswith("https://localhost:"), "the name is looked up, and checked against the certificate"
         token = token_of(daemon)["accessToken"]
@@ -457,10 +461,14 @@ def test_an_https_upstream_is_spoken_to_over_tls_and_one_it_cannot_trust_gets_50
         run = plain.curl("/data")
         assert run.stdout.endswith("502") and "TLS with the upstream failed" in run.stdout, run.stdout
         assert "certificate" in run.stdout.lower(), run.stdout
+        run = misnamed.curl("/data")
+        assert run.stdout.endswith("502") and "TLS with the upstream failed" in run.stdout, run.stdout
+        assert "hostname" in run.stdout.lower(), run.stdout
         assert len(api.seen) == seen, "no request reached an upstream the proxy could not trust"
     finally:
         trusting.stop()
         plain.stop()
+        misnamed.stop()
         api.stop()
 
 
