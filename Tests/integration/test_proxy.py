@@ -429,6 +429,12 @@ def make_certificates(directory):
     return ca, cert, key
 
 
+def trusting_ca(ca):
+    """A prefix that runs the proxy trusting `ca`: it trusts the system's CA bundle, and in a mount
+    namespace of its own that bundle is the test CA."""
+    return ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/ssl/certs/ca-certificates.crt && exec "$@"', ca]
+
+
 def test_an_https_upstream_is_spoken_to_over_tls_and_one_it_cannot_trust_gets_502(server, make_tokend, workdir):
     daemon = make_tokend(server).start()
     login(daemon, server)
@@ -437,8 +443,7 @@ def test_an_https_upstream_is_spoken_to_over_tls_and_one_it_cannot_trust_gets_50
     trusting_dir, plain_dir = os.path.join(workdir, "a"), os.path.join(workdir, "b")
     os.mkdir(trusting_dir)
     os.mkdir(plain_dir)
-    # The proxy trusts the system's CA bundle: in a mount namespace of its own, that bundle is the test CA.
-    trust = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/ssl/certs/ca-certificates.crt && exec "$@"', ca]
+    trust = trusting_ca(ca)
     misnamed_dir = os.path.join(workdir, "c")
     os.mkdir(misnamed_dir)
     trusting = ProxyProcess(daemon, api.url + "/api", trusting_dir, "--buffer-limit", "1000", prefix=trust)
@@ -504,7 +509,7 @@ def test_tls_connections_the_upstream_closes_leave_no_memory_behind(server, make
                 raw.close()
 
     threading.Thread(target=serve, daemon=True).start()
-    trust = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/ssl/certs/ca-certificates.crt && exec "$@"', ca]
+    trust = trusting_ca(ca)
     proxy = ProxyProcess(daemon, f"https://localhost:{listener.getsockname()[1]}", workdir, prefix=trust)
     try:
         # The proxy is the child of the unshare wrapper's exec: the same process.
