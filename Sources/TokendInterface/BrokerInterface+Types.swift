@@ -62,6 +62,13 @@ extension BrokerInterface {
         public var strategy: String = "shared-audience"
         public var strategyReason: String = ""
         public var tokens: [KeyedToken] = []
+        /// Who may have tokens for each resource resource-access limits.
+        public var resourceAccess: [ResourceAccess] = []
+        /// Whether pages can get this session's tokens: "none", "some" or "all"; and why.
+        public var pageTokens: String = "all"
+        public var pageTokensReason: String = ""
+        /// The DPoP key, when the session uses DPoP.
+        public var dpop: DPoPStatus?
 
         public init(session: String, state: String, generation: Int, refreshes: Int = 0, coalesced: Int = 0,
                     failures: Int = 0, cookies: Int = 0, cookieVersion: Int = 0, pendingLogins: Int = 0,
@@ -77,6 +84,35 @@ extension BrokerInterface {
             self.pendingLogins = pendingLogins
             self.webOrigins = webOrigins
             self.gitHosts = gitHosts
+        }
+    }
+
+    public struct ResourceAccess: Codable, Sendable, Equatable {
+        public var resource: String
+        public var users: [String]
+        public var groups: [String]
+
+        public init(resource: String, users: [String], groups: [String]) {
+            self.resource = resource
+            self.users = users
+            self.groups = groups
+        }
+    }
+
+    public struct DPoPStatus: Codable, Sendable, Equatable {
+        /// The public key's RFC 7638 thumbprint.
+        public var thumbprint: String?
+        /// "tpm" or "state"
+        public var keyStorage: String
+        /// "verified", "unverified" or "none"
+        public var binding: String
+        public var problem: String?
+
+        public init(thumbprint: String?, keyStorage: String, binding: String, problem: String? = nil) {
+            self.thumbprint = thumbprint
+            self.keyStorage = keyStorage
+            self.binding = binding
+            self.problem = problem
         }
     }
 
@@ -210,11 +246,17 @@ extension BrokerInterface {
             public var minValidSeconds: Int?
             public var resource: String?
             public var scope: String?
-            public init(session: String? = nil, minValidSeconds: Int? = nil, resource: String? = nil, scope: String? = nil) {
+            /// The web origin of the page the call is made for (set by the browser bridge and web views).
+            public var page: String?
+            public init(
+                session: String? = nil, minValidSeconds: Int? = nil, resource: String? = nil, scope: String? = nil,
+                page: String? = nil
+            ) {
                 self.session = session
                 self.minValidSeconds = minValidSeconds
                 self.resource = resource
                 self.scope = scope
+                self.page = page
             }
         }
         public struct Out: Codable, Sendable {
@@ -229,14 +271,57 @@ extension BrokerInterface {
             public var staleGeneration: Int?
             public var resource: String?
             public var scope: String?
-            public init(session: String? = nil, staleGeneration: Int? = nil, resource: String? = nil, scope: String? = nil) {
+            /// As GetToken's.
+            public var page: String?
+            public init(
+                session: String? = nil, staleGeneration: Int? = nil, resource: String? = nil, scope: String? = nil,
+                page: String? = nil
+            ) {
                 self.session = session
                 self.staleGeneration = staleGeneration
                 self.resource = resource
                 self.scope = scope
+                self.page = page
             }
         }
         public typealias Out = GetToken.Out
+    }
+
+    public enum GetProof {
+        public struct In: Codable, Sendable {
+            public var session: String?
+            public var resource: String?
+            /// The request's method and URL (the proof's htm and htu).
+            public var method: String
+            public var url: String
+            /// The resource server's DPoP-Nonce, when it sent one.
+            public var nonce: String?
+            public var page: String?
+            public init(
+                session: String? = nil, resource: String? = nil, method: String, url: String, nonce: String? = nil,
+                page: String? = nil
+            ) {
+                self.session = session
+                self.resource = resource
+                self.method = method
+                self.url = url
+                self.nonce = nonce
+                self.page = page
+            }
+        }
+        public struct Out: Codable, Sendable {
+            public var proof: String
+            public var token: Token
+            public init(proof: String, token: Token) {
+                self.proof = proof
+                self.token = token
+            }
+        }
+    }
+
+    public enum ResetStrategy {
+        public typealias In = SessionOnly
+        public typealias Out = GetStatus.Out
     }
 
     public enum GetStatus {
@@ -425,6 +510,8 @@ extension BrokerInterface {
     public static var methods: [String: (parameters: any Codable.Type, reply: any Codable.Type, streams: Bool)] { [
         "GetToken": (GetToken.In.self, GetToken.Out.self, false),
         "Refresh": (Refresh.In.self, Refresh.Out.self, false),
+        "GetProof": (GetProof.In.self, GetProof.Out.self, false),
+        "ResetStrategy": (ResetStrategy.In.self, ResetStrategy.Out.self, false),
         "GetStatus": (GetStatus.In.self, GetStatus.Out.self, false),
         "ListSessions": (ListSessions.In.self, ListSessions.Out.self, false),
         "GetMetrics": (GetMetrics.In.self, GetMetrics.Out.self, false),

@@ -30,12 +30,16 @@ public enum BrokerInterface {
         public static let resourceNotAllowed = "io.tokend.Broker.ResourceNotAllowed"
         public static let scopeNotAllowed = "io.tokend.Broker.ScopeNotAllowed"
         public static let targetRefused = "io.tokend.Broker.TargetRefused"
+        public static let tooManyKeys = "io.tokend.Broker.TooManyKeys"
+        public static let proofNotAvailable = "io.tokend.Broker.ProofNotAvailable"
+        public static let keyUnavailable = "io.tokend.Broker.KeyUnavailable"
 
         /// Every error the interface declares (a test checks this against the declaration).
         public static let all = [
             noSuchSession, loginRequired, upstreamUnavailable, invalidURL, unknownFormat, rateLimited, tooManyConnections,
             requestTooLarge, internalError, noSuchLogin, loginDenied, loginExpired, invalidCallback, loginFailed,
-            storeUnavailable, resourceNotAllowed, scopeNotAllowed, targetRefused,
+            storeUnavailable, resourceNotAllowed, scopeNotAllowed, targetRefused, tooManyKeys, proofNotAvailable,
+            keyUnavailable,
         ]
     }
 

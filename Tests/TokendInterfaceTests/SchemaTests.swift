@@ -33,6 +33,7 @@ import Varlink
             "Token": BrokerInterface.Token.self, "SessionStatus": BrokerInterface.SessionStatus.self,
             "PendingLogin": BrokerInterface.PendingLogin.self, "Cookie": BrokerInterface.Cookie.self,
             "CookieChange": BrokerInterface.CookieChange.self, "KeyedToken": BrokerInterface.KeyedToken.self,
+            "ResourceAccess": BrokerInterface.ResourceAccess.self, "DPoPStatus": BrokerInterface.DPoPStatus.self,
         ]
         #expect(Set(swift.keys) == Set(declaration.types.keys))
         for (name, type) in declaration.types {
