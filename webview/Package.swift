@@ -11,10 +11,11 @@ let tokendInterface = Target.Dependency.product(name: "TokendInterface", package
 
 /// The Swift runtime's static libraries, as one group (they refer to each other), and every
 /// symbol resolved at link time: a shared library is otherwise allowed to leave some open.
+/// FoundationEssentials and no more: no Foundation, FoundationInternationalization or ICU, whose
+/// localization data would be most of the core (`make deb-libtokend-webview` holds it under 16 MiB).
 let staticRuntime = ["--start-group"] + [
-    "Foundation", "FoundationEssentials", "FoundationInternationalization", "_FoundationCollections",
-    "_FoundationCShims", "_FoundationICU", "CoreFoundation", "swiftSynchronization", "swiftDispatch", "dispatch",
-    "BlocksRuntime", "swiftCore", "swift_Concurrency", "swift_StringProcessing", "swift_RegexParser",
+    "FoundationEssentials", "_FoundationCollections", "_FoundationCShims", "swiftSynchronization", "swiftDispatch",
+    "dispatch", "BlocksRuntime", "swiftCore", "swift_Concurrency", "swift_StringProcessing", "swift_RegexParser",
     "swift_Builtin_float", "swiftGlibc",
 ].map { "-l\($0)" } + ["--end-group", "-z", "defs"]
 

@@ -152,3 +152,20 @@ def test_the_library_has_no_webkit_and_each_backend_its_own_with_the_swift_runti
         assert dynamic(backend, defined=True) == {
             "tokend_webview_backend_attach", "tokend_webview_backend_detach", "tokend_webview_backend_release"}
         assert not [name for name in dynamic(backend, defined=False) if name.startswith("$s")]
+
+
+# Foundation's, FoundationInternationalization's and ICU's symbols (ICU's data is icudtNN_dat).
+NOT_IN_A_CORE = re.compile(r" (icudt\d+_dat|\$s10Foundation|\$s31FoundationInternationalization|\$s13_FoundationICU)")
+
+
+def test_each_core_is_on_foundation_essentials_and_under_16_mib_stripped(tmp_path):
+    for api, (file, _) in BACKENDS.items():
+        backend = os.path.join(LIB, "tokend-webview-1", file)
+        symbols = subprocess.run(["nm", backend], capture_output=True, text=True, check=True).stdout
+        assert "$s20FoundationEssentials" in symbols  # the check below looks at a build with symbols
+        assert not NOT_IN_A_CORE.findall(symbols)[:5]
+        stripped = tmp_path / file
+        subprocess.run(["strip", "--strip-unneeded", "--remove-section=.comment", "--remove-section=.note",
+                        "-o", stripped, backend], check=True)
+        print(f"\n{file} (WebKitGTK {api}): {stripped.stat().st_size:,} bytes stripped")
+        assert stripped.stat().st_size <= 16 << 20

@@ -51,6 +51,23 @@ install -m 0644 "$tree/lib/libtokend-webview.so.1" "$lib/$libdir/"
 install -m 0644 "$tree"/lib/tokend-webview-1/libtokend-webview-{6,4.1}.so "$lib/$libdir/tokend-webview-1/"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$lib/$libdir/libtokend-webview.so.1" \
     "$lib/$libdir"/tokend-webview-1/*.so
+# The cores' limit: each is the Swift core with the runtime and FoundationEssentials inside, and no
+# more. Foundation, FoundationInternationalization or ICU's data in one (a DateFormatter, a FileHandle
+# is enough to bring them) would make it 58 MB; the build fails instead (figures: webview/lib/README.md).
+limit=$((16 << 20))
+for core in "$lib/$libdir"/tokend-webview-1/*.so; do
+    name=tokend-webview-1/$(basename "$core")
+    if nm "$tree/lib/$name" | grep -Eq ' (icudt[0-9]+_dat|\$s10Foundation|\$s31FoundationInternationalization|\$s13_FoundationICU)'; then
+        echo "$name links Foundation, FoundationInternationalization or ICU: the core is on FoundationEssentials only" >&2
+        exit 1
+    fi
+    size=$(stat -c %s "$core")
+    echo "$name: $size bytes stripped (limit $limit)"
+    if [ "$size" -gt "$limit" ]; then
+        echo "$name is over the limit of 16 MiB" >&2
+        exit 1
+    fi
+done
 echo "libtokend-webview 1 libtokend-webview1 (>= $upstream)" > "$lib/DEBIAN/shlibs"
 echo "activate-noawait ldconfig" > "$lib/DEBIAN/triggers"
 chmod 0644 "$lib/DEBIAN/shlibs" "$lib/DEBIAN/triggers"

@@ -1,4 +1,3 @@
-import Foundation
 import TokendInterface
 
 typealias Cookie = BrokerInterface.Cookie
@@ -35,18 +34,10 @@ extension BrokerInterface.Cookie {
         if removed {
             parts.append("Max-Age=0")
         } else if let expiresAt {
-            parts.append("Expires=\(Self.httpDate.string(from: Date(timeIntervalSince1970: TimeInterval(expiresAt))))")
+            parts.append("Expires=\(HTTPDate.string(expiresAt))")
         }
         return parts.joined(separator: "; ")
     }
-
-    private static let httpDate: DateFormatter = {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
-        return formatter
-    }()
 
     /// A cookie from WebKit's store (libsoup: a leading dot marks a domain cookie).
     init(soup: OpaquePointer) {

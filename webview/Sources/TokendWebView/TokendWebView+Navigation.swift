@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Cookies before navigation: a navigation to a web origin's host waits for
 /// its policy decision until the store matches tokend's jar. A crashed web

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import TokendInterface
 import Varlink
 
@@ -25,9 +26,10 @@ public final class TokendWebView {
 
     public let session: String
     public let socket: String
-    /// Where the attachment says what it does (default: standard error).
+    /// Where the attachment says what it does (default: standard error, one write a line).
     public var log: @MainActor (String) -> Void = { line in
-        FileHandle.standardError.write(Data("tokend-webview: \(line)\n".utf8))
+        var text = "tokend-webview: \(line)\n"
+        text.withUTF8 { _ = write(STDERR_FILENO, $0.baseAddress, $0.count) }
     }
 
     /// What the attachment tells the app beside its log: what an app may want to show.

@@ -1,4 +1,4 @@
-import Foundation
+import Glibc
 import Varlink
 
 /// Why a call to tokend got no answer.

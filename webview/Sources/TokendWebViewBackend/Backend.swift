@@ -1,4 +1,4 @@
-import Foundation
+import Glibc
 import TokendWebView
 
 // The core's C entry points for libtokend-webview-1 (webview/lib/tokend-webview.c),
