@@ -6,12 +6,12 @@
 # WebKitGTK4_1 trait selects 4.1), with the Swift runtime linked in.
 #
 #   make webview-c         the library, both backends, the typelib, the C test app, in webview/.build-c
-#   make webview-c-test    the web view suite against the C app and the PyGObject GTK 4 and GTK 3 apps
+#   make webview-c-test    the web view suite against the C app, the PyGObject GTK 4 and GTK 3 apps and the GJS app
 #   make deb-libtokend-webview   libtokend-webview1, libtokend-webview-dev, gir1.2-tokendwebview-1
 
 WEBVIEW_C_PACKAGES := libwebkitgtk-6.0-dev libwebkit2gtk-4.1-dev libgtk-3-dev gobject-introspection \
 	libgirepository1.0-dev python3-gi gir1.2-webkit-6.0 gir1.2-webkit2-4.1 gir1.2-gtk-3.0 gir1.2-gtk-4.0 \
-	chrpath xvfb xauth imagemagick
+	gjs chrpath xvfb xauth imagemagick
 DEPS_EXTRA += $(WEBVIEW_C_PACKAGES)
 CLEAN_EXTRA += webview/.build-c webview/.build-6 webview/.build-4.1
 

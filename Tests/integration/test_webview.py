@@ -5,8 +5,9 @@ tokend. Against tokend and the real authorization server (rotation, reuse
 protection) and a test web app on a loopback origin.
 
 Every test runs against each app of webview.APPS: tokend-webview (the Swift
-library on WebKitGTK 6.0), and libtokend-webview-1's C program (GTK 4) and
-PyGObject programs on GTK 4 (WebKitGTK 6.0) and GTK 3 (WebKitGTK 4.1)."""
+library on WebKitGTK 6.0), and libtokend-webview-1's C program (GTK 4),
+PyGObject programs on GTK 4 (WebKitGTK 6.0) and GTK 3 (WebKitGTK 4.1), and a GJS
+program (GTK 4)."""
 import json
 import os
 import signal

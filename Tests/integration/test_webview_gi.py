@@ -1,8 +1,10 @@
 """libtokend-webview-1 itself, beyond the web view suite (test_webview.py runs
-that against the library's C and PyGObject apps): its refusals and detach
-through the typelib on both WebKitGTK APIs, its signals in the apps, and its
-build: no WebKitGTK of its own, each backend with its API's WebKitGTK and the
-Swift runtime inside, exporting its entry points only."""
+that against the library's C, PyGObject and GJS apps): its refusals and detach
+through the typelib on both WebKitGTK APIs, detach on the web view's end (a
+window destroyed without detach), the backends found from a library loaded by a
+relative name, its signals in the apps, and its build: no WebKitGTK of its own,
+each backend with its API's WebKitGTK and the Swift runtime inside, exporting
+its entry points only, on FoundationEssentials and under 16 MiB stripped."""
 import json
 import os
 import re
@@ -22,7 +24,7 @@ BACKENDS = {"6.0": ("libtokend-webview-6.so", "libwebkitgtk-6.0.so.4"),
 
 # Attaches through the typelib as an app would, and reports what each call did.
 PROBE = r"""
-import json, sys
+import gc, json, sys
 import gi
 gtk = sys.argv[1]
 gi.require_version("TokendWebView", "1")
@@ -63,10 +65,21 @@ tokend.detach()
 results["detached"] = detached
 again = TokendWebView.attach_to_socket(view, "other", "/nonexistent/io.tokend.Broker")
 results["again"] = again.get_session()
-# Destroying the web view detaches it (GTK 4 has no gtk_widget_destroy: the attachment's reference
-# keeps the view until it is detached, so an app that wants this runs the view's dispose).
-view.destroy() if gtk == "3" else view.run_dispose()
-results["destroyed"] = again.is_attached()
+# The web view's end detaches it: GTK 3's gtk_widget_destroy; on GTK 4 its last reference going
+# (the attachment holds none). Either way the attachment says so at once, and its signal follows.
+detached.clear()
+again.connect("detached", lambda _: detached.append(again.is_attached()))
+gone = []
+view.weak_ref(gone.append, "finalized")
+if gtk == "3":
+    view.destroy()
+del view
+gc.collect()
+results["destroyed"] = [again.is_attached(), gone]
+while not detached and GLib.get_monotonic_time() < deadline + 10_000_000:
+    context.iteration(True)
+results["destroyed"].append(detached)
+results["after"] = [again.get_session(), again.props.webkit_api, again.detach()]
 print(json.dumps(results))
 """
 
@@ -93,8 +106,43 @@ def test_refusals_name_their_reason_and_a_detached_view_can_be_attached_again(di
     assert results["twice"][:2] == [domain, 4]
     assert results["detached"] == [False]  # once, though detached twice; no longer attached when it fires
     assert results["again"] == "other"
-    assert results["destroyed"] is False
+    assert results["destroyed"] == [False, ["finalized"], [False]]  # detached, the view freed, then the signal
+    assert results["after"] == ["other", api, None]  # what an app may still ask of a detached attachment
     assert "tokend is not available" in done.stderr  # the library's log, through GLib's
+
+
+# The library loaded by a relative name (LD_LIBRARY_PATH=lib, from libtokend-webview-1's tree), and the
+# working directory changed before the first attach, which loads the backend.
+RELATIVE = r"""
+import ctypes, json, os, sys
+import gi
+gi.require_version("TokendWebView", "1")
+gi.require_version("Gtk", "4.0")
+gi.require_version("WebKit", "6.0")
+from gi.repository import Gtk, TokendWebView, WebKit
+TokendWebView.Attachment.__gtype__  # loads the library
+
+class DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+library = ctypes.CDLL("libtokend-webview.so.1", mode=os.RTLD_NOLOAD)
+info = DlInfo()
+assert ctypes.CDLL(None).dladdr(ctypes.cast(library.tokend_web_view_attach, ctypes.c_void_p), ctypes.byref(info))
+os.chdir(sys.argv[1])
+assert Gtk.init_check()
+view = WebKit.WebView(network_session=WebKit.NetworkSession.new_ephemeral())
+tokend = TokendWebView.attach_to_socket(view, "default", "/nonexistent/io.tokend.Broker")
+print(json.dumps([info.fname.decode(), tokend.is_attached(), tokend.props.webkit_api]))
+tokend.detach()
+"""
+
+
+def test_the_backends_are_found_where_the_library_was_loaded_from_whatever_the_directory_later(display, tmp_path):
+    env = dict(os.environ, DISPLAY=display.name, NO_AT_BRIDGE="1", GI_TYPELIB_PATH=os.path.join(LIB, "girepository-1.0"),
+               LD_LIBRARY_PATH="lib")
+    done = subprocess.run([SYSTEM_PYTHON, "-c", RELATIVE, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                          env=env, cwd=WEBVIEW_C)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == ["lib/libtokend-webview.so.1", True, "6.0"]
 
 
 @pytest.fixture(params=LIBRARY_APPS)
@@ -169,3 +217,30 @@ def test_each_core_is_on_foundation_essentials_and_under_16_mib_stripped(tmp_pat
                         "-o", stripped, backend], check=True)
         print(f"\n{file} (WebKitGTK {api}): {stripped.stat().st_size:,} bytes stripped")
         assert stripped.stat().st_size <= 16 << 20
+
+
+def subscribers(daemon):
+    """tokend's tokend_subscribers gauge: Subscribe calls open."""
+    text = daemon.call("io.tokend.Broker.GetMetrics")[1]["parameters"]["text"]
+    return int(float(re.search(r"^tokend_subscribers (\S+)$", text, re.M).group(1)))
+
+
+def test_destroying_the_window_without_detach_frees_view_and_attachment_and_ends_the_subscription(app):
+    """The app (SIGUSR1) destroys its window and drops its reference to the attachment, detaching
+    nothing: the web view's end detaches it on GTK 4 as on GTK 3, nothing keeps the two alive (the
+    apps' weak references say when each is finalized; GJS has none to give) and the core closes its
+    connections to tokend."""
+    app.sent_cookies()  # attached, subscribed, the page running
+    assert subscribers(app.daemon) == 1
+    os.kill(app.view.process.pid, signal.SIGUSR1)
+    logged(app, "destroying the window without detaching")
+    logged(app, r"signal detached \(attached: 0\)")
+    if app.kind != "gjs":
+        logged(app, "web view finalized")
+        logged(app, "attachment finalized")
+    wait_for(lambda: subscribers(app.daemon) == 0, 20, "tokend's subscription closed")
+    assert app.view.alive()
+    lines = app.view.logs()
+    after = lines[lines.index("destroying the window without detaching"):]
+    assert "detached from session default" in after
+    assert "tokend is not available" not in after  # its streams' end is no outage to recover from

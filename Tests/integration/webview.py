@@ -2,11 +2,11 @@
 test app's /remote page runs the expressions the test queues (WebKitGTK has
 no WebDriver here), and the app records the Cookie header of every request.
 
-The apps: tokend-webview (the Swift library), and three that use
-libtokend-webview-1 (`make webview-c` builds them): a C program on GTK 4, and
-a PyGObject program on GTK 4 (WebKitGTK 6.0) and on GTK 3 (WebKitGTK 4.1)
-through the typelib. All take the same command line: [--session NAME]
-[--socket PATH] URL."""
+The apps: tokend-webview (the Swift library), and four that use
+libtokend-webview-1 (`make webview-c` builds it): a C program on GTK 4, a
+PyGObject program on GTK 4 (WebKitGTK 6.0) and on GTK 3 (WebKitGTK 4.1), and a
+GJS program on GTK 4, the last three through the typelib. All take the same
+command line: [--session NAME] [--socket PATH] URL."""
 import os
 import signal
 import subprocess
@@ -17,14 +17,17 @@ WEBVIEW = os.path.join(ROOT, "webview", ".build", "debug", "tokend-webview")
 # libtokend-webview-1's uninstalled tree (mk/webview-c.mk).
 WEBVIEW_C = os.path.join(ROOT, "webview", ".build-c")
 GI_APP = os.path.join(ROOT, "Tests", "webview-apps", "tokend_webview_gi.py")
-# Debian's python3 has PyGObject (the venv's python has not).
+GJS_APP = os.path.join(ROOT, "Tests", "webview-apps", "tokend_webview_gjs.js")
+# Debian's python3 has PyGObject (the venv's python has not); gjs is Debian's too.
 SYSTEM_PYTHON = "/usr/bin/python3"
+GJS = "/usr/bin/gjs"
 
 ALL_APPS = {
     "swift": [WEBVIEW],
     "c": [os.path.join(WEBVIEW_C, "bin", "tokend-webview-c")],
     "python-gtk4": [SYSTEM_PYTHON, GI_APP, "--gtk", "4"],
     "python-gtk3": [SYSTEM_PYTHON, GI_APP, "--gtk", "3"],
+    "gjs": [GJS, "-m", GJS_APP],
 }
 # The apps the suite runs against: all of them (make webview-test), or those
 # TOKEND_WEBVIEW_APPS names (make test runs tokend-webview's, to stay in its
@@ -80,7 +83,7 @@ class WebView:
     (its own mount namespace, with an /etc/hosts of its own)."""
 
     def __init__(self, display, socket, url, log_path, home, session=None, loopback_names=(), app="swift"):
-        program = ALL_APPS[app][1 if ALL_APPS[app][0] == SYSTEM_PYTHON else 0]
+        program = next(part for part in ALL_APPS[app] if part.startswith(ROOT))  # not the interpreter
         assert os.path.exists(program), f"{program} is not built: make webview webview-c"
         self.log_path = log_path
         self.home = home  # HOME and XDG directories: everything the web view writes is under it

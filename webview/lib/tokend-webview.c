@@ -29,6 +29,29 @@ static const Api apis[] = {
     { "4.1", "libwebkit2gtk-4.1.so.0", "libtokend-webview-4.1.so" },
 };
 
+/* Where the backends are: tokend-webview-1/ beside this library, as an absolute path taken as the
+ * library is loaded. dladdr() gives the name the library was loaded by, which is relative when that
+ * was (LD_LIBRARY_PATH=lib, dlopen ("lib/...")); resolved at the first attach, it would be taken
+ * against whatever the working directory is by then. */
+static char *backend_directory;
+
+__attribute__ ((constructor)) static void
+find_backend_directory (void)
+{
+    Dl_info self;
+    if (dladdr ((void *) find_backend_directory, &self) && self.dli_fname) {
+        g_autofree char *directory = g_path_get_dirname (self.dli_fname);
+        g_autofree char *absolute = g_canonicalize_filename (directory, NULL); /* against the directory of now */
+        backend_directory = g_build_filename (absolute, "tokend-webview-1", NULL);
+    }
+}
+
+__attribute__ ((destructor)) static void
+forget_backend_directory (void)
+{
+    g_clear_pointer (&backend_directory, g_free);
+}
+
 /* The backend, once loaded: a process has one WebKitGTK, so one backend. */
 static struct {
     const Api *api;
@@ -47,15 +70,27 @@ static struct {
  * with WebKit's network process is restored.
  *
  * The web view holds the attachment until it is detached: by
- * tokend_web_view_attachment_detach(), or when the web view is destroyed
- * (GTK 3: gtk_widget_destroy(); GTK 4 has no such call, and the attachment's
- * reference keeps the web view until it is detached).
+ * tokend_web_view_attachment_detach(), or by the web view's end, on GTK 3 and
+ * GTK 4 alike: its #GtkWidget::destroy, which GTK 3's gtk_widget_destroy()
+ * emits and both GTKs emit as the widget is disposed (on GTK 4, when its last
+ * reference goes, as when its window is destroyed). The attachment holds no
+ * reference to the web view, so it never keeps one alive; hiding, unrealizing
+ * or moving the web view to another parent does not detach it.
+ *
+ * Once detached, either way, the attachment stays a valid object for as long
+ * as the app holds it: tokend_web_view_attachment_is_attached() returns
+ * %FALSE, tokend_web_view_attachment_get_session() and
+ * tokend_web_view_attachment_get_webkit_api() answer as before,
+ * tokend_web_view_attachment_detach() does nothing, and no signal is emitted
+ * after #TokendWebViewAttachment::detached. The web view, if it is still
+ * there, can be attached again.
  */
 struct _TokendWebViewAttachment {
     GObject parent_instance;
     char *session;
     void *core;        /* the core's attachment, while attached */
-    GObject *web_view; /* while attached (it holds a reference to us) */
+    GObject *web_view; /* while attached; not a reference (it holds one to us) */
+    gboolean detaching; /* in tokend_web_view_attachment_detach() */
 };
 
 G_DEFINE_FINAL_TYPE (TokendWebViewAttachment, tokend_web_view_attachment, G_TYPE_OBJECT)
@@ -85,13 +120,11 @@ load_backend (GError **error)
                      "neither WebKitGTK 6.0 (%s) nor 4.1 (%s) is loaded in this process", apis[0].webkit, apis[1].webkit);
         return FALSE;
     }
-    Dl_info self;
-    if (!dladdr ((void *) load_backend, &self) || !self.dli_fname) {
+    if (!backend_directory) {
         g_set_error (error, TOKEND_WEB_VIEW_ERROR, TOKEND_WEB_VIEW_ERROR_BACKEND, "cannot tell where libtokend-webview-1 is");
         return FALSE;
     }
-    g_autofree char *directory = g_path_get_dirname (self.dli_fname);
-    g_autofree char *path = g_build_filename (directory, "tokend-webview-1", api->file, NULL);
+    g_autofree char *path = g_build_filename (backend_directory, api->file, NULL);
     void *module = dlopen (path, RTLD_NOW | RTLD_LOCAL);
     if (!module) {
         g_set_error (error, TOKEND_WEB_VIEW_ERROR, TOKEND_WEB_VIEW_ERROR_BACKEND, "WebKitGTK %s: %s", api->api, dlerror ());
@@ -109,7 +142,18 @@ load_backend (GError **error)
     return TRUE;
 }
 
-/* The core ended the attachment (detach, or the web view's end): the web view lets go of us. */
+static gboolean
+tell_detached (gpointer self)
+{
+    g_object_notify_by_pspec (G_OBJECT (self), properties[PROP_ATTACHED]);
+    g_signal_emit (self, signals[SIGNAL_DETACHED], 0);
+    return G_SOURCE_REMOVE;
+}
+
+/* The core ended the attachment (detach, or the web view's end): the web view lets go of us.
+ * An app's detach hears it at once. The web view's end may come from a language's garbage
+ * collector (GJS disposes a widget as it collects its last wrapper, when no callback into the
+ * language may run), so the app hears of that from the main loop; is-attached is FALSE already. */
 static void
 detached (TokendWebViewAttachment *self)
 {
@@ -121,10 +165,14 @@ detached (TokendWebViewAttachment *self)
     self->core = NULL;
     self->web_view = NULL;
     g_object_set_data (web_view, ATTACHMENT_KEY, NULL);
-    g_object_notify_by_pspec (G_OBJECT (self), properties[PROP_ATTACHED]);
-    g_signal_emit (self, signals[SIGNAL_DETACHED], 0);
-    backend.release (core);
-    g_object_unref (self);
+    if (self->detaching) {
+        tell_detached (self);
+        backend.release (core);
+        g_object_unref (self);
+    } else {
+        backend.release (core);
+        g_idle_add_full (G_PRIORITY_DEFAULT, tell_detached, self, g_object_unref);
+    }
 }
 
 static void
@@ -227,14 +275,17 @@ tokend_web_view_attach (gpointer web_view, const char *session, GError **error)
  * @self: the attachment
  *
  * Stops relaying and mirroring; the web view keeps the cookies it has.
- * Destroying the web view (GTK 3) does the same. Detaching twice does nothing.
+ * The web view's end does the same. Detaching a detached attachment does nothing.
  */
 void
 tokend_web_view_attachment_detach (TokendWebViewAttachment *self)
 {
     g_return_if_fail (TOKEND_WEB_VIEW_IS_ATTACHMENT (self));
-    if (self->core)
-        backend.detach (self->core); /* its last notice, TOKEND_BACKEND_DETACHED, lets go */
+    if (!self->core)
+        return;
+    self->detaching = TRUE;
+    backend.detach (self->core); /* its last notice, TOKEND_BACKEND_DETACHED, lets go */
+    self->detaching = FALSE;
 }
 
 /**
@@ -389,7 +440,9 @@ tokend_web_view_attachment_class_init (TokendWebViewAttachmentClass *klass)
      * TokendWebViewAttachment::detached:
      * @self: the attachment
      *
-     * The attachment let go of its web view: tokend_web_view_attachment_detach(), or the web view's end.
+     * The attachment let go of its web view: tokend_web_view_attachment_detach() (emitted
+     * before it returns), or the web view's end (emitted from the main loop, once the web view
+     * is gone). The last signal of the attachment.
      */
     signals[SIGNAL_DETACHED] = g_signal_new ("detached", G_TYPE_FROM_CLASS (klass), G_SIGNAL_RUN_LAST, 0,
                                              NULL, NULL, NULL, G_TYPE_NONE, 0);

@@ -67,6 +67,7 @@ extension TokendWebView {
                 node = item.pointee.next
             }
             g_list_free(list)
+            guard self.keepAlive != nil else { return }  // detached: the store is no longer ours to change
             body(store)
         }
         webkit_cookie_manager_get_all_cookies(cookieManager, nil, callback, data)

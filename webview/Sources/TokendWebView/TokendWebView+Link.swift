@@ -166,8 +166,9 @@ extension TokendWebView {
         after(milliseconds: Self.eventsWait, once)
     }
 
-    /// One call on the shared connection, opened on demand.
+    /// One call on the shared connection, opened on demand (none once detached).
     func call(_ method: String, _ parameters: JSONObject, _ handler: @escaping VarlinkConnection.Handler) {
+        guard keepAlive != nil else { return handler(.failure(.disconnected)) }
         if calls?.isOpen != true {
             do {
                 calls = try VarlinkConnection.connect(path: socket)

@@ -102,7 +102,7 @@ extension TokendWebView {
 
     /// Passes a session event to the page, if it is on one of the web origins.
     func tellPages(_ message: JSONObject) {
-        guard let origin = currentOrigin, origins.contains(origin) else { return }
+        guard keepAlive != nil, let origin = currentOrigin, origins.contains(origin) else { return }
         let source = "tokendRelay.event(\(JSONWriter.string(.object(message))))"
         webkit_web_view_evaluate_javascript(webView, source, -1, Self.world, nil, nil, nil, nil)
     }

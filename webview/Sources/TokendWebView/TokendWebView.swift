@@ -12,7 +12,14 @@ import Varlink
 ///     let tokend = try TokendWebView.attach(to: webView, session: "default")
 ///     webkit_web_view_load_uri(webView, "https://app.example.com/")
 ///     ...
-///     tokend.detach()                                      // or destroy the web view
+///     tokend.detach()                                      // or let the web view go
+///
+/// The attachment holds no reference to the web view: the view's end (GTK 3's
+/// `gtk_widget_destroy`, or its last reference going on GTK 4, as when its window
+/// is destroyed) detaches it, from the view's `destroy` signal, which both GTKs
+/// emit as the widget is disposed. Once detached, by either way, `detach()` does
+/// nothing, `session` and `socket` still answer, `log` and `notify` are not called
+/// again, and nothing of it reaches tokend or the web view.
 ///
 /// Everything runs on the GLib main loop (the thread that runs GTK).
 @MainActor
@@ -46,9 +53,11 @@ public final class TokendWebView {
         case detached
     }
 
-    /// Called with each notice (default: nothing; the log says it all too).
+    /// Called with each notice (default: nothing; the log says it all too). `.detached` is the last.
     public var notify: @MainActor (Notice) -> Void = { _ in }
 
+    /// Not retained: the attachment ends with the web view (its `destroy` signal), and holding it
+    /// would keep it from ending.
     let webView: UnsafeMutablePointer<WebKitWebView>
     let contentManager: ContentManager
     let cookieManager: CookieManager
@@ -124,7 +133,6 @@ public final class TokendWebView {
     }
 
     func start() {
-        g_object_ref(raw(webView))
         watchPages()
         watchNavigations()
         watchCookies()
@@ -146,7 +154,7 @@ public final class TokendWebView {
         signals.append((instance, connectSignal(instance, signal, handler, data)))
     }
 
-    /// Stops relaying and mirroring; the web view keeps the cookies it has.
+    /// Stops relaying and mirroring; the web view keeps the cookies it has. Detaching again does nothing.
     public func detach() {
         guard keepAlive != nil else { return }
         withExtendedLifetime(self) {
@@ -161,8 +169,10 @@ public final class TokendWebView {
             stream?.close()
             calls?.close()
             log("detached from session \(session)")
-            notify(.detached)  // while the web view is still ours: the app may look at it
-            g_object_unref(raw(webView))
+            notify(.detached)  // while the web view is still there: the app may look at it
+            // The last word: what is still on its way (a cookie store's answer) reaches neither.
+            log = { _ in }
+            notify = { _ in }
         }
     }
 

@@ -15,6 +15,32 @@ enum NoticeCode: Int32 {
     case log, loggedOut, disconnected, reconnected, cookiesRestored, detached
 }
 
+/// The owner of one attachment (the C library's GObject) as the core's `log` and `notify` reach it:
+/// until the `detached` notice, which is the last. The owner may be gone once that notice has been
+/// handled, and the core may live on a little (an answer of WebKit's cookie store on its way).
+@MainActor
+final class Owner {
+    private let owner: UInt
+    private let notify: Notify
+    private var detached = false
+
+    init(_ owner: UnsafeMutableRawPointer?, _ notify: @escaping Notify) {
+        self.owner = UInt(bitPattern: owner)
+        self.notify = notify
+    }
+
+    func tell(_ code: NoticeCode, _ text: String? = nil, count: Int = 0) {
+        guard !detached else { return }
+        if code == .detached { detached = true }
+        let owner = UnsafeMutableRawPointer(bitPattern: owner)
+        if let text {
+            text.withCString { notify(owner, code.rawValue, $0, Int32(clamping: count)) }
+        } else {
+            notify(owner, code.rawValue, nil, Int32(clamping: count))
+        }
+    }
+}
+
 @_cdecl("tokend_webview_backend_attach")
 public func backendAttach(
     _ webView: UnsafeMutableRawPointer, _ session: UnsafePointer<CChar>, _ socket: UnsafePointer<CChar>?,
@@ -25,14 +51,6 @@ public func backendAttach(
                                           socket.map { String(cString: $0) })
     nonisolated(unsafe) let notify = notify
     let attached = MainActor.assumeIsolated { () -> Result<UInt, AttachError> in
-        let tell: @MainActor (NoticeCode, String?, Int) -> Void = { code, text, count in
-            let owner = UnsafeMutableRawPointer(bitPattern: owner)
-            if let text {
-                text.withCString { notify(owner, code.rawValue, $0, Int32(clamping: count)) }
-            } else {
-                notify(owner, code.rawValue, nil, Int32(clamping: count))
-            }
-        }
         let attachment: TokendWebView
         do throws(AttachError) {
             attachment = try TokendWebView.attach(
@@ -40,14 +58,15 @@ public func backendAttach(
         } catch {
             return .failure(error)
         }
-        attachment.log = { line in tell(.log, line, 0) }
+        let owner = Owner(UnsafeMutableRawPointer(bitPattern: owner), notify)
+        attachment.log = { line in owner.tell(.log, line) }
         attachment.notify = { notice in
             switch notice {
-            case .loggedOut(let reason): tell(.loggedOut, reason, 0)
-            case .disconnected(let reason): tell(.disconnected, reason, 0)
-            case .reconnected: tell(.reconnected, nil, 0)
-            case .cookiesRestored(let count): tell(.cookiesRestored, nil, count)
-            case .detached: tell(.detached, nil, 0)
+            case .loggedOut(let reason): owner.tell(.loggedOut, reason)
+            case .disconnected(let reason): owner.tell(.disconnected, reason)
+            case .reconnected: owner.tell(.reconnected)
+            case .cookiesRestored(let count): owner.tell(.cookiesRestored, count: count)
+            case .detached: owner.tell(.detached)
             }
         }
         return .success(UInt(bitPattern: Unmanaged.passRetained(attachment).toOpaque()))
