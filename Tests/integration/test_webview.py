@@ -17,6 +17,7 @@ import urllib.parse
 import pytest
 
 from conftest import issued_refresh_tokens, login, scan_for_secrets, wait_for
+from resources import introspect, mode_server, password_grant
 from webapp import WebApp
 from webview import APPS, Display, WebView
 
@@ -36,16 +37,27 @@ def cookie_dict(header):
 
 class App:
     """A logged-in tokend session whose web-origins is the test app, and the app in tokend-webview.
-    `host`: a name for the app's loopback address (it resolves in the web view only)."""
+    `host`: a name for the app's loopback address (it resolves in the web view only). `resources`:
+    the session's, which its login's grant carries; `session`: more of its keys."""
 
-    def __init__(self, display, server, make_tokend, workdir, host=None, other_names=(), kind="swift"):
+    def __init__(self, display, server, make_tokend, workdir, host=None, other_names=(), kind="swift",
+                 resources=None, session=None):
         self.kind = kind
         self.display = display
         self.server = server
         self.app = WebApp()
         self.origin = f"http://{host}:{self.app.server.server_address[1]}" if host else self.app.origin
-        self.daemon = make_tokend(server, **{"web-origins": json.dumps([self.origin])}).start()
-        self.refresh_token = login(self.daemon, server)
+        keys = {"web-origins": json.dumps([self.origin]), **(session or {})}
+        if resources:
+            keys |= {"resources": json.dumps(resources), "scope": '"read write"'}
+        self.daemon = make_tokend(server, **keys).start()
+        if resources:
+            status, grant = password_grant(server, resources, "read write")
+            assert status == 200, grant
+            assert "error" not in self.daemon.call(B + "Login", refreshToken=grant["refresh_token"])[1]
+            self.refresh_token = grant["refresh_token"]
+        else:
+            self.refresh_token = login(self.daemon, server)
         self.home = os.path.join(workdir, "home")
         names = (host, *other_names) if host else ()
         self.view = WebView(display, self.daemon.socket, self.origin + "/remote", os.path.join(workdir, "webview.log"),
@@ -339,3 +351,45 @@ def test_a_page_on_another_host_cannot_put_parent_domain_cookies_into_tokend(nam
     # The web origin's own host still gets its cookies to tokend.
     app.js("Promise.resolve(document.cookie = 'own=1; path=/')")
     wait_for(lambda: app.tokend_cookies().get("own") == "1", 10, "the app's own cookie in tokend's jar")
+
+
+ADMIN_API, MAIL_API = "https://admin.api.test/", "https://mail.api.test/"
+
+
+@pytest.fixture(params=list(APPS))
+def resource_app(request, display, make_tokend, workdir):
+    """A session serving two APIs from one login, of which pages may have the mail API's tokens
+    (web-resources), at a provider that issues one resource per token (keep-wide): the session's own
+    token is for the admin API, the provider's default (the first)."""
+    server = mode_server(os.path.join(workdir, "as"), "keep-wide")
+    try:
+        instance = App(display, server, make_tokend, workdir, kind=request.param, resources=[ADMIN_API, MAIL_API],
+                       session={"web-resources": json.dumps([MAIL_API]),
+                                "introspection-endpoint": json.dumps(server.base + "/o/introspect/")})
+        yield instance
+        instance.close()
+    finally:
+        server.stop()
+
+
+def test_a_page_gets_only_tokens_whose_audience_pages_may_have(resource_app):
+    """The web view marks a page's calls with the page's origin (page), and tokend hands out only a
+    token whose audience is within web-resources: what the page received is shown by introspection."""
+    app = resource_app
+    answer = lambda call: app.js(f"{call}.catch((e) => ({{error: e.name, parameters: e.parameters}}))")
+    mail = answer(f"tokend.getToken({{resource: {json.dumps(MAIL_API)}}})")
+    assert introspect(app.server, mail["accessToken"]).get("aud") == [MAIL_API], mail
+    fresh = answer(f"tokend.refresh({{resource: {json.dumps(MAIL_API)}, staleGeneration: {mail['generation']}}})")
+    assert fresh["generation"] > mail["generation"]
+    assert introspect(app.server, fresh["accessToken"]).get("aud") == [MAIL_API]
+    # The session's own token covers the admin API: the page asks for no resource by name, and tokend refuses it.
+    own = answer("tokend.getToken()")
+    assert own["error"] == B + "ResourceNotAllowed" and own["parameters"]["resource"] == ADMIN_API, own
+    assert "web-resources" in own["parameters"]["reason"]
+    # Without the page's mark the same call is the app's own (root's), and answered: the refusal was the page rule.
+    root = app.daemon.call(B + "GetToken")[1]
+    assert introspect(app.server, root["parameters"]["token"]["accessToken"]).get("aud") == [ADMIN_API], root
+    # Named, a resource outside web-resources is refused by the web view itself, before tokend is asked.
+    named = answer(f"tokend.getToken({{resource: {json.dumps(ADMIN_API)}}})")
+    assert named["error"] == "io.tokend.Broker.PermissionDenied" and named["parameters"]["resource"] == ADMIN_API
+    assert "resource not among session default's web-resources" in app.view.logs()

@@ -4,7 +4,8 @@ import Varlink
 
 /// Pages ask through the relay (relay.js, in the "tokend" world of the pages of
 /// the session's web origins) with the page API of the browser extension:
-/// GetToken and Refresh, answered once the token's events are in the web view.
+/// GetToken and Refresh, marked with the page's origin (`page`), answered once
+/// the token's events are in the web view.
 extension TokendWebView {
     static let pageMethods: Set<String> = ["GetToken", "Refresh"]
     /// The refusal pages get, named as the browser extension names it (one page API).
@@ -85,6 +86,9 @@ extension TokendWebView {
         }
         let keyed = parameters["resource"] != nil || parameters["scope"] != nil
         parameters["session"] = .string(session)
+        // The call is the page's: tokend hands out only a token whose audience pages may have (web-resources).
+        // The page's own word for it is not taken; this is the origin checked above, the one the web view shows.
+        parameters["page"] = .string(origin)
         call(method, parameters) { [weak self] result in
             switch result {
             case .success(let answer) where answer.error != nil:
