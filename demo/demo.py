@@ -102,7 +102,7 @@ def main():
             time.sleep(0.1)
 
         sock = os.path.join(workdir, "sock")
-        with open(os.path.join(workdir, "secret"), "w") as f:
+        with open(os.open(os.path.join(workdir, "secret"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write("tokend-test-secret\n")
         config = os.path.join(workdir, "tokend.toml")
         with open(config, "w") as f:

@@ -325,6 +325,7 @@ extension SessionSettings {
     /// files they name; an error names what is unusable (`tokend --check-config` asks too).
     /// The provider's answers are counted in `metrics`.
     public func endpoint(metrics: ProviderMetrics? = nil) throws -> HTTPTokenEndpoint {
+        try checkCredentialModes()
         var secret: Secret?
         if let clientSecretFile {
             guard let data = FileManager.default.contents(atPath: clientSecretFile) else {

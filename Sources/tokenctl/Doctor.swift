@@ -76,10 +76,16 @@ struct DoctorCommand: AsyncParsableCommand {
         }
 
         let curl = DoctorProgram.find("curl")
+        let unitSources = systemd?.unitText("tokend.service").map { DoctorCredentialCheck.sources(inUnitText: $0) } ?? [:]
         for (name, status) in statuses {
             report([DoctorSessionCheck.judge(session: name, status)])
             if let session = setup?.sessions.first(where: { $0.name == name }) {
                 report(Self.check(session, status: status.success, curl: curl))
+                report([
+                    DoctorCredentialCheck.judge(
+                        session: name, files: session.credentialFiles, standIns: standIns?.directory,
+                        unitSources: unitSources, ownGroup: daemon?.gid)
+                ])
             }
         }
 

@@ -13,7 +13,8 @@ extension DoctorSetup {
                 Session(
                     name: session.name, issuer: session.issuer, tokenEndpoint: session.tokenEndpoint?.absoluteString,
                     tokenFiles: session.tokenFiles.map { TokenFile(path: $0.path, mode: $0.mode, group: $0.group) },
-                    sharedStore: session.sharedStore, webOrigins: session.webOrigins)
+                    sharedStore: session.sharedStore, webOrigins: session.webOrigins,
+                    credentialFiles: session.credentialFiles)
             })
     }
 }

@@ -1,3 +1,5 @@
+import Config
+
 /// What `tokenctl doctor` compares the machine against: the configured
 /// values tokend itself acts on, as plain values so each check is a
 /// function of them and of what it finds.
@@ -17,6 +19,8 @@ struct DoctorSetup: Equatable, Sendable {
         /// The shared store's URL (postgresql://…), when the session is a fleet's.
         var sharedStore: String?
         var webOrigins: [String] = []
+        /// Its secret, key and password files, as tokend resolves them.
+        var credentialFiles: [CredentialFile] = []
     }
 
     var socket: String

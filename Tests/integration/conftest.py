@@ -97,7 +97,8 @@ class Tokend:
         self.state = os.path.join(directory, "state")
         self.log_path = os.path.join(directory, "tokend.log")
         secret = os.path.join(directory, "client-secret")
-        with open(secret, "w") as f:
+        # 0600: tokend refuses a secret file other users may read.
+        with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write(CLIENT_SECRET + "\n")
         options = {"refresh-margin": 5, "min-valid": 3}
         options.update(session)

@@ -95,7 +95,7 @@ class Fleet:
         self.key = os.path.join(workdir, "fleet.key")
         generate_key(self.key)
         self.password = os.path.join(workdir, "db-password")
-        with open(self.password, "w") as f:
+        with open(os.open(self.password, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write(PASSWORD + "\n")
         self.hosts = {}
         for name in hosts:

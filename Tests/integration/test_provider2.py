@@ -32,7 +32,7 @@ class Tokend2(Tokend):
         self.state = os.path.join(directory, "state")
         self.log_path = os.path.join(directory, "tokend.log")
         secret = os.path.join(directory, "g2-secret")
-        with open(secret, "w") as f:
+        with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write(CLIENT_SECRET + "\n")
         keys = {"issuer": provider.issuer, "scope": SCOPE, "refresh-margin": 5, "min-valid": 3}
         if public:
