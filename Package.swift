@@ -58,9 +58,15 @@ let package = Package(
         // Token requests and responses (pure) and the AsyncHTTPClient-backed endpoint client.
         // Discovery, device and authorization-code logins, ID tokens (jwt-kit).
         .target(name: "OAuth", dependencies: [
-            "CookieJar", "Deadline", "Loopback", "TokendMetrics", "Secrets", "Varlink", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
+            "CookieJar", "Deadline", "DPoP", "Loopback", "TokendMetrics", "Secrets", "Varlink", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
             .product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit"),
         ], swiftSettings: strict),
+        // DPoP (RFC 9449): proofs, P-256 keys and their RFC 7638 thumbprints, htu, servers' nonces and clocks.
+        .target(name: "DPoP", dependencies: [.product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
+        // tpm2-tss ESAPI (Debian: libtss2-dev) and the steps of the TPM key store, in C.
+        .systemLibrary(name: "CTSS2", pkgConfig: "tss2-esys", providers: [.apt(["libtss2-dev"])]),
+        // DPoP keys in a TPM 2.0: non-exportable, only the TPM-wrapped blob stored; signing off the server loop.
+        .target(name: "TPMKeys", dependencies: ["CTSS2", "DPoP", .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
         // RFC 6265 cookie jar: parser, storage, retrieval, change log. Foundation only.
         .target(name: "CookieJar", dependencies: ["Loopback"], swiftSettings: strict),
         // Counters, gauges and histograms rendered as OpenMetrics text. Foundation-free, no I/O.
@@ -70,7 +76,7 @@ let package = Package(
         .target(name: "StateStore", dependencies: [
             "CookieJar", "TokendMetrics", "Secrets", logging, .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: strict),
-        .target(name: "Broker", dependencies: ["CookieJar", "Deadline", "Loopback", "TokendMetrics", "OAuth", "Secrets", "StateStore", logging], swiftSettings: hooks),
+        .target(name: "Broker", dependencies: ["CookieJar", "Deadline", "DPoP", "Loopback", "TokendMetrics", "OAuth", "Secrets", "StateStore", logging], swiftSettings: hooks),
         // A session shared by several hosts through PostgreSQL: schema, fleet lock, sealed record, LISTEN.
         .target(name: "Fleet", dependencies: [
             "Broker", "Deadline", "TokendMetrics", "StateStore", logging, .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -81,7 +87,7 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .target(name: "Systemd", dependencies: ["CSystemd", logging], swiftSettings: strict),
         .target(name: "TokendServer", dependencies: [
-            "Broker", "Config", "CookieJar", "Deadline", "Fleet", "TokendMetrics", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "UnixServer",
+            "Broker", "Config", "CookieJar", "Deadline", "DPoP", "Fleet", "TPMKeys", "TokendMetrics", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "UnixServer",
             logging, lifecycle, .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ], swiftSettings: hooks),
         .executableTarget(name: "tokend", dependencies: [
@@ -115,6 +121,7 @@ let package = Package(
             "OAuth", "Secrets", .product(name: "JWTKit", package: "jwt-kit"),
             .product(name: "_CryptoExtras", package: "swift-crypto"),
         ], swiftSettings: strict),
+        .testTarget(name: "DPoPTests", dependencies: ["DPoP", .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "CookieJar", "Secrets"], swiftSettings: strict),
         .testTarget(name: "BrokerTests", dependencies: ["TestSupport", "Broker", "CookieJar", "OAuth", "Secrets", "StateStore"], swiftSettings: strict),
         .testTarget(name: "CookieJarTests", dependencies: ["CookieJar", "Loopback"], swiftSettings: strict),

@@ -1,5 +1,6 @@
 import Foundation
 import CookieJar
+import DPoP
 import Loopback
 import OAuth
 import Secrets
@@ -20,6 +21,8 @@ struct PendingLogin {
     var interval: Int
     /// Set while a FinishLogin is polling for it.
     var polling = false
+    /// The DPoP key this login's grant is bound to (dpop = true).
+    var proofKey: (any ProofKey)? = nil
 }
 
 /// How the user approves a login.
@@ -98,7 +101,9 @@ extension SessionActor {
                 authorizationURL: url.absoluteString)
             login = PendingLogin(ticket: ticket, grant: .browser(code, authorizationURL: url), owner: owner, interval: 0)
         }
-        pendingLogins[id] = login
+        var begun = login
+        begun.proofKey = try await makeLoginKey()
+        pendingLogins[id] = begun
         var pending = event(.loginPending)
         pending.loginFlow = flow.rawValue
         await publish([pending], waitForDelivery: false)
@@ -130,8 +135,9 @@ extension SessionActor {
             }
             // The state is spent: a replayed callback finds no login.
             pendingLogins[id] = nil
-            let answer = await endpoint.redeem(.authorizationCode(authorizationCode, code), cookieHeader: cookieHeaderForEndpoint())
-            return try await completeLogin(answer, nonce: code.nonce, flow: .browser)
+            let answer = await endpoint.redeem(
+                .authorizationCode(authorizationCode, code), cookieHeader: cookieHeaderForEndpoint(), proofKey: login.proofKey)
+            return try await completeLogin(answer, nonce: code.nonce, flow: .browser, proofKey: login.proofKey)
         case .device(let device):
             pendingLogins[id]?.polling = true
             defer { pendingLogins[id]?.polling = false }
@@ -159,10 +165,11 @@ extension SessionActor {
             // a cancelled sleep that returned at once would ask the provider in a tight loop.
             try await clock.sleep(until: next)
             guard pendingLogins[id] != nil else { throw BrokerError.noSuchLogin(name, id: id) }
-            let answer = await endpoint.redeem(.deviceCode(device.deviceCode), cookieHeader: cookieHeaderForEndpoint())
+            let answer = await endpoint.redeem(
+                .deviceCode(device.deviceCode), cookieHeader: cookieHeaderForEndpoint(), proofKey: login.proofKey)
             guard case .failure(let error) = answer.result else {
                 pendingLogins[id] = nil
-                return try await completeLogin(answer, nonce: nil, flow: .device)
+                return try await completeLogin(answer, nonce: nil, flow: .device, proofKey: login.proofKey)
             }
             switch error.code {
             case "authorization_pending":
@@ -189,7 +196,9 @@ extension SessionActor {
 
     /// A redeemed login grant becomes the session: checked (identity), on
     /// disk, in memory, then announced (`loggedIn`).
-    func completeLogin(_ answer: RefreshAnswer, nonce: String?, flow: LoginFlow) async throws -> SessionStatus {
+    func completeLogin(
+        _ answer: RefreshAnswer, nonce: String?, flow: LoginFlow, proofKey: (any ProofKey)? = nil
+    ) async throws -> SessionStatus {
         let cookieChanges = receiveEndpointCookies(answer.setCookie)
         let response: TokenResponse
         switch answer.result {
@@ -220,6 +229,7 @@ extension SessionActor {
             )
             next.grantResources = keyPolicy.resources
             next = applying(response, to: next, issuedAt: Int(clock.now()))
+            bind(proofKey, into: &next)
             await persist(next, what: "login")
             record = next
         } }

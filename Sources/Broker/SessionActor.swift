@@ -1,4 +1,5 @@
 import CookieJar
+import DPoP
 import Logging
 import OAuth
 import Secrets
@@ -36,6 +37,7 @@ public actor SessionActor {
     var record: SessionRecord {
         didSet {
             if oldValue.phase != record.phase { phaseSince = clock.now() }
+            if oldValue.dpopKey != record.dpopKey { followProofKey() }
             if !announcing { updateSnapshot() }
         }
     }
@@ -118,6 +120,14 @@ public actor SessionActor {
     let adoptions = TurnQueue()
     var watcher: Task<Void, Never>?
 
+    // MARK: DPoP (see SessionActor+DPoP)
+    /// Where new DPoP keys are made and stored ones read; nil: the session does not use DPoP.
+    let dpop: DPoPSettings?
+    /// The key the endpoint signs this session's requests with (the record's).
+    var proofKeyInUse: (any ProofKey)?
+    /// Why the key cannot be used (not in this machine's TPM...), while that lasts.
+    var dpopProblem: String?
+
     public init(
         name: String, policy: RefreshPolicy, endpoint: any TokenEndpoint, file: SessionFile,
         clock: any BrokerClock = SystemClock(), logger: Logger,
@@ -132,8 +142,10 @@ public actor SessionActor {
         tokenFiles: [TokenFile] = [],
         checkpoint: (@Sendable (String) -> Void)? = nil,
         shared: (any SharedStore)? = nil,
+        dpop: DPoPSettings? = nil,
         tokenChanged: @escaping @Sendable () -> Void = {}
     ) {
+        self.dpop = dpop
         self.snapshot = TokenSnapshot(changed: tokenChanged)
         self.name = name
         self.webOrigins = webOrigins
@@ -316,7 +328,8 @@ public actor SessionActor {
     }
 
     var currentToken: Token? {
-        guard record.phase == .active, let access = record.accessToken, let expiresAt = record.expiresAt else {
+        guard record.phase == .active, !proofKeyGone, let access = record.accessToken, let expiresAt = record.expiresAt
+        else {
             return nil
         }
         return Token(
@@ -328,6 +341,7 @@ public actor SessionActor {
         guard record.phase == .active else {
             throw BrokerError.loginRequired(name, record.reason ?? "not logged in")
         }
+        try requireProofKey()
     }
 }
 

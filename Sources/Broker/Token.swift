@@ -67,6 +67,8 @@ public struct SessionStatus: Sendable, Equatable {
     public var strategy = "shared-audience"
     public var strategyReason = ""
     public var tokens: [KeyedTokenStatus] = []
+    /// The DPoP key, for a session with dpop (see SessionActor+DPoP).
+    public var dpop: DPoPKeyStatus? = nil
 }
 
 /// A change subscribers are told about.

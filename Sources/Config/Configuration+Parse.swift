@@ -34,9 +34,10 @@ extension Configuration {
             try r.allowOnly([
                 "socket", "state-directory", "runtime-directory", "state-key-file", "socket-mode", "log-level", "log-target",
                 "max-connections", "max-connections-per-user", "idle-timeout", "frame-timeout", "write-timeout", "forced-refreshes-per-minute", "host-id",
-                "metrics-textfile", "metrics-listen",
+                "metrics-textfile", "metrics-listen", "tpm",
             ])
             daemon.metricsTextfile = try r.path("metrics-textfile")
+            daemon.tpm = try r.tpm()
             if let listen = try r.string("metrics-listen") {
                 guard let parsed = MetricsListen(parsing: listen) else {
                     throw r.problem("metrics-listen", "\"\(listen)\" is not a loopback address and port: use \"127.0.0.1:9464\" or \"[::1]:9464\"")
@@ -115,7 +116,7 @@ extension TableReader {
             "client-id", "client-secret-file", "client-auth", "scope", "refresh-margin", "min-valid", "upstream-timeout",
             "default-lifetime", "access", "web-origins", "accept-cookies", "git-hosts", "git-username", "token-files",
             "shared-store", "shared-store-password-file", "client-key-file", "client-key-id", "redirect-uri",
-            "pushed-authorization", "resources", "narrowing", "resource-access",
+            "pushed-authorization", "resources", "narrowing", "resource-access", "dpop", "dpop-key",
             "web-resources",
         ])
         let issuer = try url("issuer")
@@ -191,6 +192,7 @@ extension TableReader {
         session.redirectURI = try loopbackRedirectURI("redirect-uri")
         session.pushedAuthorization = try bool("pushed-authorization") ?? false
         try resources(into: &session)
+        try dpop(into: &session)
         return session
     }
 }

@@ -74,6 +74,8 @@ public struct DaemonSettings: Sendable, Equatable {
     /// A loopback address ("127.0.0.1:9464", "[::1]:9464") where GET /metrics
     /// answers; nil: none.
     public var metricsListen: MetricsListen?
+    /// The TPM 2.0 that holds DPoP keys, as a tpm2-tss TCTI string; nil: /dev/tpmrm0 when present (tpmInUse).
+    public var tpm: String?
 
     public init() {}
 }
@@ -173,6 +175,10 @@ public struct SessionSettings: Sendable, Equatable {
     /// The resources web pages (web-origins, through the browser bridge or a
     /// web view) may ask tokens for; none unless listed.
     public var webResources: [String] = []
+    /// DPoP (RFC 9449): every token-endpoint request carries a proof of the session's key.
+    public var dpop = false
+    /// Where the DPoP key lives: "tpm", "state" or "auto" (the TPM when one is reachable, else the state).
+    public var dpopKey = "auto"
 
     public init(name: String, tokenEndpoint: URL?, clientID: String) {
         self.name = name

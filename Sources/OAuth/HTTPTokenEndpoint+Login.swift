@@ -1,3 +1,4 @@
+import DPoP
 import Foundation
 import Loopback
 import Secrets
@@ -89,15 +90,20 @@ extension HTTPTokenEndpoint {
     }
 
     public func redeem(_ grant: LoginGrant, cookieHeader: String) async -> RefreshAnswer {
+        await redeem(grant, cookieHeader: cookieHeader, proofKey: nil)
+    }
+
+    public func redeem(_ grant: LoginGrant, cookieHeader: String, proofKey: (any ProofKey)?) async -> RefreshAnswer {
         switch grant {
         case .authorizationCode(let code, let login):
             let form = FormRequest.authorizationCode(
                 code: code, redirectURI: login.redirectURI, verifier: login.verifier, resources: resources,
                 credentials: credentials)
-            return await exchange(form, cookieHeader)
+            return await exchange(form, cookieHeader, proofKey: proofKey)
         case .deviceCode(let deviceCode):
             return await exchange(
-                FormRequest.deviceCode(deviceCode, resources: resources, credentials: credentials), cookieHeader)
+                FormRequest.deviceCode(deviceCode, resources: resources, credentials: credentials), cookieHeader,
+                proofKey: proofKey)
         }
     }
 

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import DPoP
 import Deadline
 import Foundation
 import NIOCore
@@ -34,6 +35,10 @@ public protocol TokenEndpoint: Sendable {
     func beginAuthorization(for login: AuthorizationCodeLogin) async throws(TokenEndpointError) -> URL
     /// Redeems a login grant at the token endpoint.
     func redeem(_ grant: LoginGrant, cookieHeader: String) async -> RefreshAnswer
+    /// The same with a DPoP proof signed by `proofKey` (RFC 9449): the grant it makes is bound to that key.
+    func redeem(_ grant: LoginGrant, cookieHeader: String, proofKey: (any ProofKey)?) async -> RefreshAnswer
+    /// Signs the session's refreshes with `key` from now on (nil: no proofs).
+    func useProofKey(_ key: (any ProofKey)?)
     /// Who logged in: the verified ID token, else the userinfo endpoint; nil
     /// when the session does not ask for `openid`.
     func identity(of response: TokenResponse, nonce: String?) async throws(IDTokenError) -> Identity?
@@ -68,6 +73,10 @@ extension TokenEndpoint {
         RefreshAnswer(result: .failure(.transient("this endpoint cannot redeem login grants")))
     }
     public func identity(of response: TokenResponse, nonce: String?) async throws(IDTokenError) -> Identity? { nil }
+    public func redeem(_ grant: LoginGrant, cookieHeader: String, proofKey: (any ProofKey)?) async -> RefreshAnswer {
+        await redeem(grant, cookieHeader: cookieHeader)
+    }
+    public func useProofKey(_ key: (any ProofKey)?) {}
 }
 
 /// What one refresh request brought back: the classified result and the
@@ -101,6 +110,10 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
     let endpoints: Mutex<ProviderEndpoints>
     /// Answers by endpoint and status are counted here.
     let metrics: ProviderMetrics?
+    /// The session's DPoP key (see HTTPTokenEndpoint+DPoP); nil: its requests carry no proof.
+    let sessionProofKey = Mutex<(any ProofKey)?>(nil)
+    /// Servers' DPoP nonces and clocks, shared by every session.
+    let proofServers: ProofServers = .shared
 
     public init(
         endpoints: ProviderEndpoints, credentials: ClientCredentials, scope: String?, timeout: Duration,
@@ -140,7 +153,7 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
     public func refresh(refreshToken: Secret, cookieHeader: String, target: RefreshTarget) async -> RefreshAnswer {
         let form = FormRequest.refresh(
             refreshToken: refreshToken, scope: target.scope, resources: target.resources, credentials: credentials)
-        return await exchange(form, cookieHeader)
+        return await exchange(form, cookieHeader, proofKey: proofKey)
     }
 
     public func revoke(token: Secret) async throws(TokenEndpointError) {
@@ -159,14 +172,16 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
     }
 
     /// Posts a grant to the token endpoint and classifies the answer.
-    func exchange(_ form: FormRequest, _ cookieHeader: String) async -> RefreshAnswer {
+    /// With `proofKey`, the request carries a DPoP proof signed by it.
+    func exchange(_ form: FormRequest, _ cookieHeader: String, proofKey: (any ProofKey)? = nil) async -> RefreshAnswer {
         guard let tokenURL else { return RefreshAnswer(result: .failure(unknownEndpoint("token"))) }
         var form = form
         if !cookieHeader.isEmpty { form.headers.append(("Cookie", cookieHeader)) }
         do {
-            let answer = try await post(form, to: tokenURL)
-            let result = TokenResponse.classify(
-                status: answer.status, retryAfterHeader: answer.retryAfter, body: answer.body, redactor: form.redactor)
+            let answer = try await post(form, to: tokenURL, proofKey: proofKey)
+            let result = explainingProof(TokenResponse.classify(
+                status: answer.status, retryAfterHeader: answer.retryAfter, body: answer.body, redactor: form.redactor),
+                url: tokenURL)
             return RefreshAnswer(result: result.mapError { $0.redacting(form.redactor) }, setCookie: answer.setCookie)
         } catch {
             return RefreshAnswer(result: .failure(error.redacting(form.redactor)), setCookie: [])
@@ -197,6 +212,9 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         var location: String? = nil
         var setCookie: [String]
         var body: [UInt8]
+        /// The DPoP-Nonce header (RFC 9449 §8) and the Date header.
+        var dpopNonce: String? = nil
+        var date: String? = nil
     }
 
     /// Sends a form, with a new client assertion for `url` when the client authenticates by one.
@@ -231,7 +249,8 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
                 return HTTPAnswer(
                     status: Int(response.status.code), retryAfter: response.headers.first(name: "Retry-After"),
                     location: response.headers.first(name: "Location"), setCookie: response.headers["Set-Cookie"],
-                    body: Array(buffer: body))
+                    body: Array(buffer: body), dpopNonce: response.headers.first(name: "DPoP-Nonce"),
+                    date: response.headers.first(name: "Date"))
             }
             guard let answer else { throw HTTPClientError.deadlineExceeded }
             status = answer.status

@@ -59,6 +59,8 @@ public struct SessionRecord: Sendable, Equatable {
     /// The grant's resources are what the configuration listed when a refresh
     /// token was handed in (Login): the provider may have granted fewer.
     public var grantResourcesAssumed = false
+    /// The DPoP key the grant is bound to (dpop = true), from the login that made the grant.
+    public var dpopKey: DPoPKeyRecord?
 
     public init(
         phase: Phase, reason: String? = nil, refreshToken: Secret? = nil, accessToken: Secret? = nil,
@@ -113,6 +115,8 @@ struct StoredRecord: Codable {
     /// Absent in files written before resources existed: a grant made without any.
     var grantResources: [String]?
     var grantResourcesAssumed: Bool?
+    /// Absent for sessions without DPoP.
+    var dpopKey: StoredDPoPKey?
 
     init(_ record: SessionRecord) {
         phase = record.phase
@@ -138,6 +142,7 @@ struct StoredRecord: Codable {
         strategyReason = record.strategyReason
         grantResources = record.grantResources.isEmpty ? nil : record.grantResources
         grantResourcesAssumed = record.grantResourcesAssumed ? true : nil
+        dpopKey = record.dpopKey.map(StoredDPoPKey.init)
     }
 
     var record: SessionRecord {
@@ -160,6 +165,7 @@ struct StoredRecord: Codable {
         record.strategyReason = strategyReason
         record.grantResources = grantResources ?? []
         record.grantResourcesAssumed = grantResourcesAssumed ?? false
+        record.dpopKey = dpopKey?.key
         record.lifetimeNote = note
         return record
     }

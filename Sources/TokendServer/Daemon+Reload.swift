@@ -48,7 +48,7 @@ extension Daemon {
             for settings in next.sessions where old[settings.name] != settings {
                 started.append(try Self.makeSession(
                     settings, store: store, cookiePolicy: cookiePolicy, hostID: configuration.withLock { $0.daemon.hostID },
-                    reuse: reuse, logger: logger))
+                    reuse: reuse, logger: logger, tpm: next.daemon.tpmInUse))
             }
         } catch {
             reloadProblem.withLock { $0 = "\(error)" }

@@ -78,14 +78,15 @@ public final class Daemon: Service, CustomStringConvertible {
             sessions.append(
                 try Self.makeSession(
                     settings, store: store, cookiePolicy: cookiePolicy, hostID: configuration.daemon.hostID,
-                    reuse: reuse, logger: logger, checkpoint: Self.crashPoint(environment, hooks: testHooks)))
+                    reuse: reuse, logger: logger, checkpoint: Self.crashPoint(environment, hooks: testHooks),
+                    tpm: configuration.daemon.tpmInUse))
         }
         broker = Broker(sessions: sessions)
     }
 
     static func makeSession(
         _ settings: SessionSettings, store: StateStore, cookiePolicy: CookiePolicy, hostID: String?, reuse: ReuseStamp,
-        logger: Logger, checkpoint: (@Sendable (String) -> Void)? = nil
+        logger: Logger, checkpoint: (@Sendable (String) -> Void)? = nil, tpm: String? = nil
     ) throws -> SessionActor {
         let file = store.file(for: settings.name)
         do {
@@ -116,6 +117,7 @@ public final class Daemon: Service, CustomStringConvertible {
             shared: try sharedStore(
                 settings, file: file, hostID: hostID, logger: logger,
                 metrics: FleetMetrics(session: settings.name, in: store.metrics)),
+            dpop: try settings.dpopSettings(tpm: tpm),
             tokenChanged: { reuse.changed() })
     }
 

@@ -56,6 +56,9 @@ extension SessionStatus {
         status.webResources = webResources
         status.strategy = strategy
         status.strategyReason = strategyReason
+        status.dpop = dpop.map {
+            BrokerInterface.DPoPStatus(thumbprint: $0.thumbprint, keyStorage: $0.keyStorage, binding: $0.binding, problem: $0.problem)
+        }
         status.tokens = tokens.map {
             BrokerInterface.KeyedToken(
                 resource: $0.resource, scope: $0.scope, generation: $0.generation, expiresAt: $0.expiresAt,

@@ -37,6 +37,7 @@ SCOPE = "openid tokend"
 CLIENT_ID, CLIENT_SECRET = "tokend-g2", "tokend-g2-secret"
 PUBLIC_CLIENT_ID = "tokend-g2-public"
 KEY_CLIENT_ID = "tokend-g2-key"  # private_key_jwt (RFC 7523), with Glewlwyd(keys=True)
+DPOP_CLIENT_ID = "tokend-g2-dpop"  # DPoP required (RFC 9449), with Glewlwyd(dpop=True)
 
 
 def free_port() -> int:
@@ -101,9 +102,13 @@ def _run(command: list[str], **kwargs: Any) -> None:
 class Glewlwyd:
     """One Glewlwyd instance in `directory` on 127.0.0.1:`port`."""
 
-    def __init__(self, directory: str, access_ttl: int = 3600, port: int | None = None, keys: bool = False) -> None:
+    def __init__(self, directory: str, access_ttl: int = 3600, port: int | None = None, keys: bool = False,
+                 dpop: bool = False) -> None:
         """`keys`: also accept client assertions (private_key_jwt) and register
-        KEY_CLIENT_ID with the public key in `client_key_path`."""
+        KEY_CLIENT_ID with the public key in `client_key_path`. `dpop`: turn
+        DPoP on with nonces mandatory, and register DPOP_CLIENT_ID, a client
+        whose every token request must carry a proof."""
+        self.dpop = dpop
         assert os.path.exists(GLEWLWYD), "Debian's glewlwyd package is not installed (make deps installs it)"
         self.directory = directory
         self.keys = keys
@@ -224,6 +229,16 @@ class Glewlwyd:
             # and are checked against the client's "pubkey" property.
             parameters["request-parameter-allow"] = True
             parameters["client-pubkey-parameter"] = "pubkey"
+        if self.dpop:
+            # Proofs are checked only on requests that carry one, and required of the
+            # clients whose property names it: the clients without it are as before.
+            parameters.update({"oauth-dpop-allowed": True, "oauth-dpop-iat-duration": 60,
+                               "oauth-dpop-nonce-mandatory": True, "oauth-dpop-nonce-counter": 3,
+                               "oauth-dpop-dpop_bound_access_tokens-property": "dpop_bound_access_tokens"})
+            module = admin.ok("GET", "/api/mod/client/database").json()
+            module["parameters"]["data-format"]["dpop_bound_access_tokens"] = {
+                "multiple": False, "read": True, "write": True}
+            admin.ok("PUT", "/api/mod/client/database", module)
         admin.ok("POST", "/api/mod/plugin/", {"module": "oidc", "name": PLUGIN, "display_name": "OIDC",
                                               "enabled": True, "parameters": parameters})
         common = {"enabled": True, "scope": ["openid", "tokend"],
@@ -243,13 +258,21 @@ class Glewlwyd:
                                               "token_endpoint_auth_method": ["private_key_jwt"], "pubkey": pubkey,
                                               **common})
 
+        if self.dpop:
+            admin.ok("POST", "/api/client/", {"client_id": DPOP_CLIENT_ID, "name": "tokend (DPoP)",
+                                              "confidential": True, "password": CLIENT_SECRET,
+                                              "client_secret": CLIENT_SECRET,
+                                              "token_endpoint_auth_method": ["client_secret_basic"],
+                                              "dpop_bound_access_tokens": "true", **common})
+
     # --- the user's part ---
 
     def user(self) -> Agent:
         """The user's browser, logged in to Glewlwyd, with the client granted the scopes."""
         agent = Agent(self.base)
         agent.ok("POST", "/api/auth/", {"username": USER, "password": PASSWORD})
-        for client in (CLIENT_ID, PUBLIC_CLIENT_ID) + ((KEY_CLIENT_ID,) if self.keys else ()):
+        for client in ((CLIENT_ID, PUBLIC_CLIENT_ID) + ((KEY_CLIENT_ID,) if self.keys else ())
+                       + ((DPOP_CLIENT_ID,) if self.dpop else ())):
             agent.ok("PUT", f"/api/auth/grant/{client}", {"scope": SCOPE})
         return agent
 
@@ -309,8 +332,16 @@ class Glewlwyd:
         with self.db() as db:
             return db.execute("select count(*) from gpo_access_token where gpoa_authorization_type = 6").fetchone()[0]
 
-    def token_request(self, client_id: str = CLIENT_ID, secret: str | None = CLIENT_SECRET, **fields: str) -> Reply:
-        headers = {}
+    def refresh_token_thumbprints(self) -> list[str | None]:
+        """The DPoP key thumbprint (jkt) Glewlwyd keeps with each refresh token, newest first."""
+        with self.db() as db:
+            return [row[0] for row in db.execute(
+                "select gpor_dpop_jkt from gpo_refresh_token order by gpor_id desc")]
+
+    def token_request(self, client_id: str = CLIENT_ID, secret: str | None = CLIENT_SECRET,
+                      dpop: str | None = None, **fields: str) -> Reply:
+        """`dpop`: a DPoP proof to send with the request."""
+        headers = {"DPoP": dpop} if dpop else {}
         if secret is not None:
             headers["Authorization"] = "Basic " + base64.b64encode(f"{client_id}:{secret}".encode()).decode()
         else:

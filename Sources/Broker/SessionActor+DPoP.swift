@@ -1,0 +1,168 @@
+import DPoP
+import OAuth
+import Secrets
+import StateStore
+
+/// How a session uses DPoP (RFC 9449): where new keys are made, and how a
+/// stored key is read back (by where it lives).
+public struct DPoPSettings: Sendable {
+    /// Makes each login's key.
+    public var newKeys: any ProofKeyStore
+    /// Reads stored keys back, by their storage.
+    public var stores: [KeyStorage: any ProofKeyStore]
+
+    public init(newKeys: any ProofKeyStore, stores: [any ProofKeyStore]) {
+        self.newKeys = newKeys
+        self.stores = Dictionary(stores.map { ($0.storage, $0) }, uniquingKeysWith: { first, _ in first })
+    }
+}
+
+/// The session's DPoP key as status shows it.
+public struct DPoPKeyStatus: Sendable, Equatable {
+    public var thumbprint: String?
+    /// "tpm" or "state": where the key lives (for a session without one yet, where the next login makes it).
+    public var keyStorage: String
+    /// "verified", "unverified" or "none" (see the interface's DPoPStatus).
+    public var binding: String
+    public var problem: String?
+}
+
+/// A stored key that cannot be used here: every proof it is asked for fails,
+/// so no request goes upstream without one.
+struct UnusableProofKey: ProofKey {
+    let error: ProofKeyError
+    let publicKey: P256PublicJWK
+    let storage: KeyStorage
+    var stored: [UInt8] { [] }
+    func sign(_ message: [UInt8]) async throws(ProofKeyError) -> [UInt8] { throw error }
+}
+
+extension SessionActor {
+    /// A new login's key: made before the grant exists, so the grant is bound to it from the start.
+    func makeLoginKey() async throws -> (any ProofKey)? {
+        guard let dpop else { return nil }
+        do {
+            return try await dpop.newKeys.makeKey()
+        } catch {
+            throw BrokerError.login(.loginFailed, name, "no DPoP key could be made (\(dpop.newKeys.storage.rawValue)): \(error.description)")
+        }
+    }
+
+    /// The login's key goes into the record that holds its grant.
+    func bind(_ key: (any ProofKey)?, into next: inout SessionRecord) {
+        guard let key else { return }
+        next.dpopKey = DPoPKeyRecord(
+            storage: key.storage.rawValue, thumbprint: key.thumbprint, material: Secret(Base64URL.encode(key.stored)))
+    }
+
+    /// Makes the endpoint sign with the record's key: called whenever the
+    /// record's key changes (login, logout, a grant handed in, start).
+    func followProofKey() {
+        guard dpop != nil, let stored = record.dpopKey else {
+            proofKeyInUse = nil
+            dpopProblem = nil
+            endpoint.useProofKey(nil)
+            return
+        }
+        if let proofKeyInUse, proofKeyInUse.thumbprint == stored.thumbprint, proofKeyInUse.storage.rawValue == stored.storage {
+            return
+        }
+        let key: any ProofKey
+        do {
+            key = try loadProofKey(stored)
+            dpopProblem = nil
+        } catch {
+            logger.error("DPoP key unusable", metadata: ["problem": "\(error.description)"])
+            dpopProblem = error.kind == .notInThisTPM ? ProofKeyError.notInThisTPMReason : error.description
+            let jwk = P256PublicJWK(point: [UInt8](repeating: 0, count: 64))!
+            key = UnusableProofKey(error: error, publicKey: jwk, storage: KeyStorage(rawValue: stored.storage) ?? .state)
+        }
+        proofKeyInUse = key
+        endpoint.useProofKey(key)
+        if key.storage == .tpm { probeProofKey(key) }
+    }
+
+    func loadProofKey(_ stored: DPoPKeyRecord) throws(ProofKeyError) -> any ProofKey {
+        guard let storage = KeyStorage(rawValue: stored.storage), let store = dpop?.stores[storage] else {
+            throw ProofKeyError(.unreachable, "the session's DPoP key is in the \(stored.storage), which this tokend cannot use (is [daemon] tpm set?)")
+        }
+        guard let material = Base64URL.decode(stored.material.reveal()) else {
+            throw ProofKeyError(.failed, "the stored DPoP key is damaged")
+        }
+        let key = try store.load(stored: material)
+        guard key.thumbprint == stored.thumbprint else {
+            throw ProofKeyError(.failed, "the stored DPoP key does not match its thumbprint")
+        }
+        return key
+    }
+
+    /// A key in the TPM is tried once off the actor at start: one that this
+    /// TPM cannot load is found before anything asks for a token.
+    func probeProofKey(_ key: any ProofKey) {
+        Task {
+            do throws(ProofKeyError) {
+                _ = try await key.sign(Array("tokend probe".utf8))
+            } catch {
+                self.proofKeyFailed(key, error)
+            }
+        }
+    }
+
+    func proofKeyFailed(_ key: any ProofKey, _ error: ProofKeyError) {
+        guard proofKeyInUse?.thumbprint == key.thumbprint else { return }
+        logger.error("DPoP key cannot sign", metadata: ["problem": "\(error.description)"])
+        dpopProblem = error.kind == .notInThisTPM ? ProofKeyError.notInThisTPMReason : error.description
+        updateSnapshot()
+    }
+
+    /// A session whose key is gone makes no upstream call and hands out no
+    /// token: only a new login (with a new key) helps.
+    func requireProofKey() throws {
+        guard proofKeyGone else { return }
+        throw BrokerError.loginRequired(name, ProofKeyError.notInThisTPMReason)
+    }
+
+    /// The session's key is not in this machine's TPM: no token of it is handed out, not even a cached one.
+    var proofKeyGone: Bool {
+        dpop != nil && dpopProblem == ProofKeyError.notInThisTPMReason
+    }
+
+    /// What status shows of the session's key; nil for a session without DPoP.
+    var dpopStatus: DPoPKeyStatus? {
+        guard let dpop else { return nil }
+        let binding: String
+        switch record.tokenType?.lowercased() {
+        case _ where record.phase != .active || record.accessToken == nil: binding = "none"
+        case "dpop": binding = "verified"
+        default: binding = "unverified"
+        }
+        var problem = dpopProblem
+        if problem == nil, record.phase == .active, record.dpopKey == nil {
+            problem = "the grant was made without a DPoP key (handed in, or before dpop was set): log in again to bind it"
+        }
+        return DPoPKeyStatus(
+            thumbprint: record.dpopKey?.thumbprint, keyStorage: record.dpopKey?.storage ?? dpop.newKeys.storage.rawValue,
+            binding: record.dpopKey == nil ? "none" : binding, problem: problem)
+    }
+}
+
+/// What GetProof can sign with.
+public enum ProofKeyForRequests: Sendable {
+    /// The session does not use DPoP, or its grant has no key: why.
+    case notUsed(String)
+    /// The key cannot sign here (not in this machine's TPM): why and what to do.
+    case unavailable(String)
+    case key(any ProofKey)
+}
+
+extension SessionActor {
+    /// The key proofs for resource servers are signed with: the grant's own.
+    public func keyForProofs() -> ProofKeyForRequests {
+        guard dpop != nil else { return .notUsed("the session does not use DPoP (dpop in tokend.toml)") }
+        if proofKeyGone { return .unavailable(ProofKeyError.notInThisTPMReason) }
+        guard record.phase == .active, record.dpopKey != nil, let proofKeyInUse else {
+            return .notUsed("the session's grant has no DPoP key: log in again to make one")
+        }
+        return .key(proofKeyInUse)
+    }
+}

@@ -1,0 +1,205 @@
+// tpm2-tss ESAPI (Debian: libtss2-dev) and the few steps tokend's TPM key
+// store takes, written once here where the TSS structures are plain C.
+// Every step opens its own connection, makes the primary key afresh from the
+// owner hierarchy's template, and flushes each object before the next step:
+// nothing of tokend's stays loaded in the TPM between calls.
+#ifndef TOKEND_CTSS2_SHIM_H
+#define TOKEND_CTSS2_SHIM_H
+
+#include <stdint.h>
+#include <string.h>
+#include <tss2/tss2_esys.h>
+#include <tss2/tss2_mu.h>
+#include <tss2/tss2_rc.h>
+#include <tss2/tss2_tctildr.h>
+
+/// Which step failed, for the caller's message.
+enum tokend_tpm_step {
+    TOKEND_TPM_CONNECT = 1,
+    TOKEND_TPM_PRIMARY = 2,
+    TOKEND_TPM_CREATE = 3,
+    TOKEND_TPM_LOAD = 4,
+    TOKEND_TPM_SIGN = 5,
+    TOKEND_TPM_BLOB = 6,
+};
+
+/// The most a key's blob (TPM2B_PUBLIC then TPM2B_PRIVATE, marshalled) takes.
+#define TOKEND_TPM_BLOB_MAX (sizeof(TPM2B_PUBLIC) + sizeof(TPM2B_PRIVATE))
+
+typedef struct {
+    TSS2_TCTI_CONTEXT *tcti;
+    ESYS_CONTEXT *esys;
+} tokend_tpm;
+
+static inline TSS2_RC tokend_tpm_open(const char *tcti, tokend_tpm *tpm) {
+    tpm->tcti = NULL;
+    tpm->esys = NULL;
+    TSS2_RC rc = Tss2_TctiLdr_Initialize(tcti, &tpm->tcti);
+    if (rc != TSS2_RC_SUCCESS) return rc;
+    rc = Esys_Initialize(&tpm->esys, tpm->tcti, NULL);
+    if (rc != TSS2_RC_SUCCESS) Tss2_TctiLdr_Finalize(&tpm->tcti);
+    return rc;
+}
+
+static inline void tokend_tpm_close(tokend_tpm *tpm) {
+    if (tpm->esys) Esys_Finalize(&tpm->esys);
+    if (tpm->tcti) Tss2_TctiLdr_Finalize(&tpm->tcti);
+}
+
+/// The owner hierarchy's ECC P-256 storage key, from the template tpm2-tools
+/// also uses by default (`tpm2_createprimary -C o -g sha256 -G ecc256:aes128cfb`):
+/// the same TPM makes the same key from it every time; another TPM cannot.
+static inline TSS2_RC tokend_tpm_primary(ESYS_CONTEXT *esys, ESYS_TR *primary) {
+    TPM2B_SENSITIVE_CREATE sensitive;
+    TPM2B_PUBLIC template;
+    TPM2B_DATA outside;
+    TPML_PCR_SELECTION pcrs;
+    memset(&sensitive, 0, sizeof sensitive);
+    memset(&template, 0, sizeof template);
+    memset(&outside, 0, sizeof outside);
+    memset(&pcrs, 0, sizeof pcrs);
+    template.publicArea.type = TPM2_ALG_ECC;
+    template.publicArea.nameAlg = TPM2_ALG_SHA256;
+    template.publicArea.objectAttributes = TPMA_OBJECT_RESTRICTED | TPMA_OBJECT_DECRYPT | TPMA_OBJECT_FIXEDTPM
+        | TPMA_OBJECT_FIXEDPARENT | TPMA_OBJECT_SENSITIVEDATAORIGIN | TPMA_OBJECT_USERWITHAUTH;
+    template.publicArea.parameters.eccDetail.symmetric.algorithm = TPM2_ALG_AES;
+    template.publicArea.parameters.eccDetail.symmetric.keyBits.aes = 128;
+    template.publicArea.parameters.eccDetail.symmetric.mode.aes = TPM2_ALG_CFB;
+    template.publicArea.parameters.eccDetail.scheme.scheme = TPM2_ALG_NULL;
+    template.publicArea.parameters.eccDetail.curveID = TPM2_ECC_NIST_P256;
+    template.publicArea.parameters.eccDetail.kdf.scheme = TPM2_ALG_NULL;
+    return Esys_CreatePrimary(esys, ESYS_TR_RH_OWNER, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &sensitive,
+        &template, &outside, &pcrs, primary, NULL, NULL, NULL, NULL);
+}
+
+/// The left-padded 32-byte form of an ECC parameter; 0 when it does not fit.
+static inline int tokend_tpm_p256(const TPM2B_ECC_PARAMETER *parameter, uint8_t out[32]) {
+    if (parameter->size > 32) return 0;
+    memset(out, 0, 32);
+    memcpy(out + 32 - parameter->size, parameter->buffer, parameter->size);
+    return 1;
+}
+
+/// Makes a P-256 signing key under the owner's primary key: fixedTPM,
+/// fixedParent, sensitiveDataOrigin (made inside, never leaves), ECDSA with
+/// SHA-256 only. Writes its blob (for the state file) and its public point (x || y).
+static inline TSS2_RC tokend_tpm_make_key(const char *tcti, uint8_t *blob, size_t *blob_size, uint8_t point[64],
+                                          int *step) {
+    tokend_tpm tpm;
+    ESYS_TR primary = ESYS_TR_NONE;
+    TPM2B_PRIVATE *private_part = NULL;
+    TPM2B_PUBLIC *public_part = NULL;
+    *step = TOKEND_TPM_CONNECT;
+    TSS2_RC rc = tokend_tpm_open(tcti, &tpm);
+    if (rc != TSS2_RC_SUCCESS) return rc;
+    *step = TOKEND_TPM_PRIMARY;
+    rc = tokend_tpm_primary(tpm.esys, &primary);
+    if (rc == TSS2_RC_SUCCESS) {
+        TPM2B_SENSITIVE_CREATE sensitive;
+        TPM2B_PUBLIC template;
+        TPM2B_DATA outside;
+        TPML_PCR_SELECTION pcrs;
+        memset(&sensitive, 0, sizeof sensitive);
+        memset(&template, 0, sizeof template);
+        memset(&outside, 0, sizeof outside);
+        memset(&pcrs, 0, sizeof pcrs);
+        template.publicArea.type = TPM2_ALG_ECC;
+        template.publicArea.nameAlg = TPM2_ALG_SHA256;
+        template.publicArea.objectAttributes = TPMA_OBJECT_FIXEDTPM | TPMA_OBJECT_FIXEDPARENT
+            | TPMA_OBJECT_SENSITIVEDATAORIGIN | TPMA_OBJECT_USERWITHAUTH | TPMA_OBJECT_SIGN_ENCRYPT;
+        template.publicArea.parameters.eccDetail.symmetric.algorithm = TPM2_ALG_NULL;
+        template.publicArea.parameters.eccDetail.scheme.scheme = TPM2_ALG_ECDSA;
+        template.publicArea.parameters.eccDetail.scheme.details.ecdsa.hashAlg = TPM2_ALG_SHA256;
+        template.publicArea.parameters.eccDetail.curveID = TPM2_ECC_NIST_P256;
+        template.publicArea.parameters.eccDetail.kdf.scheme = TPM2_ALG_NULL;
+        *step = TOKEND_TPM_CREATE;
+        rc = Esys_Create(tpm.esys, primary, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &sensitive, &template,
+            &outside, &pcrs, &private_part, &public_part, NULL, NULL, NULL);
+        Esys_FlushContext(tpm.esys, primary);
+    }
+    if (rc == TSS2_RC_SUCCESS) {
+        size_t offset = 0;
+        *step = TOKEND_TPM_BLOB;
+        rc = Tss2_MU_TPM2B_PUBLIC_Marshal(public_part, blob, *blob_size, &offset);
+        if (rc == TSS2_RC_SUCCESS) rc = Tss2_MU_TPM2B_PRIVATE_Marshal(private_part, blob, *blob_size, &offset);
+        if (rc == TSS2_RC_SUCCESS) {
+            *blob_size = offset;
+            const TPMS_ECC_POINT *ecc = &public_part->publicArea.unique.ecc;
+            if (!tokend_tpm_p256(&ecc->x, point) || !tokend_tpm_p256(&ecc->y, point + 32)) rc = TSS2_MU_RC_BAD_SIZE;
+        }
+    }
+    Esys_Free(private_part);
+    Esys_Free(public_part);
+    tokend_tpm_close(&tpm);
+    return rc;
+}
+
+/// Signs a SHA-256 digest with a key's blob: the primary key made again, the
+/// key loaded under it (the TPM refuses a blob another TPM wrapped), TPM2_Sign,
+/// every object flushed. Writes r || s and, from the blob, the public point.
+static inline TSS2_RC tokend_tpm_sign(const char *tcti, const uint8_t *blob, size_t blob_size, const uint8_t digest[32],
+                                      uint8_t signature[64], int *step) {
+    tokend_tpm tpm;
+    TPM2B_PUBLIC public_part;
+    TPM2B_PRIVATE private_part;
+    size_t offset = 0;
+    memset(&public_part, 0, sizeof public_part);
+    memset(&private_part, 0, sizeof private_part);
+    *step = TOKEND_TPM_BLOB;
+    TSS2_RC rc = Tss2_MU_TPM2B_PUBLIC_Unmarshal(blob, blob_size, &offset, &public_part);
+    if (rc == TSS2_RC_SUCCESS) rc = Tss2_MU_TPM2B_PRIVATE_Unmarshal(blob, blob_size, &offset, &private_part);
+    if (rc != TSS2_RC_SUCCESS) return rc;
+    *step = TOKEND_TPM_CONNECT;
+    rc = tokend_tpm_open(tcti, &tpm);
+    if (rc != TSS2_RC_SUCCESS) return rc;
+    ESYS_TR primary = ESYS_TR_NONE, key = ESYS_TR_NONE;
+    *step = TOKEND_TPM_PRIMARY;
+    rc = tokend_tpm_primary(tpm.esys, &primary);
+    if (rc == TSS2_RC_SUCCESS) {
+        *step = TOKEND_TPM_LOAD;
+        rc = Esys_Load(tpm.esys, primary, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &private_part, &public_part, &key);
+        Esys_FlushContext(tpm.esys, primary);
+    }
+    if (rc == TSS2_RC_SUCCESS) {
+        TPM2B_DIGEST hash;
+        TPMT_SIG_SCHEME scheme;
+        TPMT_TK_HASHCHECK ticket;
+        TPMT_SIGNATURE *made = NULL;
+        memset(&scheme, 0, sizeof scheme);
+        memset(&ticket, 0, sizeof ticket);
+        hash.size = 32;
+        memcpy(hash.buffer, digest, 32);
+        scheme.scheme = TPM2_ALG_ECDSA;
+        scheme.details.ecdsa.hashAlg = TPM2_ALG_SHA256;
+        ticket.tag = TPM2_ST_HASHCHECK;
+        ticket.hierarchy = TPM2_RH_NULL;
+        *step = TOKEND_TPM_SIGN;
+        rc = Esys_Sign(tpm.esys, key, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &hash, &scheme, &ticket, &made);
+        Esys_FlushContext(tpm.esys, key);
+        if (rc == TSS2_RC_SUCCESS) {
+            if (made->sigAlg != TPM2_ALG_ECDSA || !tokend_tpm_p256(&made->signature.ecdsa.signatureR, signature)
+                || !tokend_tpm_p256(&made->signature.ecdsa.signatureS, signature + 32)) {
+                rc = TSS2_MU_RC_BAD_SIZE;
+            }
+        }
+        Esys_Free(made);
+    }
+    tokend_tpm_close(&tpm);
+    return rc;
+}
+
+/// The public point (x || y) a blob carries, read without the TPM.
+static inline TSS2_RC tokend_tpm_blob_point(const uint8_t *blob, size_t blob_size, uint8_t point[64]) {
+    TPM2B_PUBLIC public_part;
+    size_t offset = 0;
+    memset(&public_part, 0, sizeof public_part);
+    TSS2_RC rc = Tss2_MU_TPM2B_PUBLIC_Unmarshal(blob, blob_size, &offset, &public_part);
+    if (rc != TSS2_RC_SUCCESS) return rc;
+    if (public_part.publicArea.type != TPM2_ALG_ECC
+        || public_part.publicArea.parameters.eccDetail.curveID != TPM2_ECC_NIST_P256) return TSS2_MU_RC_BAD_VALUE;
+    const TPMS_ECC_POINT *ecc = &public_part.publicArea.unique.ecc;
+    if (!tokend_tpm_p256(&ecc->x, point) || !tokend_tpm_p256(&ecc->y, point + 32)) return TSS2_MU_RC_BAD_SIZE;
+    return TSS2_RC_SUCCESS;
+}
+
+#endif

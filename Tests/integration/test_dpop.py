@@ -1,0 +1,291 @@
+"""DPoP-bound tokens (RFC 9449) against a provider no one here wrote:
+Glewlwyd with DPoP on and nonces mandatory (Tests/integration/provider2.py,
+Glewlwyd(dpop=True)), its client DPOP_CLIENT_ID refusing token requests
+without a proof. The key in the state file, or in a TPM (swtpm, started here
+in socket mode; tpm2-tools read what tokend made)."""
+import base64
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import urllib.parse
+import uuid
+
+import pytest
+
+from conftest import BIN, free_port, wait_for
+from provider2 import CLIENT_SECRET, DPOP_CLIENT_ID, Glewlwyd
+from test_provider2 import B, Tokend2, start_login
+
+
+class DPoPTokend(Tokend2):
+    """Tokend2 whose session "g2" uses DPOP_CLIENT_ID with dpop on; `tpm`: [daemon] tpm."""
+
+    def __init__(self, directory, provider, dpop_key="state", tpm=None, **session):
+        super().__init__(directory, provider, **{"client-id": DPOP_CLIENT_ID, "client-auth": "basic",
+                                                  "dpop": True, "dpop-key": dpop_key, **session})
+        if tpm:
+            with open(self.config) as f:
+                text = f.read()
+            with open(self.config, "w") as f:
+                f.write(text.replace("[daemon]\n", f'[daemon]\ntpm = "{tpm}"\n', 1))
+
+    def dpop(self):
+        return self.status()["dpop"]
+
+    def stored_record(self):
+        """What a thief copying the state directory gets (no state key here: the record is plain)."""
+        with open(os.path.join(self.state, "g2.session")) as f:
+            return json.load(f)["record"]
+
+
+class SwTPM:
+    """swtpm in socket mode on free loopback ports, its state in `directory`."""
+
+    def __init__(self, directory):
+        os.makedirs(directory, exist_ok=True)
+        self.directory = directory
+        self.port = free_port()
+        while True:
+            control = self.port + 1
+            try:
+                import socket
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", control))
+                break
+            except OSError:
+                self.port = free_port()
+        self.process = subprocess.Popen(
+            ["swtpm", "socket", "--tpm2", "--tpmstate", f"dir={directory}",
+             "--server", f"type=tcp,port={self.port},bindaddr=127.0.0.1",
+             "--ctrl", f"type=tcp,port={self.port + 1},bindaddr=127.0.0.1",
+             "--flags", "not-need-init,startup-clear"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_for(lambda: self.tools("tpm2_getrandom", "4", "--hex").returncode == 0, 20, "swtpm answering")
+
+    @property
+    def tcti(self):
+        return f"swtpm:host=127.0.0.1,port={self.port}"
+
+    def tools(self, *command, cwd=None):
+        return subprocess.run(list(command), capture_output=True, text=True, timeout=60, cwd=cwd,
+                              env={**os.environ, "TPM2TOOLS_TCTI": self.tcti})
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+
+
+@pytest.fixture
+def provider(workdir):
+    instance = Glewlwyd(os.path.join(workdir, "g2"), dpop=True)
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture
+def swtpm(workdir):
+    started = []
+
+    def make(name="tpm"):
+        instance = SwTPM(os.path.join(workdir, name))
+        started.append(instance)
+        return instance
+
+    yield make
+    for instance in started:
+        instance.stop()
+
+
+@pytest.fixture
+def make_daemon(workdir):
+    started = []
+
+    def make(provider, directory=None, **options):
+        daemon = DPoPTokend(directory or workdir, provider, **options)
+        started.append(daemon)
+        return daemon
+
+    yield make
+    for daemon in started:
+        daemon.stop(signal.SIGKILL)
+
+
+def device_login(daemon, provider):
+    process, url = start_login(daemon, "device")
+    provider.approve_device(urllib.parse.parse_qs(urllib.parse.urlparse(url).query)["code"][0])
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, (out, err, daemon.logs()[-3000:])
+
+
+def proof(key, provider, nonce=None):
+    """A DPoP proof for the provider's token endpoint, signed by `key` (jwcrypto)."""
+    from jwcrypto import jwt
+    claims = {"jti": str(uuid.uuid4()), "htm": "POST", "htu": provider.token_url, "iat": int(time.time())}
+    if nonce:
+        claims["nonce"] = nonce
+    token = jwt.JWT(header={"typ": "dpop+jwt", "alg": "ES256", "jwk": key.export_public(as_dict=True)}, claims=claims)
+    token.make_signed_token(key)
+    return token.serialize()
+
+
+def nonce_refusals(provider):
+    return provider.logs().count("oidc_verify_dpop_proof - Invalid nonce")
+
+
+def test_device_login_binds_the_grant_and_refreshes_with_proofs(provider, make_daemon):
+    daemon = make_daemon(provider).start()
+    before = daemon.dpop()
+    assert (before["keyStorage"], before["binding"], before.get("thumbprint")) == ("state", "none", None), before
+    device_login(daemon, provider)
+    dpop = daemon.dpop()
+    thumbprint = dpop["thumbprint"]
+    # Glewlwyd answered token_type DPoP, and its record of the refresh token carries the key's thumbprint.
+    assert dpop["binding"] == "verified" and dpop["keyStorage"] == "state" and dpop.get("problem") is None, dpop
+    assert daemon.token()["tokenType"] == "DPoP"
+    assert provider.refresh_token_thumbprints()[0] == thumbprint
+    # The first proof had no nonce: Glewlwyd asked for one and tokend retried once with it.
+    assert nonce_refusals(provider) == 1
+    for generation in (1, 2, 3, 4):
+        reply = daemon.refresh(generation)
+        assert "error" not in reply, (reply, daemon.logs()[-2000:])
+        assert reply["parameters"]["token"]["generation"] == generation + 1
+    # Every new refresh token is bound to the same key; the nonces came with the answers.
+    assert set(provider.refresh_token_thumbprints()) == {thumbprint}
+    assert provider.refresh_grants() == 4
+    assert nonce_refusals(provider) == 1
+
+
+def test_a_captured_refresh_token_is_refused_without_the_key(provider, make_daemon):
+    from jwcrypto import jwk
+    daemon = make_daemon(provider).start()
+    device_login(daemon, provider)
+    captured = daemon.stored_record()["refreshToken"]
+    fields = {"grant_type": "refresh_token", "refresh_token": captured}
+    bare = provider.token_request(client_id=DPOP_CLIENT_ID, secret=CLIENT_SECRET, **fields)
+    assert bare.status == 403 and bare.json()["error"] == "invalid_dpop_proof", (bare.status, bare.body)
+    thief = jwk.JWK.generate(kty="EC", crv="P-256")
+    other = provider.token_request(client_id=DPOP_CLIENT_ID, secret=CLIENT_SECRET, dpop=proof(thief, provider), **fields)
+    assert other.status == 403 and other.json()["error"] == "invalid_dpop_proof", (other.status, other.body)
+    # Even with the provider's current nonce, another key is refused.
+    nonced = provider.token_request(client_id=DPOP_CLIENT_ID, secret=CLIENT_SECRET,
+                                    dpop=proof(thief, provider, nonce="x"), **fields)
+    assert nonced.status == 403, (nonced.status, nonced.body)
+    assert provider.refresh_grants() == 0
+    # The refusals burned nothing: tokend, holding the key, refreshes with that same token.
+    reply = daemon.refresh(1)
+    assert "error" not in reply, (reply, daemon.logs()[-2000:])
+    assert reply["parameters"]["token"]["generation"] == 2 and provider.refresh_grants() == 1
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_restart_keeps_the_key_and_the_session(provider, make_daemon, sig):
+    daemon = make_daemon(provider).start()
+    device_login(daemon, provider)
+    thumbprint = daemon.dpop()["thumbprint"]
+    daemon.stop(sig)
+    daemon.start()
+    assert daemon.dpop()["thumbprint"] == thumbprint
+    reply = daemon.refresh(1)
+    assert "error" not in reply, (reply, daemon.logs()[-2000:])
+    assert reply["parameters"]["token"]["generation"] == 2
+    assert provider.refresh_token_thumbprints()[0] == thumbprint
+
+
+def test_logout_forgets_the_key_and_the_next_login_makes_another(provider, make_daemon):
+    daemon = make_daemon(provider).start()
+    device_login(daemon, provider)
+    first = daemon.dpop()["thumbprint"]
+    assert daemon.ctl("logout", "--session", "g2").returncode == 0
+    assert "dpopKey" not in daemon.stored_record()
+    assert daemon.dpop().get("thumbprint") is None
+    device_login(daemon, provider)
+    second = daemon.dpop()["thumbprint"]
+    assert second != first and provider.refresh_token_thumbprints()[0] == second
+
+
+def test_a_dpop_session_with_a_shared_store_is_refused_at_start(provider, workdir):
+    daemon = DPoPTokend(workdir, provider, **{"shared-store": "postgresql://tokend@127.0.0.1:1/tokend"})
+    result = subprocess.run([os.path.join(BIN, "tokend"), "--config", daemon.config],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 78, (result.returncode, result.stderr)
+    assert "dpop" in result.stderr and "shared-store" in result.stderr, result.stderr
+
+
+# --- the key in a TPM ---
+
+def key_blob(daemon):
+    stored = daemon.stored_record()["dpopKey"]
+    assert stored["storage"] == "tpm"
+    material = stored["material"]
+    return base64.urlsafe_b64decode(material + "=" * (-len(material) % 4))
+
+
+def test_tpm_key_is_made_in_the_tpm_and_cannot_leave_it(provider, make_daemon, swtpm, workdir):
+    tpm = swtpm()
+    daemon = make_daemon(provider, dpop_key="tpm", tpm=tpm.tcti).start()
+    device_login(daemon, provider)
+    dpop = daemon.dpop()
+    assert dpop["keyStorage"] == "tpm" and dpop["binding"] == "verified", dpop
+    assert provider.refresh_token_thumbprints()[0] == dpop["thumbprint"]
+    reply = daemon.refresh(1)
+    assert "error" not in reply, (reply, daemon.logs()[-2000:])
+    # What the state file keeps is the TPM-wrapped blob: TPM2B_PUBLIC, then TPM2B_PRIVATE.
+    blob = key_blob(daemon)
+    size = int.from_bytes(blob[:2], "big")
+    probe = os.path.join(workdir, "probe")
+    os.makedirs(probe)
+    with open(os.path.join(probe, "key.pub"), "wb") as f:
+        f.write(blob[:2 + size])
+    with open(os.path.join(probe, "key.priv"), "wb") as f:
+        f.write(blob[2 + size:])
+    # tpm2-tools load it under the owner's primary key, made from the same template, and read it back.
+    # (swtpm has no resource manager: transient objects are flushed after each tool, as tokend does.)
+    for command in (["tpm2_createprimary", "-C", "o", "-g", "sha256", "-G", "ecc256:aes128cfb", "-c", "primary.ctx"],
+                    ["tpm2_load", "-C", "primary.ctx", "-u", "key.pub", "-r", "key.priv", "-c", "key.ctx"]):
+        result = tpm.tools(*command, cwd=probe)
+        assert result.returncode == 0, (command, result.stderr)
+        assert tpm.tools("tpm2_flushcontext", "-t").returncode == 0
+    public = tpm.tools("tpm2_readpublic", "-c", "key.ctx", cwd=probe)
+    assert public.returncode == 0, public.stderr
+    attributes = public.stdout.split("\nattributes:\n", 1)[1].splitlines()[0]
+    assert attributes.strip().startswith("value:"), public.stdout
+    flags = set(attributes.split(":", 1)[1].strip().split("|"))
+    assert {"fixedtpm", "fixedparent", "sensitivedataorigin", "sign"} <= flags, public.stdout
+    assert "decrypt" not in flags and "restricted" not in flags, public.stdout
+    # The key the TPM holds is the one the provider bound the grant to.
+    text = public.stdout
+    x = bytes.fromhex(text.split("\nx: ", 1)[1].split()[0])
+    y = bytes.fromhex(text.split("\ny: ", 1)[1].split()[0])
+    b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+    canonical = json.dumps({"crv": "P-256", "kty": "EC", "x": b64(x), "y": b64(y)}, separators=(",", ":"), sort_keys=True)
+    assert b64(hashlib.sha256(canonical.encode()).digest()) == dpop["thumbprint"]
+
+
+def test_a_copy_of_the_state_on_another_tpm_cannot_refresh(provider, make_daemon, swtpm, workdir):
+    home = swtpm("home")
+    daemon = make_daemon(provider, dpop_key="tpm", tpm=home.tcti).start()
+    device_login(daemon, provider)
+    grants = provider.refresh_grants()
+    # The state directory, copied to a host with another TPM.
+    elsewhere = swtpm("elsewhere")
+    copy_dir = os.path.join(workdir, "copy")
+    os.makedirs(copy_dir)
+    shutil.copytree(daemon.state, os.path.join(copy_dir, "state"))
+    copy = make_daemon(provider, directory=copy_dir, dpop_key="tpm", tpm=elsewhere.tcti).start()
+    wait_for(lambda: copy.dpop().get("problem"), 20, "the copy to find its key missing")
+    assert copy.dpop()["problem"] == "this session's key is not in this machine's TPM — log in again"
+    reply = copy.call(B + "GetToken", session="g2")[1]
+    assert reply.get("error") == B + "LoginRequired", reply
+    assert "not in this machine's TPM" in json.dumps(reply)
+    forced = copy.refresh(None)
+    assert "error" in forced, forced
+    # The copy sent nothing to the provider, and the home host's session is unharmed.
+    assert provider.refresh_grants() == grants
+    reply = daemon.refresh(1)
+    assert "error" not in reply, (reply, daemon.logs()[-2000:])
+    assert provider.refresh_grants() == grants + 1

@@ -1,0 +1,4 @@
+# DPoP (issue 42): tpm2-tss ESAPI for the TPM key store (Sources/CTSS2,
+# Sources/TPMKeys), swtpm as the TPM of Tests/integration/test_dpop.py (started
+# there in socket mode), tpm2-tools for the test's probes of the key tokend made.
+DEPS_EXTRA += libtss2-dev swtpm swtpm-tools tpm2-tools
