@@ -57,7 +57,8 @@ strip --strip-unneeded --remove-section=.comment --remove-section=.note "$lib/$l
 limit=$((16 << 20))
 for core in "$lib/$libdir"/tokend-webview-1/*.so; do
     name=tokend-webview-1/$(basename "$core")
-    if nm "$tree/lib/$name" | grep -Eq ' (icudt[0-9]+_dat|\$s10Foundation|\$s31FoundationInternationalization|\$s13_FoundationICU)'; then
+    # (grep reads all of nm's output: with -q, nm's SIGPIPE would fail the pipeline under pipefail)
+    if nm "$tree/lib/$name" | grep -E ' (icudt[0-9]+_dat|\$s10Foundation|\$s31FoundationInternationalization|\$s13_FoundationICU)' >/dev/null; then
         echo "$name links Foundation, FoundationInternationalization or ICU: the core is on FoundationEssentials only" >&2
         exit 1
     fi
