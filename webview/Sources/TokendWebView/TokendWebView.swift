@@ -110,7 +110,9 @@ public final class TokendWebView {
     }
 
     /// A web view for `attach`: a store of its own in memory, so the only
-    /// cookies in it are the ones tokend and the site put there.
+    /// cookies in it are the ones tokend and the site put there. The caller holds
+    /// a reference to it (`g_object_unref` when done): on GTK 4 its end, which
+    /// detaches it, comes when that and its container's are gone.
     public static func makeWebView() -> UnsafeMutablePointer<WebKitWebView> {
         let view = tokend_webkit_new_ephemeral_web_view()!
         g_object_ref_sink(raw(view))  // the caller owns it, whether or not a container takes it
