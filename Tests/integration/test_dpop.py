@@ -10,14 +10,17 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import urllib.parse
+import urllib.request
 import uuid
 
 import pytest
 
-from conftest import BIN, free_port, wait_for
+from conftest import BIN, free_port, varlink_call, wait_for
 from provider2 import CLIENT_SECRET, DPOP_CLIENT_ID, Glewlwyd
+from test_login import authorization_url
 from test_provider2 import B, Tokend2, start_login
 
 
@@ -83,6 +86,14 @@ class SwTPM:
 @pytest.fixture
 def provider(workdir):
     instance = Glewlwyd(os.path.join(workdir, "g2"), dpop=True)
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture
+def short_provider(workdir):
+    """Access tokens of 8 s: tokens expire while the test waits."""
+    instance = Glewlwyd(os.path.join(workdir, "g2"), dpop=True, access_ttl=8)
     yield instance
     instance.stop()
 
@@ -158,6 +169,42 @@ def test_device_login_binds_the_grant_and_refreshes_with_proofs(provider, make_d
     assert set(provider.refresh_token_thumbprints()) == {thumbprint}
     assert provider.refresh_grants() == 4
     assert nonce_refusals(provider) == 1
+
+
+def test_browser_login_binds_the_grant(provider, make_daemon):
+    daemon = make_daemon(provider).start()
+    process, start = start_login(daemon, "browser")
+    url = authorization_url(start)
+    provider.add_redirect_uri(DPOP_CLIENT_ID, urllib.parse.parse_qs(urllib.parse.urlparse(url).query)["redirect_uri"][0])
+    with urllib.request.urlopen(provider.authorize(url), timeout=10) as page:
+        assert "Logged in" in page.read().decode()
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, (out, err, daemon.logs()[-3000:])
+    dpop = daemon.dpop()
+    assert dpop["binding"] == "verified" and provider.refresh_token_thumbprints()[0] == dpop["thumbprint"], dpop
+    assert daemon.refresh(1)["parameters"]["token"]["generation"] == 2
+
+
+def test_two_hundred_askers_at_expiry_cause_one_refresh(short_provider, make_daemon):
+    provider = short_provider
+    daemon = make_daemon(provider, **{"refresh-margin": 0, "min-valid": 0}).start()
+    device_login(daemon, provider)
+    first = daemon.token()
+    # The token has expired: every asker needs a new one at once.
+    wait_for(lambda: time.time() > first["expiresAt"] + 0.5, 20, "the access token to expire")
+    replies = []
+
+    def ask():
+        replies.append(daemon.call(B + "GetToken", session="g2")[1])
+
+    threads = [threading.Thread(target=ask) for _ in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    generations = {r["parameters"]["token"]["generation"] for r in replies if "parameters" in r}
+    assert len(replies) == 200 and generations == {2}, [r for r in replies if "parameters" not in r][:3]
+    assert provider.refresh_grants() == 1
 
 
 def test_a_captured_refresh_token_is_refused_without_the_key(provider, make_daemon):
@@ -289,3 +336,70 @@ def test_a_copy_of_the_state_on_another_tpm_cannot_refresh(provider, make_daemon
     reply = daemon.refresh(1)
     assert "error" not in reply, (reply, daemon.logs()[-2000:])
     assert provider.refresh_grants() == grants + 1
+
+
+# --- proofs for resource servers (GetProof) ---
+
+def get_proof(daemon, **parameters):
+    reply = varlink_call(daemon.socket, B + "GetProof", {"session": "g2", **parameters})[1]
+    if reply.get("error") == "org.varlink.service.MethodNotImplemented":
+        # The handler is Sources/TokendServer/ProofMethod.swift; BrokerMethods registers it.
+        pytest.skip("GetProof is declared but not registered in this build")
+    return reply
+
+
+def userinfo(provider, token, proof_jwt=None):
+    from provider2 import Agent
+    headers = {"Authorization": f"DPoP {token}"}
+    if proof_jwt:
+        headers["DPoP"] = proof_jwt
+    return Agent(provider.base).request("GET", provider.issuer + "/userinfo", headers=headers)
+
+
+def test_get_proof_opens_the_providers_userinfo(provider, make_daemon):
+    daemon = make_daemon(provider).start()
+    device_login(daemon, provider)
+    url = provider.issuer + "/userinfo"
+    reply = get_proof(daemon, method="GET", url=url)
+    assert "error" not in reply, reply
+    proof_jwt, token = reply["parameters"]["proof"], reply["parameters"]["token"]
+    assert token["tokenType"] == "DPoP"
+    claims = json.loads(base64.urlsafe_b64decode(proof_jwt.split(".")[1] + "=="))
+    assert claims["htm"] == "GET" and claims["htu"] == url
+    assert claims["ath"] == base64.urlsafe_b64encode(hashlib.sha256(token["accessToken"].encode()).digest()).rstrip(b"=").decode()
+    # The token alone opens nothing: it is bound to the key.
+    assert userinfo(provider, token["accessToken"]).status == 401
+    answer = userinfo(provider, token["accessToken"], proof_jwt)
+    if answer.status == 401 and "use_dpop_nonce" in (answer.headers.get("WWW-Authenticate") or ""):
+        # The resource server's nonce: one more proof carrying it, as tokend-proxy does.
+        nonce = answer.headers["DPoP-Nonce"]
+        reply = get_proof(daemon, method="GET", url=url, nonce=nonce)
+        assert json.loads(base64.urlsafe_b64decode(reply["parameters"]["proof"].split(".")[1] + "=="))["nonce"] == nonce
+        answer = userinfo(provider, reply["parameters"]["token"]["accessToken"], reply["parameters"]["proof"])
+    assert answer.status == 200, (answer.status, answer.body, answer.headers)
+    assert answer.json()["email"] == "alice@example.test"
+    # The same proof again is refused (its jti is spent).
+    assert userinfo(provider, token["accessToken"], proof_jwt).status != 200
+
+
+def test_get_proof_refuses_bad_requests_and_is_rate_limited(provider, make_daemon):
+    daemon = make_daemon(provider).start()
+    device_login(daemon, provider)
+    bad_url = get_proof(daemon, method="GET", url="ftp://example.test/x")
+    assert bad_url["error"] == "org.varlink.service.InvalidParameter" and bad_url["parameters"]["parameter"] == "url"
+    bad_method = get_proof(daemon, method="G ET", url="https://rs.example.test/x")
+    assert bad_method["parameters"]["parameter"] == "method"
+    replies = []
+
+    def ask():
+        replies.append(get_proof(daemon, method="GET", url="https://rs.example.test/x"))
+
+    threads = [threading.Thread(target=ask) for _ in range(120)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    limited = [r for r in replies if r.get("error") == B + "RateLimited"]
+    made = [r for r in replies if "parameters" in r and "proof" in r["parameters"]]
+    assert limited and made and len(limited) + len(made) == 120, replies[:2]
+    assert limited[0]["parameters"]["retryAfter"] >= 1
