@@ -229,6 +229,22 @@ def test_a_captured_refresh_token_is_refused_without_the_key(provider, make_daem
     assert reply["parameters"]["token"]["generation"] == 2 and provider.refresh_grants() == 1
 
 
+def test_replaying_an_old_refresh_token_still_ends_the_session(provider, make_daemon):
+    """What DPoP does not prevent (docs/security.md): Glewlwyd disables the
+    chain when a used refresh token comes back, before it judges any proof."""
+    daemon = make_daemon(provider).start()
+    device_login(daemon, provider)
+    old = daemon.stored_record()["refreshToken"]
+    assert "error" not in daemon.refresh(1)
+    replay = provider.token_request(client_id=DPOP_CLIENT_ID, secret=CLIENT_SECRET,
+                                    grant_type="refresh_token", refresh_token=old)
+    assert replay.status == 400, (replay.status, replay.body)
+    # Glewlwyd answers the disabled token with a bare 400, which tokend confirms once before it gives up.
+    first = daemon.refresh(2)
+    assert first.get("error") in (B + "UpstreamUnavailable", B + "LoginRequired"), first
+    wait_for(lambda: daemon.status()["state"] == "loginRequired", 30, "the session to need a login")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_restart_keeps_the_key_and_the_session(provider, make_daemon, sig):
     daemon = make_daemon(provider).start()
