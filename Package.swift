@@ -94,7 +94,7 @@ let package = Package(
             "TokendServer", "Systemd", "Config", "StateStore", argumentParser, logging, lifecycle,
         ], swiftSettings: strict),
         .target(name: "TokendClient", dependencies: ["Varlink", "VarlinkNIO", "TokendInterface", nio, nioPosix], swiftSettings: strict),
-        .executableTarget(name: "tokenctl", dependencies: ["Config", "Loopback", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
+        .executableTarget(name: "tokenctl", dependencies: ["Config", "CSystemd", "Loopback", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
         // A local HTTP proxy that puts the session's token and cookies on requests to one upstream.
         .executableTarget(name: "tokend-proxy", dependencies: [
             "CLinux", "Loopback", "TokendClient", argumentParser, logging, nio,

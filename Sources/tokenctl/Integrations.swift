@@ -54,6 +54,11 @@ struct GitCredentialCommand: AsyncParsableCommand {
                 }
                 return
             }
+            if token.isDPoPBound {
+                // git sends the token alone: left to the next helper, with the reason.
+                try? refuseDPoPBound(token, by: "git-credential")
+                return
+            }
             var answer: [(String, String)]
             if request.capabilities.contains("authtype") {
                 answer = [("capability[]", "authtype"), ("authtype", "Bearer"), ("credential", token.accessToken),
@@ -111,6 +116,7 @@ struct KubeCredentialCommand: AsyncParsableCommand {
         let token = try await common.run {
             try await client.token(session: common.session, resource: key.resource, scope: key.scope)
         }
+        try refuseDPoPBound(token, by: "kube-credential")
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime]
         let expiry = formatter.string(from: Date(timeIntervalSince1970: TimeInterval(token.expiresAt)))
@@ -148,6 +154,8 @@ struct ExecCommand: AsyncParsableCommand {
             try await client.token(session: common.session, resource: key.resource, scope: key.scope)
         }
         setenv("BEARER_TOKEN", token.accessToken, 1)
+        // "DPoP": the token is useless without a proof per request (tokenctl proof).
+        setenv("TOKEND_TOKEN_TYPE", token.isDPoPBound ? "DPoP" : "Bearer", 1)
         let argv = arguments.map { strdup($0) } + [nil]
         execvp(program, argv)
         FileHandle.standardError.write(Data("tokenctl: cannot run \(program): \(String(cString: strerror(errno)))\n".utf8))

@@ -81,54 +81,25 @@ struct LoginCommand: AsyncParsableCommand {
     }
 
     func browserLogin(_ client: TokendClient) async throws -> SessionStatus {
-        // A provider that matches redirect URIs exactly has the session name one: listen there.
-        var redirectUri = self.redirectUri
-        if redirectUri == nil {
-            redirectUri = try await common.run { try await client.status(session: common.session) }.redirectUri
-        }
-        let listener: LoopbackListener
+        let browser: BrowserLogin
         do {
-            listener = try LoopbackListener(redirectURI: redirectUri)
-        } catch {
-            let hint = redirectUri == nil ? "  Use --device instead.\n" : ""
+            browser = try await common.run {
+                try await BrowserLogin.begin(client, session: common.session, redirectUri: redirectUri)
+            }
+        } catch let error as ListenerError {
+            // A provider that matches redirect URIs exactly has the session name one: only a free port has a way out.
+            let hint = error.description.contains("redirect URI") ? "" : "  Use --device instead.\n"
             FileHandle.standardError.write(Data("tokenctl: \(error)\n\(hint)".utf8))
             throw ExitCode(Exit.failure)
         }
-        let login = try await common.run {
-            try await client.beginLogin(session: common.session, flow: "browser", redirectURI: listener.redirectURI)
-        }
-        let cancel = cancelOnInterrupt(client, login)
+        let cancel = cancelOnInterrupt(client, browser.login)
         defer { cancel.cancel() }
-        // The browser opens our own start page, which redirects to the
-        // provider: the authorization URL goes on no command line.
-        print("Open this URL in a browser on this machine to log in:\n\n    \(listener.startURL)\n")
+        print("Open this URL in a browser on this machine to log in:\n\n    \(browser.startURL)\n")
         fflush(nil)
-        if !noOpen, hasDesktop { openInBrowser(listener.startURL) }
+        if !noOpen, hasDesktop { BrowserLogin.startBrowser(browser.startURL) }
         let progress = showWaiting("Waiting for the browser")
         defer { progress.cancel() }
-        let deadline = Date(timeIntervalSince1970: TimeInterval(login.expiresAt))
-        let authorizationURL = login.authorizationUrl ?? ""
-        while let (callback, connection) = await listener.nextCallback(until: deadline, authorizationURL: authorizationURL) {
-            do {
-                let status = try await client.finishLogin(id: login.id, callbackURL: callback)
-                let who = status.username ?? status.email ?? status.subject
-                LoopbackListener.respond(
-                    connection, status: "200 OK", title: "Logged in",
-                    message: "tokend holds the session\(who.map { " of \($0)" } ?? ""). You can close this tab.")
-                return status
-            } catch .invalidCallback(let reason) {
-                // Not the answer to this login (a stale tab, another program): keep waiting.
-                LoopbackListener.respond(
-                    connection, status: "400 Bad Request", title: "Not accepted", message: reason)
-                FileHandle.standardError.write(Data("\ntokenctl: ignored a callback: \(reason)\n".utf8))
-            } catch {
-                LoopbackListener.respond(
-                    connection, status: "200 OK", title: "Login failed", message: "\(error) You can close this tab.")
-                return try await common.run { throw error }
-            }
-        }
-        try? await client.cancelLogin(id: login.id)
-        return try await common.run { throw TokendClientError.loginExpired(reason: "the browser did not come back in time") }
+        return try await common.run { try await browser.finish(client) }
     }
 
     func loginWithRefreshToken() async throws {
@@ -186,14 +157,5 @@ struct LoginCommand: AsyncParsableCommand {
             }
             FileHandle.standardError.write(Data("\n".utf8))
         }
-    }
-
-    func openInBrowser(_ url: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["xdg-open", url]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try? process.run()
     }
 }

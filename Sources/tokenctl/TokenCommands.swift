@@ -27,6 +27,7 @@ struct TokenCommand: AsyncParsableCommand {
             try await client.token(
                 session: common.session, minValidSeconds: minValid, resource: key.resource, scope: key.scope)
         }
+        if header { try refuseDPoPBound(token, by: "token --header") }
         print(header ? "Authorization: \(token.authorizationHeaderValue)" : token.accessToken)
     }
 }

@@ -256,6 +256,6 @@ struct Tokenctl: AsyncParsableCommand {
             TokenCommand.self, RefreshCommand.self, StatusCommand.self, SessionsCommand.self, LoginCommand.self,
             LogoutCommand.self, WatchCommand.self, CookiesCommand.self, BrowserBridgeCommand.self,
             GitCredentialCommand.self, KubeCredentialCommand.self, ExecCommand.self, MetricsCommand.self,
-            DoctorCommand.self,
+            DoctorCommand.self, AgentCommand.self,
         ])
 }

@@ -419,3 +419,45 @@ def test_get_proof_refuses_bad_requests_and_is_rate_limited(provider, make_daemo
     made = [r for r in replies if "parameters" in r and "proof" in r["parameters"]]
     assert limited and made and len(limited) + len(made) == 120, replies[:2]
     assert limited[0]["parameters"]["retryAfter"] >= 1
+
+
+# --- clients ---
+
+def tokenctl(daemon, *args, input=None):
+    return subprocess.run([os.path.join(BIN, "tokenctl"), *args], input=input, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "TOKEND_SOCKET": daemon.socket})
+
+
+def test_clients_that_send_a_token_alone_refuse_a_dpop_bound_one(provider, make_daemon):
+    daemon = make_daemon(provider, **{"git-hosts": ["git.example.test"]}).start()
+    device_login(daemon, provider)
+    header = tokenctl(daemon, "token", "--session", "g2", "--header")
+    assert header.returncode == 1 and header.stdout == "" and "DPoP-bound" in header.stderr, header
+    kube = tokenctl(daemon, "kube-credential", "--session", "g2")
+    assert kube.returncode == 1 and kube.stdout == "" and "tokenctl proof" in kube.stderr, kube
+    git = tokenctl(daemon, "git-credential", "get", input="protocol=https\nhost=git.example.test\n\n")
+    assert git.stdout == "" and "DPoP-bound" in git.stderr, git
+    # exec says what the token is; the bare token is still there for who knows what to do with it.
+    env = tokenctl(daemon, "exec", "--session", "g2", "--", "sh", "-c", 'echo "$TOKEND_TOKEN_TYPE"')
+    assert env.returncode == 0 and env.stdout.strip() == "DPoP", env
+    assert tokenctl(daemon, "token", "--session", "g2").stdout.strip() == daemon.token()["accessToken"]
+
+
+def test_tokenctl_proof_prints_both_headers(provider, make_daemon):
+    daemon = make_daemon(provider).start()
+    device_login(daemon, provider)
+    get_proof(daemon, method="GET", url=provider.issuer + "/userinfo")  # skips where GetProof is not registered
+    url = provider.issuer + "/userinfo"
+
+    def ask(*nonce):
+        result = tokenctl(daemon, "proof", "--session", "g2", "--method", "GET", "--url", url, *nonce)
+        assert result.returncode == 0, result
+        lines = result.stdout.splitlines()
+        assert len(lines) == 2 and lines[0].startswith("Authorization: DPoP ") and lines[1].startswith("DPoP: ")
+        return dict(line.split(": ", 1) for line in lines)
+
+    from provider2 import Agent
+    answer = Agent(provider.base).request("GET", url, headers=ask())
+    if answer.status == 401:
+        answer = Agent(provider.base).request("GET", url, headers=ask("--nonce", answer.headers["DPoP-Nonce"]))
+    assert answer.status == 200, (answer.status, answer.body)

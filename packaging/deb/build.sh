@@ -28,6 +28,12 @@ done
 for unit in tokend-proxy.socket tokend-proxy.service; do
     sed 's|/usr/local/bin/tokend-proxy|/usr/bin/tokend-proxy|' "$root/systemd/user/$unit" > "$pkg/usr/lib/systemd/user/$unit"
 done
+# The desktop's sign-in notifier: a user unit of graphical-session.target, and
+# an autostart entry for desktops that do not reach it.
+sed 's|/usr/local/bin/tokenctl|/usr/bin/tokenctl|' "$root/systemd/user/tokend-agent.service" \
+    > "$pkg/usr/lib/systemd/user/tokend-agent.service"
+install -d "$pkg/etc/xdg/autostart"
+install -m 0644 "$root/etc/xdg/autostart/tokend-agent.desktop" "$pkg/etc/xdg/autostart/"
 chmod 0644 "$pkg"/lib/systemd/system/* "$pkg"/usr/lib/systemd/user/*
 install -m 0644 "$root/systemd/tokend.sysusers.conf" "$pkg/usr/lib/sysusers.d/tokend.conf"
 install -m 0644 "$root/etc/tokend/tokend.toml" "$pkg/etc/tokend/tokend.toml"

@@ -1,0 +1,63 @@
+import Foundation
+import TokendClient
+
+/// A browser login as tokenctl makes one: a loopback listener (at the
+/// session's redirect-uri when it names one), BeginLogin, the start URL the
+/// browser is sent to, then the listener's callbacks until one finishes the
+/// login. `tokenctl login --browser` and `tokenctl agent` both use it.
+struct BrowserLogin: Sendable {
+    let listener: LoopbackListener
+    let login: PendingLogin
+
+    /// Where to send the browser: our listener's start page, which redirects
+    /// to the provider (the authorization URL goes on no command line).
+    var startURL: String { listener.startURL }
+
+    /// Listens and begins the login. `redirectUri` nil: the session's own, else a free port.
+    /// Throws ListenerError when it cannot listen, TokendClientError when tokend refuses.
+    static func begin(_ client: TokendClient, session: String?, redirectUri: String?) async throws -> BrowserLogin {
+        var redirectUri = redirectUri
+        if redirectUri == nil { redirectUri = try await client.status(session: session).redirectUri }
+        let listener = try LoopbackListener(redirectURI: redirectUri)
+        let login = try await client.beginLogin(session: session, flow: "browser", redirectURI: listener.redirectURI)
+        return BrowserLogin(listener: listener, login: login)
+    }
+
+    /// Serves the browser until a callback finishes the login. A callback
+    /// that answers another login is refused and waited past; when the login
+    /// expires it is cancelled in tokend (TokendClientError.loginExpired).
+    func finish(_ client: TokendClient) async throws(TokendClientError) -> SessionStatus {
+        let deadline = Date(timeIntervalSince1970: TimeInterval(login.expiresAt))
+        let authorizationURL = login.authorizationUrl ?? ""
+        while let (callback, connection) = await listener.nextCallback(until: deadline, authorizationURL: authorizationURL) {
+            do {
+                let status = try await client.finishLogin(id: login.id, callbackURL: callback)
+                let who = status.username ?? status.email ?? status.subject
+                LoopbackListener.respond(
+                    connection, status: "200 OK", title: "Logged in",
+                    message: "tokend holds the session\(who.map { " of \($0)" } ?? ""). You can close this tab.")
+                return status
+            } catch .invalidCallback(let reason) {
+                // Not the answer to this login (a stale tab, another program): keep waiting.
+                LoopbackListener.respond(connection, status: "400 Bad Request", title: "Not accepted", message: reason)
+                FileHandle.standardError.write(Data("\ntokenctl: ignored a callback: \(reason)\n".utf8))
+            } catch {
+                LoopbackListener.respond(
+                    connection, status: "200 OK", title: "Login failed", message: "\(error) You can close this tab.")
+                throw error
+            }
+        }
+        try? await client.cancelLogin(id: login.id)
+        throw .loginExpired(reason: "the browser did not come back in time")
+    }
+
+    /// Starts the desktop's browser on `url` with xdg-open, not waiting for it.
+    static func startBrowser(_ url: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["xdg-open", url]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try? process.run()
+    }
+}

@@ -1,0 +1,37 @@
+import ArgumentParser
+import Foundation
+import TokendClient
+
+/// `tokenctl proof`: the two header lines of one DPoP request, for `curl -H @-`.
+struct ProofCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "proof",
+        abstract: "Print `Authorization: DPoP <token>` and `DPoP: <proof>` for one request (curl -H @-).")
+    @OptionGroup var common: Common
+    @Option(help: "The request's method, e.g. GET.")
+    var method: String
+    @Option(help: "The request's URL; the proof names it without query and fragment.")
+    var url: String
+    @Option(help: "The server's DPoP-Nonce, after it answered 401 use_dpop_nonce.")
+    var nonce: String?
+    @Option(help: "A resource the session serves (one of its resources in tokend.toml).")
+    var resource: String?
+
+    func run() async throws {
+        let client = try await common.connect()
+        let (proof, token) = try await common.run {
+            try await client.proof(session: common.session, resource: resource, method: method, url: url, nonce: nonce)
+        }
+        print("Authorization: \(token.isDPoPBound ? "DPoP" : token.tokenType) \(token.accessToken)")
+        print("DPoP: \(proof)")
+    }
+}
+
+/// What a client that sends a token alone (no proof per request) does with a DPoP-bound one:
+/// refuses it, rather than send it as Bearer where it is useless (or, worse, taken).
+func refuseDPoPBound(_ token: AccessToken, by command: String) throws {
+    guard token.isDPoPBound else { return }
+    FileHandle.standardError.write(Data(
+        "tokenctl \(command): this session's tokens are DPoP-bound (RFC 9449): each request needs a proof of tokend's key, which a token alone cannot carry\n  Use tokenctl proof --method M --url U (or tokend-proxy) for such requests.\n".utf8))
+    throw ExitCode(Exit.failure)
+}
