@@ -49,7 +49,13 @@ function main(args) {
     }
     tokend.connect('logged-out', (_, reason) => say(`signal logged-out (${reason})`));
     tokend.connect('cookies-restored', (_, count) => say(`signal cookies-restored (${count} cookies)`));
-    tokend.connect('detached', (attachment) => say(`signal detached (attached: ${Number(attachment.is_attached())})`));
+    let collecting = 0;
+    tokend.connect('detached', (attachment) => {
+        say(`signal detached (attached: ${Number(attachment.is_attached())})`);
+        if (collecting)
+            GLib.source_remove(collecting);
+        collecting = 0;
+    });
 
     const loop = new GLib.MainLoop(null, false);
     let window = new Gtk.Window({title: 'tokend_webview_gjs', default_width: 1024, default_height: 768});
@@ -72,7 +78,11 @@ function main(args) {
             say('destroying the window without detaching');
             window.destroy();
             window = view = tokend = null;
-            System.gc();
+            // GJS lets go of an object some collections after its last wrapper: the window's, then the view's.
+            collecting = GLib.timeout_add(GLib.PRIORITY_DEFAULT, 200, () => {
+                System.gc();
+                return GLib.SOURCE_CONTINUE;
+            });
         }
         return GLib.SOURCE_CONTINUE;
     });
