@@ -461,3 +461,42 @@ def test_tokenctl_proof_prints_both_headers(provider, make_daemon):
     if answer.status == 401:
         answer = Agent(provider.base).request("GET", url, headers=ask("--nonce", answer.headers["DPoP-Nonce"]))
     assert answer.status == 200, (answer.status, answer.body)
+
+
+@pytest.mark.parametrize("library", ["requests", "httpx", "httpx-async"])
+def test_python_client_sends_a_proof_with_each_request(provider, make_daemon, library):
+    """The Python client's auth classes: `Authorization: DPoP` and a fresh proof per request,
+    and one retry with the resource server's nonce when it asks for one."""
+    import asyncio
+
+    import httpx
+    import requests
+    from tokend_client import AsyncTokend, Tokend, httpx_auth, requests_auth
+    daemon = make_daemon(provider).start()
+    device_login(daemon, provider)
+    get_proof(daemon, method="GET", url=provider.issuer + "/userinfo")  # skips where GetProof is not registered
+    url = provider.issuer + "/userinfo"
+    statuses = []
+    if library == "requests":
+        auth = requests_auth.TokendAuth(Tokend(daemon.socket), session="g2")
+        for _ in range(3):
+            answer = requests.get(url, auth=auth, timeout=10)
+            statuses.append((answer.status_code, [r.status_code for r in answer.history], answer.json().get("email")))
+    elif library == "httpx":
+        with httpx.Client(auth=httpx_auth.TokendAuth(Tokend(daemon.socket), session="g2")) as client:
+            for _ in range(3):
+                answer = client.get(url)
+                statuses.append((answer.status_code, [r.status_code for r in answer.history], answer.json().get("email")))
+    else:
+        async def three():
+            auth = httpx_auth.TokendAuth(async_tokend=AsyncTokend(daemon.socket), session="g2")
+            async with httpx.AsyncClient(auth=auth) as client:
+                for _ in range(3):
+                    answer = await client.get(url)
+                    statuses.append((answer.status_code, [r.status_code for r in answer.history],
+                                     answer.json().get("email")))
+        asyncio.run(three())
+    assert [s[0] for s in statuses] == [200, 200, 200], statuses
+    assert {s[2] for s in statuses} == {"alice@example.test"}
+    # Glewlwyd asks resource-server nonces: at least the first request was answered 401 use_dpop_nonce and retried once.
+    assert all(history in ([], [401]) for _, history, _ in statuses) and statuses[0][1] == [401], statuses

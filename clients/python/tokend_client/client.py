@@ -92,6 +92,13 @@ class Tokend:
         reply = self.call("Refresh", session=session, staleGeneration=stale_generation, resource=resource, scope=scope)
         return Token.from_wire(reply["token"])
 
+    def proof(self, method: str, url: str, session: Optional[str] = None, resource: Optional[str] = None,
+              nonce: Optional[str] = None) -> Tuple[str, Token]:
+        """A DPoP proof for one request (`nonce`: the server's DPoP-Nonce after it asked for one) and
+        the current token it is bound to: send `Authorization: DPoP <token>` and `DPoP: <proof>`."""
+        reply = self.call("GetProof", session=session, resource=resource, method=method, url=url, nonce=nonce)
+        return reply["proof"], Token.from_wire(reply["token"])
+
     def cookies(self, url: str, session: Optional[str] = None) -> CookieSet:
         return _cookie_set(self.call("GetCookies", session=session, url=url))
 
@@ -117,7 +124,7 @@ class Tokend:
         finally:
             connection.close()
 
-    def call(self, method: str, **parameters: Any) -> Dict[str, Any]:
+    def call(self, method: str, /, **parameters: Any) -> Dict[str, Any]:
         """One call of io.tokend.Broker; its reply parameters, or the error raised."""
         message = _message(method, parameters)
         with self._lock:
@@ -235,6 +242,11 @@ class AsyncTokend:
                                 scope=scope)
         return Token.from_wire(reply["token"])
 
+    async def proof(self, method: str, url: str, session: Optional[str] = None, resource: Optional[str] = None,
+                    nonce: Optional[str] = None) -> Tuple[str, Token]:
+        reply = await self.call("GetProof", session=session, resource=resource, method=method, url=url, nonce=nonce)
+        return reply["proof"], Token.from_wire(reply["token"])
+
     async def cookies(self, url: str, session: Optional[str] = None) -> CookieSet:
         return _cookie_set(await self.call("GetCookies", session=session, url=url))
 
@@ -259,7 +271,7 @@ class AsyncTokend:
         finally:
             writer.close()
 
-    async def call(self, method: str, **parameters: Any) -> Dict[str, Any]:
+    async def call(self, method: str, /, **parameters: Any) -> Dict[str, Any]:
         if self._lock is None:
             self._lock = asyncio.Lock()
         message = _message(method, parameters)

@@ -16,8 +16,14 @@ class Token:
 
     @property
     def authorization(self) -> str:
-        """The Authorization header value ("Bearer ...")."""
+        """The Authorization header value ("Bearer ..." or "DPoP ...")."""
         return f"{self.token_type or 'Bearer'} {self.access_token}"
+
+    @property
+    def dpop_bound(self) -> bool:
+        """The provider bound the token to tokend's DPoP key (RFC 9449): each
+        request needs a proof as well (Tokend.proof)."""
+        return self.token_type.lower() == "dpop"
 
     @classmethod
     def from_wire(cls, value: Dict[str, Any]) -> "Token":
