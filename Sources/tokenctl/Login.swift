@@ -87,8 +87,8 @@ struct LoginCommand: AsyncParsableCommand {
                 try await BrowserLogin.begin(client, session: common.session, redirectUri: redirectUri)
             }
         } catch let error as ListenerError {
-            // A provider that matches redirect URIs exactly has the session name one: only a free port has a way out.
-            let hint = error.description.contains("redirect URI") ? "" : "  Use --device instead.\n"
+            // Not even a free port on loopback: the device flow needs no listener.
+            let hint = error.exactAddress ? "" : "  Use --device instead.\n"
             FileHandle.standardError.write(Data("tokenctl: \(error)\n\(hint)".utf8))
             throw ExitCode(Exit.failure)
         }

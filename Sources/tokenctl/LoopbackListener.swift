@@ -39,14 +39,15 @@ final class LoopbackListener: @unchecked Sendable {
             guard let redirect = LoopbackRedirect(exact), let parsed = LoopbackAddress(host: redirect.host, port: redirect.port)
             else {
                 throw ListenerError(
-                    "\(exact) is not a loopback redirect URI: use http://127.0.0.1:PORT/PATH or http://[::1]:PORT/PATH, with no dot segment in its path")
+                    "\(exact) is not a loopback redirect URI: use http://127.0.0.1:PORT/PATH or http://[::1]:PORT/PATH, with no dot segment in its path",
+                    exactAddress: true)
             }
             address = parsed
             path = redirect.path
             origin = redirect.origin
         }
         let fd = socket(address.family, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw ListenerError("cannot create a socket: \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw ListenerError("cannot create a socket: \(String(cString: strerror(errno)))", exactAddress: exact != nil) }
         var on: Int32 = 1
         if address.family == AF_INET6 { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &on, socklen_t(MemoryLayout<Int32>.size)) }
         guard address.bind(fd) == 0, listen(fd, 8) == 0 else {
@@ -54,9 +55,11 @@ final class LoopbackListener: @unchecked Sendable {
             close(fd)
             if problem == EADDRINUSE, let exact {
                 throw ListenerError(
-                    "port \(address.port) of \(address.host) is in use, and the redirect URI \(exact) needs it: another login or another program holds it (`ss -ltnp 'sport = :\(address.port)'` names it)")
+                    "port \(address.port) of \(address.host) is in use, and the redirect URI \(exact) needs it: another login or another program holds it (`ss -ltnp 'sport = :\(address.port)'` names it)",
+                    exactAddress: true)
             }
-            throw ListenerError("cannot listen on \(address.host): \(String(cString: strerror(problem)))")
+            throw ListenerError(
+                "cannot listen on \(address.host): \(String(cString: strerror(problem)))", exactAddress: exact != nil)
         }
         self.fd = fd
         port = LoopbackAddress.of(fd, getsockname)?.port ?? address.port
@@ -198,7 +201,13 @@ final class LoopbackListener: @unchecked Sendable {
 
 struct ListenerError: Error, CustomStringConvertible {
     let description: String
-    init(_ description: String) { self.description = description }
+    /// The listener was to take the exact address of the session's redirect
+    /// URI (the message says what is wrong with it), not a free port.
+    let exactAddress: Bool
+    init(_ description: String, exactAddress: Bool = false) {
+        self.description = description
+        self.exactAddress = exactAddress
+    }
 }
 
 /// A loopback socket address a browser-login listener binds: IPv4 (127.0.0.0/8) or ::1.
