@@ -2,3 +2,10 @@
 # Sources/TPMKeys), swtpm as the TPM of Tests/integration/test_dpop.py (started
 # there in socket mode), tpm2-tools for the test's probes of the key tokend made.
 DEPS_EXTRA += libtss2-dev swtpm swtpm-tools tpm2-tools
+BENCH_EXTRA += bench-dpop
+.PHONY: bench-dpop
+
+# What DPoP costs: a cached GetToken on a DPoP session against a Bearer one
+# (same run), GetProof with a key in the state and in swtpm: bench/DPOP.md.
+bench-dpop: venv release
+	$(PY) bench/dpop_bench.py .build/release bench/DPOP.md
