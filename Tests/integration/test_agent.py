@@ -131,13 +131,23 @@ def test_one_notification_per_episode_its_sign_in_through_the_portal_and_closed_
     assert url.startswith("http://127.0.0.1:") and "/start/" in url and "state=" not in url, url
     assert status(daemon, "web")["pendingLogins"] == 1, "the login the user chose, begun as tokenctl login --browser does"
 
-    page = browser.authorize(url)
+    # The person refuses at the provider: that login ends, the episode does not, and no second notification comes.
+    page = browser.authorize(url, accept=False)
+    assert "Login failed" in page and "access_denied" in page, page
+    agent.wait_said("session web: the sign-in did not finish", "the refused sign-in")
+    assert status(daemon, "web")["state"] == "loginRequired" and status(daemon, "web")["pendingLogins"] == 0
+
+    # The notification stayed (resident): Sign in again, and this time approve.
+    bus.emit(NOTIFICATIONS, NOTIFICATIONS[0], "ActionInvoked", "us", "1", "sign-in")
+    wait_for(lambda: len(bus.calls(PORTAL, "OpenURI")) == 2, 20, "the second sign-in page")
+    second = bus.calls(PORTAL, "OpenURI")[1][1]
+    assert second != url and "/start/" in second, "a new login"
+    page = browser.authorize(second)
     assert "Logged in" in page and "alice" in page, page
     wait_for(lambda: bus.calls(NOTIFICATIONS, "CloseNotification"), 20, "the notification closed")
     assert bus.calls(NOTIFICATIONS, "CloseNotification") == [[1]]
     assert status(daemon, "web")["state"] == "active"
     assert [n["summary"] for n in notifications(bus)] == ["Sign-in needed: web"], "one notification for the episode"
-    assert len(bus.calls(PORTAL, "OpenURI")) == 1
 
 
 def test_a_session_that_needs_a_login_when_the_agent_starts_is_announced(server, make_tokend, bus, agents):
@@ -192,3 +202,33 @@ def test_without_a_session_bus_it_says_so_and_exits_non_zero(server, make_tokend
     assert result.stderr.startswith("tokenctl agent: no desktop session bus"), result.stderr
     assert "DBUS_SESSION_BUS_ADDRESS" in result.stderr and "systemctl --user start tokend-agent" in result.stderr
     assert json.loads(daemon.ctl("status", "--json").stdout)["state"] == "loginRequired", "nothing changed in tokend"
+
+
+def test_without_a_portal_the_page_opens_with_xdg_open(oidc_server, make_tokend, browser, workdir, agents):
+    """No portal on the bus (ServiceUnknown): xdg-open starts the user's $BROWSER, here one that hands the URL
+    to the test's Chromium, as a person's browser would take it."""
+    bus = SessionBus(workdir)
+    try:
+        bus.mock("notification_daemon", NOTIFICATIONS[0])
+        opened = os.path.join(workdir, "opened")
+        recorder = os.path.join(workdir, "browser")
+        with open(recorder, "w") as f:
+            f.write(f'#!/bin/sh\necho "$1" >> {opened}\n')
+        os.chmod(recorder, 0o755)
+        daemon = make_tokend(oidc_server, sessions={"web": login_sessions(oidc_server)["web"]}).start()
+        login(daemon, oidc_server)
+        agent = Agent(daemon, bus, env=bus.env(BROWSER=recorder))
+        agents.append(agent)
+        agent.wait_said("watching default, web", "the agent")
+        [posted] = notifications(bus)  # web was never logged in
+        assert posted["summary"] == "Sign-in needed: web"
+        bus.emit(NOTIFICATIONS, NOTIFICATIONS[0], "ActionInvoked", "us", "1", "sign-in")
+        wait_for(lambda: os.path.exists(opened), 20, "xdg-open handing the page to the browser")
+        agent.wait_said("no portal answered (org.freedesktop.portal.Desktop OpenURI", "the agent's word on the fallback")
+        with open(opened) as f:
+            [url] = f.read().split()
+        assert url.startswith("http://127.0.0.1:") and "/start/" in url
+        assert "Logged in" in browser.authorize(url)
+        wait_for(lambda: bus.calls(NOTIFICATIONS, "CloseNotification") == [[1]], 20, "the notification closed")
+    finally:
+        bus.stop()
