@@ -166,3 +166,18 @@ extension SessionActor {
         return .key(proofKeyInUse)
     }
 }
+
+extension SessionActor {
+    /// What token files hold: the current token, but never a DPoP-bound one,
+    /// which is useless without a proof per request and a file cannot give
+    /// one; the files are removed instead, and the journal says why.
+    func tokenForFiles(now: Double) -> Secret? {
+        guard let token = validToken(now: now) else { return nil }
+        guard token.tokenType.caseInsensitiveCompare("DPoP") == .orderedSame else { return token.accessToken }
+        if case .some(.none) = tokenFilesHold { return nil }  // said when they were removed
+        logger.warning(
+            "token files removed: the token is DPoP-bound",
+            metadata: ["fix": "use GetProof (tokenctl proof, tokend-proxy) for this session's requests"])
+        return nil
+    }
+}

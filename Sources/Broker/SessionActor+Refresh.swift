@@ -198,7 +198,7 @@ extension SessionActor {
     /// across a restart. A failed write is logged; it never holds up callers.
     func syncTokenFiles() {
         guard !tokenFiles.isEmpty else { return }
-        let token = validToken(now: clock.now())?.accessToken
+        let token = tokenForFiles(now: clock.now())
         if case .some(let held) = tokenFilesHold, held == token { return }
         tokenFilesHold = .some(token)
         let (files, logger) = (tokenFiles, self.logger)

@@ -27,14 +27,16 @@ from test_provider2 import B, Tokend2, start_login
 class DPoPTokend(Tokend2):
     """Tokend2 whose session "g2" uses DPOP_CLIENT_ID with dpop on; `tpm`: [daemon] tpm."""
 
-    def __init__(self, directory, provider, dpop_key="state", tpm=None, **session):
+    def __init__(self, directory, provider, dpop_key="state", tpm=None, daemon_lines=(), session_lines=(), **session):
+        """`daemon_lines`, `session_lines`: TOML lines added to [daemon] and to the session as they are."""
         super().__init__(directory, provider, **{"client-id": DPOP_CLIENT_ID, "client-auth": "basic",
                                                   "dpop": True, "dpop-key": dpop_key, **session})
-        if tpm:
-            with open(self.config) as f:
-                text = f.read()
-            with open(self.config, "w") as f:
-                f.write(text.replace("[daemon]\n", f'[daemon]\ntpm = "{tpm}"\n', 1))
+        daemon_lines = list(daemon_lines) + ([f'tpm = "{tpm}"'] if tpm else [])
+        with open(self.config) as f:
+            text = f.read()
+        text = text.replace("[daemon]\n", "[daemon]\n" + "".join(line + "\n" for line in daemon_lines), 1)
+        with open(self.config, "w") as f:
+            f.write(text + "".join(line + "\n" for line in session_lines))
 
     def dpop(self):
         return self.status()["dpop"]
@@ -441,6 +443,17 @@ def test_clients_that_send_a_token_alone_refuse_a_dpop_bound_one(provider, make_
     env = tokenctl(daemon, "exec", "--session", "g2", "--", "sh", "-c", 'echo "$TOKEND_TOKEN_TYPE"')
     assert env.returncode == 0 and env.stdout.strip() == "DPoP", env
     assert tokenctl(daemon, "token", "--session", "g2").stdout.strip() == daemon.token()["accessToken"]
+
+
+def test_token_files_hold_no_dpop_bound_token(provider, make_daemon, workdir):
+    runtime = os.path.join(workdir, "run")
+    daemon = make_daemon(provider, daemon_lines=[f'runtime-directory = "{runtime}"'],
+                         session_lines=['token-files = [{ path = "g2-token" }]']).start()
+    device_login(daemon, provider)
+    assert daemon.token()["tokenType"] == "DPoP"
+    wait_for(lambda: "token files removed: the token is DPoP-bound" in daemon.logs(), 10, "the token files' refusal")
+    assert not os.path.exists(os.path.join(runtime, "g2-token"))
+    assert daemon.logs().count("token files removed") == 1
 
 
 def test_tokenctl_proof_prints_both_headers(provider, make_daemon):
