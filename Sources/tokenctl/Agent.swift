@@ -22,6 +22,11 @@ actor Agent {
 
     /// Until the session bus goes away.
     func run() async {
+        do {
+            Self.say("notifications go to \(try await desktop.notificationServer())")
+        } catch {
+            Self.say("no notification server answers yet (\(error)); notifications are posted when one does")
+        }
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 for await signal in self.desktop.bus.signals { await self.handle(signal) }

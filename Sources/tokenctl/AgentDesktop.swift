@@ -40,6 +40,20 @@ struct AgentDesktop: Sendable {
         }
     }
 
+    /// The notification server's name and version ("gnome-shell 43.9"), asked once at start.
+    func notificationServer() async throws(BusError) -> String {
+        try await bus.perform { bus throws(BusError) in
+            try BusMessage.call(
+                bus, destination: Self.notifications, path: Self.notificationsPath, interface: Self.notifications,
+                member: "GetServerInformation", timeout: 10_000_000, append: { _ throws(BusError) in },
+                read: { reply throws(BusError) in
+                    let name = try reply.readString("s")
+                    _ = try reply.readString("s")  // vendor
+                    return "\(name) \(try reply.readString("s"))"
+                })
+        }
+    }
+
     func close(_ id: UInt32) async throws(BusError) {
         try await bus.perform { bus throws(BusError) in
             try BusMessage.call(

@@ -112,6 +112,7 @@ def test_one_notification_per_episode_its_sign_in_through_the_portal_and_closed_
     agent = Agent(daemon, bus)
     agents.append(agent)
     agent.wait_said("watching default, web", "the agent watching both sessions")
+    assert "notifications go to mock-notify 1.0" in agent.said()
     assert notifications(bus) == [], "nothing is posted while all is well"
 
     revoke_at_provider(oidc_server, daemon, "web", "tokend-browser")
