@@ -3,7 +3,8 @@
 # a private dbus-daemon with python3-dbusmock's notification daemon on it;
 # `make agent-screenshot` shows its notification on Debian's
 # notification-daemon under Xvfb (docs/tokenctl-agent.png).
-DEPS_EXTRA += dbus python3-dbusmock
+# busctl (systemd) asks the mocks what they were called with; xdg-open (xdg-utils) is the fallback tested.
+DEPS_EXTRA += dbus python3-dbusmock systemd xdg-utils
 
 .PHONY: agent-screenshot
 # docs/tokenctl-agent.png: the notification on Debian's notification-daemon
