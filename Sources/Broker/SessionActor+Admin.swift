@@ -97,6 +97,7 @@ extension SessionActor {
         status.strategy = strategy
         status.strategyReason = reason
         status.tokens = keyStatuses
+        (status.pageTokens, status.pageTokensReason) = pageTokens
         status.dpop = dpopStatus
         return status
     }

@@ -11,6 +11,12 @@ enum RefreshStrategy: String, Sendable {
     /// Each key asks for its own resource and scope: the provider issues one
     /// resource per token and keeps refresh tokens wide (Entra ID).
     case perResource = "per-resource"
+    /// Every refresh names no resource and asks for the whole scope, which no
+    /// provider narrows; no key has a token of its own. Learnt when all the
+    /// grant's resources together were refused but nothing showed whether the
+    /// grant covers them all (a handed-in refresh token): asking for one
+    /// resource could narrow the refresh token for everyone.
+    case sessionOnly = "session-only"
 }
 
 /// What one refresh sends, and whether its answer tells the strategy.
@@ -71,12 +77,14 @@ extension SessionActor {
     // MARK: Asking for a key's token
 
     /// GetToken for `key` (the session's own token when `key.isSession`).
-    public func getToken(minValidSeconds: Int?, key: TokenKey) async throws -> Token {
+    /// `person` (who asks; see KeyBudget) pays for a key the session does not hold yet.
+    public func getToken(minValidSeconds: Int?, key: TokenKey, person: UInt32? = nil) async throws -> Token {
         guard !key.isSession else { return try await getToken(minValidSeconds: minValidSeconds) }
         if try await sharesSessionToken(key) {
-            return stamped(try await getToken(minValidSeconds: minValidSeconds), key)
+            return try servedBySessionToken(try await getToken(minValidSeconds: minValidSeconds), key)
         }
         if let joined = try await joinInFlightOrCheck(key) { return joined }
+        try admitNewKey(key, person: person)
         let now = clock.now()
         if let held = keyedToken(key),
             Double(held.expiresAt) - now
@@ -90,21 +98,24 @@ extension SessionActor {
 
     /// Compare-and-refresh for `key`, with the session token's rules (see
     /// `refresh(staleGeneration:mayStart:)`); generations are the key's own.
-    public func refresh(staleGeneration: Int?, key: TokenKey, mayStart: @Sendable () -> Int? = { nil }) async throws
-        -> Token
-    {
+    public func refresh(
+        staleGeneration: Int?, key: TokenKey, person: UInt32? = nil, mayStart: @Sendable () -> Int? = { nil }
+    ) async throws -> Token {
         guard !key.isSession else { return try await refresh(staleGeneration: staleGeneration, mayStart: mayStart) }
         if try await sharesSessionToken(key) {
-            return stamped(try await refresh(staleGeneration: staleGeneration, mayStart: mayStart), key)
+            return try servedBySessionToken(try await refresh(staleGeneration: staleGeneration, mayStart: mayStart), key)
         }
         let refused = staleGeneration.map { min($0, keyedToken(key)?.generation ?? 0) }
-        let token = try await refreshKeyOrCurrent(key, staleGeneration: staleGeneration, mayStart: mayStart)
+        let token = try await refreshKeyOrCurrent(key, staleGeneration: staleGeneration, person: person, mayStart: mayStart)
         guard let refused, token.generation <= refused else { return token }
         throw noNewerToken()
     }
 
-    func refreshKeyOrCurrent(_ key: TokenKey, staleGeneration: Int?, mayStart: @Sendable () -> Int?) async throws -> Token {
+    func refreshKeyOrCurrent(
+        _ key: TokenKey, staleGeneration: Int?, person: UInt32?, mayStart: @Sendable () -> Int?
+    ) async throws -> Token {
         if let joined = try await joinInFlightOrCheck(key) { return joined }
+        try admitNewKey(key, person: person)
         let now = clock.now()
         let valid = validKeyedToken(key, now: now)
         if let staleGeneration, let valid, staleGeneration < valid.generation {
@@ -149,8 +160,7 @@ extension SessionActor {
         if stopping {
             return try validTokenOrUnavailable("tokend is shutting down", retryAfter: 1, now: clock.now(), key: key)
         }
-        makeRoom(for: key)
-        let task = Task { try await self.performRefresh(afterCrash: false, key: key) }
+        let task = Task { try await self.refreshKeyCheckingGrant(key) }
         keyedInFlight[key] = task
         return try await task.value
     }
@@ -159,16 +169,42 @@ extension SessionActor {
     /// then has every resource of the grant in its audience and the whole
     /// scope. While that is not known, the session's next refresh asks for all
     /// the grant's resources at once and learns it; this waits for it.
+    /// That refresh goes by the session's backoff like any other: while it
+    /// waits, a keyed call is answered UpstreamUnavailable, not sent upstream.
     func sharesSessionToken(_ key: TokenKey) async throws -> Bool {
         if strategy == nil {
             try requireActive()
+            let now = clock.now()
+            if backoff.isWaiting(now: now), inFlight == nil {
+                throw BrokerError.upstreamUnavailable(
+                    name, lastError ?? "token endpoint unavailable", retryAfter: backoff.retryAfter(now: now))
+            }
             _ = try await joinOrStartRefresh(countAsCoalesced: true)
+            guard strategy != nil else {
+                // The refresh that learns it did not get an answer: no key is served by a guess.
+                let now = clock.now()
+                throw BrokerError.upstreamUnavailable(
+                    name, "which tokens the provider issues per resource is not known yet: "
+                        + (lastError ?? "the token endpoint did not answer"), retryAfter: backoff.retryAfter(now: now) ?? 1)
+            }
         }
         return strategy != .perResource
     }
 
-    /// The session's own token, named for the key it answers.
-    func stamped(_ token: Token, _ key: TokenKey) -> Token {
+    /// The key subscribers of `key` get events for: the session's own while its token serves the key.
+    public func eventKey(for key: TokenKey) async throws -> TokenKey {
+        guard !key.isSession else { return key }
+        return try await sharesSessionToken(key) ? .session : key
+    }
+
+    /// The session's own token, named for the key it answers. Under
+    /// session-only, a named resource the token is not confirmed to cover is
+    /// refused: the token would not be for it.
+    func servedBySessionToken(_ token: Token, _ key: TokenKey) throws -> Token {
+        if strategy == .sessionOnly, let resource = key.resource, record.audience?.contains(resource) != true {
+            let reason = "tokens for one resource are not served: " + (record.strategyReason ?? "the strategy is session-only")
+            throw BrokerError.targetRefused(name, key: key, reason)
+        }
         var token = token
         token.resource = key.resource
         return token
@@ -181,7 +217,8 @@ extension SessionActor {
     func token(of held: KeyedToken) -> Token {
         Token(
             accessToken: held.accessToken, tokenType: held.tokenType, expiresAt: held.expiresAt,
-            generation: held.generation, scope: held.grantedScope ?? held.scope ?? record.scope, resource: held.resource)
+            generation: held.generation, scope: held.grantedScope ?? held.scope ?? record.scope, resource: held.resource,
+            audience: audience(confirmed: held.audience))
     }
 
     /// The key's token unless it has expired.
@@ -204,7 +241,8 @@ extension SessionActor {
         case .narrows: .sharedAudience
         case .keepsWide: .perResource
         case .auto:
-            record.strategy.flatMap(RefreshStrategy.init) ?? (record.grantResources.count < 2 ? .sharedAudience : nil)
+            record.strategy.flatMap(RefreshStrategy.init(rawValue:))
+                ?? (record.grantResources.count < 2 ? .sharedAudience : nil)
         }
     }
 
@@ -249,7 +287,8 @@ extension SessionActor {
         }
         switch strategy {
         case .sharedAudience: return RefreshTargetChoice(request: everything, probing: false)
-        case .perResource: return RefreshTargetChoice(request: RefreshTarget(scope: keyPolicy.scope), probing: false)
+        case .perResource, .sessionOnly:
+            return RefreshTargetChoice(request: RefreshTarget(scope: keyPolicy.scope), probing: false)
         case nil: return RefreshTargetChoice(request: everything, probing: true)
         }
     }
@@ -288,10 +327,11 @@ extension SessionActor {
         next.refreshStartedAt = nil
         let previous = keyedToken(key)
         let lastUsed = max(previous?.lastUsedAt ?? 0, Int(keyedSnapshots.lastUse(of: key) ?? clock.now()))
-        let held = KeyedToken(
+        var held = KeyedToken(
             resource: key.resource, scope: key.scope, accessToken: response.accessToken, tokenType: response.tokenType,
             grantedScope: response.scope, expiresAt: lifetime.expiresAt, generation: (previous?.generation ?? 0) + 1,
             lastRefreshAt: issuedAt, lastUsedAt: SessionRecord.clampedTime(lastUsed))
+        held.audience = await confirmedAudience(of: response.accessToken)
         makeRoom(for: key)
         next.keyedTokens = record.keyedTokens.filter { $0.resource != key.resource || $0.scope != key.scope }
         next.keyedTokens.append(held)
@@ -361,15 +401,49 @@ extension SessionActor {
 
     // MARK: Keeping keys
 
-    /// A new key beyond `maximumKeys` pushes out the least recently used one.
-    func makeRoom(for key: TokenKey) {
-        guard keyedToken(key) == nil, record.keyedTokens.count >= keyPolicy.maximumKeys else { return }
+    /// A key the session does not hold yet, asked for by `person`: within the
+    /// person's share of keys and budget of new ones, and with room made for
+    /// it only from the person's own keys or keys nobody made in this process.
+    /// Refused with TooManyKeys otherwise; no upstream call is made for it.
+    func admitNewKey(_ key: TokenKey, person: UInt32?) throws {
+        guard keyedToken(key) == nil, keyedInFlight[key] == nil else { return }
+        let person = person ?? UInt32.max
+        let made = record.keyedTokens.filter { keyMakers[TokenKey(resource: $0.resource, scope: $0.scope)] == person }
+        if made.count >= keyPolicy.keysPerPerson {
+            throw BrokerError.tooManyKeys(
+                name, limit: keyPolicy.keysPerPerson, retryAfter: nil,
+                "this user already holds \(made.count) keys (resource, scope) of session \(name), the most one person may; "
+                    + "a key unused for \(keyPolicy.idleLifetime) s is forgotten, or ask for a key already held")
+        }
+        var budget = keyBudget ?? KeyBudget(capacity: keyPolicy.keysPerPerson, perMinute: keyPolicy.newKeysPerMinute)
+        let wait = budget.take(for: person, now: clock.now())
+        keyBudget = budget
+        if let wait {
+            throw BrokerError.tooManyKeys(
+                name, limit: keyPolicy.keysPerPerson, retryAfter: wait,
+                "this user made new keys of session \(name) faster than \(Int(keyPolicy.newKeysPerMinute)) a minute; "
+                    + "try again in \(wait) s")
+        }
+        guard makeRoom(for: key, maker: person) else {
+            throw BrokerError.tooManyKeys(
+                name, limit: keyPolicy.maximumKeys, retryAfter: nil,
+                "session \(name) holds its most keys (\(keyPolicy.maximumKeys)), all made by other users in use")
+        }
+        keyMakers[key] = person
+    }
+
+    /// Room for one more key: at `maximumKeys`, the least recently used key
+    /// that `maker` made or nobody made here is forgotten; false when there is none.
+    @discardableResult
+    func makeRoom(for key: TokenKey, maker: UInt32? = nil) -> Bool {
+        guard keyedToken(key) == nil, record.keyedTokens.count >= keyPolicy.maximumKeys else { return true }
         let idle = record.keyedTokens
             .map { (TokenKey(resource: $0.resource, scope: $0.scope), lastUse(of: $0)) }
-            .filter { keyedInFlight[$0.0] == nil }
+            .filter { keyedInFlight[$0.0] == nil && [nil, maker ?? keyMakers[key]].contains(keyMakers[$0.0]) }
             .min { $0.1 < $1.1 }
-        guard let (oldest, _) = idle else { return }
+        guard let (oldest, _) = idle else { return false }
         forget([oldest], why: "more than \(keyPolicy.maximumKeys) keys")
+        return true
     }
 
     func lastUse(of held: KeyedToken) -> Double {
@@ -393,6 +467,7 @@ extension SessionActor {
             record.keyedTokens.removeAll { $0.resource == key.resource && $0.scope == key.scope }
             keyDue[key] = nil
             keyErrors[key] = nil
+            keyMakers[key] = nil
             keyedSnapshots.forget(key)
         }
     }

@@ -221,6 +221,7 @@ extension SessionActor {
         } catch {
             logger.warning("identity unknown", metadata: ["problem": "\(error.description)"])
         }
+        let audience = await confirmedAudience(of: response.accessToken)
         await settle()
         try await withRefreshTurn { try await fleetExclusive("login") {
             var next = SessionRecord(
@@ -230,6 +231,8 @@ extension SessionActor {
             next.grantResources = keyPolicy.resources
             next = applying(response, to: next, issuedAt: Int(clock.now()))
             bind(proofKey, into: &next)
+            next.audience = audience
+            learnFromFirstToken(audience, into: &next)
             await persist(next, what: "login")
             record = next
         } }

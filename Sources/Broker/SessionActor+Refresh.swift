@@ -38,6 +38,8 @@ extension SessionActor {
         var omissions = target.probing && record.grantResourcesAssumed && record.grantResources.count >= 3
             ? record.grantResources : []
         var omitted: String?
+        /// A refresh naming no resource, after a handed-in grant's resources were refused together.
+        var resolvingGrant = false
         while true {
             refreshes += 1
             logger.debug("refreshing", metadata: ["generation": "\(record.generation)", "key": "\(key)"])
@@ -47,11 +49,21 @@ extension SessionActor {
             let answeredAt = ContinuousClock.now
             checkpoint?("after-response")
             let cookieChanges = receiveEndpointCookies(answer.setCookie)
-            if case .failure(let error) = answer.result, target.probing, error.refusesTarget {
+            // Only invalid_target teaches: invalid_scope is about the scope, not about resources.
+            if case .failure(let error) = answer.result, target.probing, error.code == "invalid_target" {
                 await persistCookies(cookieChanges)
                 if let next = omissions.popLast() {
                     omitted = next
                     target.request.resources = record.grantResources.filter { $0 != next }
+                    continue
+                }
+                omitted = nil
+                if record.grantResourcesAssumed {
+                    // Nothing says the handed-in grant covers them all, so the refusal does not show that the
+                    // provider issues one resource per token. A refresh naming none never narrows, and the
+                    // audience of its token may say what the grant covers.
+                    target = RefreshTargetChoice(request: RefreshTarget(scope: keyPolicy.scope), probing: false)
+                    resolvingGrant = true
                     continue
                 }
                 learnStrategy(
@@ -67,9 +79,11 @@ extension SessionActor {
                 record.grantResources.removeAll { $0 == omitted }
                 outsideGrant.insert(omitted)
             }
-            return try await settleRefresh(
+            let token = try await settleRefresh(
                 answer, key: key, target: target, afterCrash: afterCrash, startedAt: startedAt, sentAt: sentAt,
                 answeredAt: answeredAt, cookieChanges: cookieChanges)
+            if resolvingGrant { await resolveHandedInGrant() }
+            return token
         }
     }
 
@@ -97,6 +111,16 @@ extension SessionActor {
             }
             return try await adoptKeyed(
                 response, key: key, startedAt: startedAt, sentAt: sentAt, cookieChanges: cookieChanges)
+        case .failure(let error) where !key.isSession && error.kind == .rejected && !error.refusesClient && !error.refusesTarget:
+            // Some providers refuse one resource with invalid_grant (consent or MFA required for that
+            // API): the key fails, and the session's own refresh, next, tells whether the grant is gone.
+            refreshFinished(.failed, sentAt: sentAt)
+            await persistCookies(cookieChanges)
+            do {
+                return try await refuseKey(key, error)
+            } catch let refusal as BrokerError {
+                throw KeyRejected(refusal: refusal)
+            }
         case .failure(let error)
         where (error.kind == .rejected && !error.refusesClient) || (error.kind == .refused && confirming):
             var reason = error.kind == .rejected
@@ -149,7 +173,8 @@ extension SessionActor {
         _ response: TokenResponse, startedAt: Double, sentAt: ContinuousClock.Instant, answeredAt: ContinuousClock.Instant,
         cookieChanges: [CookieChange]
     ) async throws -> Token {
-        let next = applying(response, to: record, issuedAt: Int(startedAt))
+        var next = applying(response, to: record, issuedAt: Int(startedAt))
+        next.audience = await confirmedAudience(of: response.accessToken)
         switch await persist(next, what: "refreshed state") {
         case .saved: break
         case .fenced:
@@ -299,6 +324,10 @@ extension SessionActor {
     func requireLogin(reason: String, earlierChanges: [CookieChange] = []) async {
         let next = SessionRecord(phase: .loginRequired, reason: reason, generation: record.generation)
         record = next
+        // The grant's keys went with it, and what was said about them.
+        keyErrors = [:]
+        keyRefusedUntil = [:]
+        keyMakers = [:]
         backoff.reset()
         lastError = reason
         let removed = jar.removeAll()

@@ -61,6 +61,10 @@ public actor SessionActor {
     var keyScheduler: Task<Void, Never>?
     /// Resources a handed-in grant turned out not to cover (see performRefresh's probe).
     var outsideGrant: Set<String> = []
+    /// Who made each key held (a person: see KeyBudget); keys loaded from disk have none.
+    var keyMakers: [TokenKey: UInt32] = [:]
+    /// Made at the first new key (see admitNewKey).
+    var keyBudget: KeyBudget?
     /// Keyed tokens for the lock-only fast path, as `snapshot` is for the session's.
     public nonisolated let keyedSnapshots = KeyedSnapshots()
     var backoff = Backoff()
@@ -334,7 +338,7 @@ public actor SessionActor {
         }
         return Token(
             accessToken: access, tokenType: record.tokenType ?? "Bearer", expiresAt: expiresAt,
-            generation: record.generation, scope: record.scope)
+            generation: record.generation, scope: record.scope, audience: audience(confirmed: record.audience))
     }
 
     func requireActive() throws {

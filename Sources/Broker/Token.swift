@@ -11,6 +11,11 @@ public struct Token: Sendable, Equatable {
     public var scope: String?
     /// The resource (RFC 8707) of the key the token is for, when one was named.
     public var resource: String? = nil
+    /// The session's resources this token's audience covers: those the
+    /// provider confirmed (its JWT `aud` or introspection), else every
+    /// resource of the grant and of the configuration (fail closed). Empty for
+    /// a session without resources. What access rules are checked against.
+    public var audience: [String] = []
 }
 
 /// A keyed token as status shows it (never the token itself).
@@ -69,12 +74,15 @@ public struct SessionStatus: Sendable, Equatable {
     public var tokens: [KeyedTokenStatus] = []
     /// The DPoP key, for a session with dpop (see SessionActor+DPoP).
     public var dpop: DPoPKeyStatus? = nil
+    /// Whether pages can get this session's tokens ("none", "some", "all"), and why.
+    public var pageTokens = "all"
+    public var pageTokensReason = ""
 }
 
 /// A change subscribers are told about.
 public struct SessionEvent: Sendable {
     public enum Kind: String, Sendable {
-        case loginPending, loggedIn, refreshed, loginRequired, loggedOut, cookies
+        case loginPending, loggedIn, refreshed, loginRequired, loggedOut, cookies, strategyReset
     }
     public var kind: Kind
     public var session: String
@@ -134,6 +142,8 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case scopeNotAllowed
         /// The provider will not issue a token for this key (invalid_target, invalid_scope).
         case targetRefused
+        /// The caller holds as many keys as one person may, or made new ones faster than its budget.
+        case tooManyKeys
     }
     public let code: Code
     public let session: String
@@ -176,6 +186,15 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         BrokerError(
             code: .targetRefused, session: session, reason: reason, retryAfter: nil, resource: key.resource, scope: key.scope)
     }
+
+    public static func tooManyKeys(_ session: String, limit: Int, retryAfter: Int?, _ reason: String) -> BrokerError {
+        var error = BrokerError(code: .tooManyKeys, session: session, reason: reason, retryAfter: retryAfter)
+        error.limit = limit
+        return error
+    }
+
+    /// TooManyKeys: the limit reached.
+    public var limit: Int? = nil
 
     public var description: String { "\(session): \(reason)" }
 }

@@ -53,6 +53,12 @@ public struct KeyPolicy: Sendable, Equatable {
     public var webResources: [String] = []
     /// Whether resource-access limits who may have some resource's tokens.
     public var restrictsResources = false
+    /// The `aud` values each resource's tokens carry besides its URI (resource-audiences).
+    public var audiences: [String: [String]] = [:]
+    /// Keys one person may have made and held at once.
+    public var keysPerPerson = 16
+    /// New keys one person may make: a burst of `keysPerPerson`, then this many a minute.
+    public var newKeysPerMinute = 4.0
 
     public init(
         resources: [String] = [], scope: String? = nil, narrowing: Narrowing = .auto, maximumKeys: Int = 64,

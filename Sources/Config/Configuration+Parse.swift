@@ -86,6 +86,7 @@ extension Configuration {
                 var r = TableReader(file: file, table: sessionTable, path: key)
                 var session = try r.session(name: name, environment: environment)
                 session.tokenFiles = try r.tokenFiles(under: daemon.runtimeDirectory)
+                try r.tokenFilesWithinResourceAccess(session)
                 sessions.append(session)
             }
         }
@@ -117,7 +118,7 @@ extension TableReader {
             "default-lifetime", "access", "web-origins", "accept-cookies", "git-hosts", "git-username", "token-files",
             "shared-store", "shared-store-password-file", "client-key-file", "client-key-id", "redirect-uri",
             "pushed-authorization", "resources", "narrowing", "resource-access", "dpop", "dpop-key",
-            "web-resources",
+            "web-resources", "resource-audiences", "introspection-endpoint",
         ])
         let issuer = try url("issuer")
         if let issuer, issuer.query != nil || issuer.fragment != nil {
@@ -133,6 +134,7 @@ extension TableReader {
         session.revocationEndpoint = try url("revocation-endpoint")
         session.authorizationEndpoint = try url("authorization-endpoint")
         session.deviceAuthorizationEndpoint = try url("device-authorization-endpoint")
+        session.introspectionEndpoint = try url("introspection-endpoint")
         if let auth = try oneOf("client-auth", ClientAuth.allCases.map(\.rawValue)) {
             session.clientAuth = ClientAuth(rawValue: auth)!
         }

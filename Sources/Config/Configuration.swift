@@ -179,6 +179,12 @@ public struct SessionSettings: Sendable, Equatable {
     public var dpop = false
     /// Where the DPoP key lives: "tpm", "state" or "auto" (the TPM when one is reachable, else the state).
     public var dpopKey = "auto"
+    /// The audience values a resource's tokens carry when they are not the
+    /// resource's URI (resource-audiences): how tokend reads a JWT's `aud`.
+    public var resourceAudiences: [String: [String]] = [:]
+    /// RFC 7662 introspection, where tokend asks which audience a token has
+    /// when it is not a JWT (introspection-endpoint; else from discovery).
+    public var introspectionEndpoint: URL?
 
     public init(name: String, tokenEndpoint: URL?, clientID: String) {
         self.name = name

@@ -16,6 +16,10 @@ public struct ProviderMetadata: Sendable, Equatable, Codable {
     /// RFC 9126 §5.
     public var pushedAuthorizationEndpoint: URL?
     public var requiresPushedAuthorization: Bool?
+    /// RFC 9449 §5.1: the algorithms the server takes DPoP proofs in.
+    public var dpopSigningAlgValues: [String]?
+    /// RFC 7662 token introspection (RFC 8414 §2).
+    public var introspectionEndpoint: URL?
 
     enum CodingKeys: String, CodingKey {
         case issuer
@@ -29,6 +33,8 @@ public struct ProviderMetadata: Sendable, Equatable, Codable {
         case issParameterSupported = "authorization_response_iss_parameter_supported"
         case pushedAuthorizationEndpoint = "pushed_authorization_request_endpoint"
         case requiresPushedAuthorization = "require_pushed_authorization_requests"
+        case dpopSigningAlgValues = "dpop_signing_alg_values_supported"
+        case introspectionEndpoint = "introspection_endpoint"
     }
 
     public init(issuer: String) {
@@ -99,6 +105,8 @@ public struct ProviderEndpoints: Sendable, Equatable {
     public var pushedAuthorization: URL?
     /// The provider accepts no authorization request that was not pushed (RFC 9126 §5).
     public var requiresPushedAuthorization = false
+    /// RFC 7662: where tokend asks which audience a token it received has.
+    public var introspection: URL?
 
     public init(
         issuer: String? = nil, token: URL? = nil, revocation: URL? = nil, authorization: URL? = nil,
@@ -123,6 +131,7 @@ public struct ProviderEndpoints: Sendable, Equatable {
         merged.issParameterSupported = metadata.issParameterSupported ?? false
         merged.pushedAuthorization = pushedAuthorization ?? metadata.pushedAuthorizationEndpoint
         merged.requiresPushedAuthorization = metadata.requiresPushedAuthorization ?? false
+        merged.introspection = introspection ?? metadata.introspectionEndpoint
         return merged
     }
 }

@@ -42,6 +42,8 @@ public protocol TokenEndpoint: Sendable {
     /// Who logged in: the verified ID token, else the userinfo endpoint; nil
     /// when the session does not ask for `openid`.
     func identity(of response: TokenResponse, nonce: String?) async throws(IDTokenError) -> Identity?
+    /// Which audience an access token tokend received has, as the provider says (see AudienceReading).
+    func audience(of accessToken: Secret) async -> AudienceReading
 }
 
 /// A grant that starts a session.
@@ -77,6 +79,10 @@ extension TokenEndpoint {
         await redeem(grant, cookieHeader: cookieHeader)
     }
     public func useProofKey(_ key: (any ProofKey)?) {}
+    public func audience(of accessToken: Secret) async -> AudienceReading {
+        AudienceReading.jwtAudience(of: accessToken.reveal()).map { .stated($0, source: "the token's aud claim") }
+            ?? .unknown("the token is not a JWT")
+    }
 }
 
 /// What one refresh request brought back: the classified result and the

@@ -18,6 +18,9 @@ public struct KeyedToken: Sendable, Equatable {
     /// When a caller last asked for this key (Unix seconds): keys nobody asks
     /// for are forgotten.
     public var lastUsedAt: Int
+    /// The session's resources the provider confirmed this token covers (its
+    /// JWT `aud` or introspection); nil when it did not say: every resource of the grant.
+    public var audience: [String]?
 
     public init(
         resource: String?, scope: String?, accessToken: Secret, tokenType: String, grantedScope: String?, expiresAt: Int,
@@ -46,6 +49,7 @@ struct StoredKeyedToken: Codable {
     var generation: Int
     var lastRefreshAt: Int
     var lastUsedAt: Int
+    var audience: [String]?
 
     init(_ token: KeyedToken) {
         resource = token.resource
@@ -57,15 +61,18 @@ struct StoredKeyedToken: Codable {
         generation = token.generation
         lastRefreshAt = token.lastRefreshAt
         lastUsedAt = token.lastUsedAt
+        audience = token.audience
     }
 
     /// Loaded within what tokend writes (see SessionRecord's lifetimes).
     var token: KeyedToken {
         let issuedAt = SessionRecord.clampedTime(lastRefreshAt)
         let expiresAt = SessionRecord.storedExpiry(expiresAt, issuedAt: issuedAt).0 ?? issuedAt
-        return KeyedToken(
+        var token = KeyedToken(
             resource: resource, scope: scope, accessToken: Secret(accessToken), tokenType: tokenType,
             grantedScope: grantedScope, expiresAt: expiresAt, generation: SessionRecord.clampedCounter(generation),
             lastRefreshAt: issuedAt, lastUsedAt: SessionRecord.clampedTime(lastUsedAt))
+        token.audience = audience
+        return token
     }
 }

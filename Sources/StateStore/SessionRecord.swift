@@ -61,6 +61,10 @@ public struct SessionRecord: Sendable, Equatable {
     public var grantResourcesAssumed = false
     /// The DPoP key the grant is bound to (dpop = true), from the login that made the grant.
     public var dpopKey: DPoPKeyRecord?
+    /// The session's resources the provider confirmed the current access
+    /// token covers (its JWT `aud` or introspection); nil when it did not
+    /// say, and the token is taken to cover every resource of the grant.
+    public var audience: [String]?
 
     public init(
         phase: Phase, reason: String? = nil, refreshToken: Secret? = nil, accessToken: Secret? = nil,
@@ -117,6 +121,7 @@ struct StoredRecord: Codable {
     var grantResourcesAssumed: Bool?
     /// Absent for sessions without DPoP.
     var dpopKey: StoredDPoPKey?
+    var audience: [String]?
 
     init(_ record: SessionRecord) {
         phase = record.phase
@@ -143,6 +148,7 @@ struct StoredRecord: Codable {
         grantResources = record.grantResources.isEmpty ? nil : record.grantResources
         grantResourcesAssumed = record.grantResourcesAssumed ? true : nil
         dpopKey = record.dpopKey.map(StoredDPoPKey.init)
+        audience = record.audience
     }
 
     var record: SessionRecord {
@@ -166,6 +172,7 @@ struct StoredRecord: Codable {
         record.grantResources = grantResources ?? []
         record.grantResourcesAssumed = grantResourcesAssumed ?? false
         record.dpopKey = dpopKey?.key
+        record.audience = audience
         record.lifetimeNote = note
         return record
     }

@@ -41,22 +41,33 @@ public final class TokendClient: Sendable {
 
     /// A token for the session, or for one of its resources (RFC 8707) and
     /// a narrower scope: each (resource, scope) has its own token and generation.
+    /// `page`: the web origin of the page the token is for (web views and the
+    /// browser bridge): tokend then hands out only a token whose audience is within web-resources.
     public func token(
-        session: String? = nil, minValidSeconds: Int? = nil, resource: String? = nil, scope: String? = nil
+        session: String? = nil, minValidSeconds: Int? = nil, resource: String? = nil, scope: String? = nil,
+        page: String? = nil
     ) async throws(TokendClientError) -> AccessToken {
         try await call(
-            "GetToken", I.GetToken.In(session: session, minValidSeconds: minValidSeconds, resource: resource, scope: scope),
+            "GetToken",
+            I.GetToken.In(session: session, minValidSeconds: minValidSeconds, resource: resource, scope: scope, page: page),
             I.GetToken.Out.self
         ).token
     }
 
     public func refresh(
-        session: String? = nil, staleGeneration: Int? = nil, resource: String? = nil, scope: String? = nil
+        session: String? = nil, staleGeneration: Int? = nil, resource: String? = nil, scope: String? = nil,
+        page: String? = nil
     ) async throws(TokendClientError) -> AccessToken {
         try await call(
-            "Refresh", I.Refresh.In(session: session, staleGeneration: staleGeneration, resource: resource, scope: scope),
+            "Refresh",
+            I.Refresh.In(session: session, staleGeneration: staleGeneration, resource: resource, scope: scope, page: page),
             I.Refresh.Out.self
         ).token
+    }
+
+    /// Forgets what tokend learnt of the session's provider (admin).
+    public func resetStrategy(session: String? = nil) async throws(TokendClientError) -> SessionStatus {
+        try await call("ResetStrategy", I.ResetStrategy.In(session: session), I.ResetStrategy.Out.self).status
     }
 
     public func status(session: String? = nil) async throws(TokendClientError) -> SessionStatus {

@@ -31,6 +31,8 @@ public enum TokendClientError: Error, CustomStringConvertible {
     case scopeNotAllowed(session: String, scope: String, reason: String)
     /// The provider will not issue a token for this resource or scope.
     case targetRefused(session: String, resource: String?, scope: String?, reason: String)
+    /// This user holds as many keys (resource, scope) as one person may, or made new ones too fast.
+    case tooManyKeys(session: String, limit: Int, retryAfter: Int?, reason: String)
 
     init(_ error: VarlinkError) {
         let p = error.parameters
@@ -77,6 +79,10 @@ public enum TokendClientError: Error, CustomStringConvertible {
             self = .targetRefused(
                 session: p["session"]?.stringValue ?? "", resource: p["resource"]?.stringValue,
                 scope: p["scope"]?.stringValue, reason: p["reason"]?.stringValue ?? "")
+        case BrokerInterface.Error.tooManyKeys:
+            self = .tooManyKeys(
+                session: p["session"]?.stringValue ?? "", limit: p["limit"]?.intValue ?? 0,
+                retryAfter: p["retryAfter"]?.intValue, reason: p["reason"]?.stringValue ?? "")
         case "org.varlink.service.InvalidParameter":
             self = .invalidParameter(p["parameter"]?.stringValue ?? "")
         default:
@@ -110,6 +116,7 @@ public enum TokendClientError: Error, CustomStringConvertible {
         case .resourceNotAllowed(let session, _, let reason): "session \(session): \(reason)"
         case .scopeNotAllowed(let session, let scope, let reason): "session \(session): scope \"\(scope)\": \(reason)"
         case .targetRefused(let session, _, _, let reason): "session \(session): \(reason)"
+        case .tooManyKeys(let session, _, _, let reason): "session \(session): \(reason)"
         }
     }
 }

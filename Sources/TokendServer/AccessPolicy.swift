@@ -53,6 +53,8 @@ struct AccessPolicy: Sendable {
     /// Who may have tokens for a resource, by session and resource
     /// (resource-access); a resource not named is open to the session's readers.
     let resources: [String: [String: Rules]]
+    /// The same as configured (names, not ids), for status.
+    let resourceAccess: [String: [String: AccessSettings]]
 
     /// Throws a description naming an unknown user or group.
     init(_ settings: AccessSettings, sessions: [SessionSettings] = []) throws {
@@ -69,6 +71,8 @@ struct AccessPolicy: Sendable {
             resources[session.name] = try session.resourceAccess.mapValues(Rules.init)
         }
         self.resources = resources
+        resourceAccess = Dictionary(
+            sessions.filter { !$0.resourceAccess.isEmpty }.map { ($0.name, $0.resourceAccess) }, uniquingKeysWith: { a, _ in a })
     }
 
     /// Whether the peer may have tokens for `resource` of `session` (reading the session is checked apart).
@@ -86,7 +90,7 @@ struct AccessPolicy: Sendable {
 
     static func methodClass(_ member: String) -> MethodClass {
         switch member {
-        case "Login", "Logout", "BeginLogin", "FinishLogin", "CancelLogin": .admin
+        case "Login", "Logout", "BeginLogin", "FinishLogin", "CancelLogin", "ResetStrategy": .admin
         case "ImportCookies", "DeleteCookies": .cookiesWrite
         default: .read
         }

@@ -21,7 +21,8 @@ func brokerImplementation(
                 mayUse: { context, session, resource in
                     guard let resource else { return policy().allowsEveryResource(context.peer, session: session) }
                     return policy().allows(context.peer, resource: resource, session: session)
-                }),
+                },
+                audienceRule: { AudienceRule(policy: policy()) }),
             policy: policy, logger: logger))
 }
 
@@ -72,21 +73,36 @@ func brokerMethods(
     _ broker: Broker, limiter: ForcedRefreshLimiter, tokenReplies: TokenReplies, metrics: Metrics, logger: Logger,
     mayRead: @escaping @Sendable (CallContext, String) -> Bool,
     /// Whether the caller may have `resource`'s tokens (nil: every resource resource-access limits).
-    mayUse: @escaping @Sendable (CallContext, String, String?) -> Bool
+    mayUse: @escaping @Sendable (CallContext, String, String?) -> Bool,
+    audienceRule: @escaping @Sendable () -> AudienceRule
 ) -> [String: MethodHandler] {
     typealias I = BrokerInterface
     let fanOuts = FanOuts()
+    /// `token` if the caller (as a page of `page`, when set) may have it: see AudienceRule.
+    @Sendable func handOut(_ token: Token, _ session: SessionActor, _ context: CallContext, page: String?) throws -> Token {
+        guard let refusal = audienceRule().refusal(of: token, session: session, peer: context.peer, page: page) else {
+            return token
+        }
+        logger.warning(
+            "token refused by its audience",
+            metadata: context.metadata(session.name).merging(
+                ["resource": "\(refusal.resource ?? "")", "page": "\(page ?? "")"]) { a, _ in a })
+        throw refusal
+    }
     /// The key a call names, refused before any work when the session does
     /// not serve it or the caller may not have it (resource-access).
     @Sendable func key(_ session: SessionActor, _ resource: String?, _ scope: String?, _ context: CallContext) async throws
         -> TokenKey
     {
-        // A session whose one token serves all its resources gives each of them with any token.
-        if session.keyedSnapshots.sharedResources != nil, !mayUse(context, session.name, nil) {
+        // A session whose one token serves all its resources gives each of them with any token: refused
+        // before any work (the audience rule, applied to every token handed out, would refuse it after).
+        if let shared = session.keyedSnapshots.sharedResources,
+            let denied = session.keyPolicy.resources.first(where: { shared.contains($0) && !mayUse(context, session.name, $0) })
+        {
             throw BrokerError.resourceNotAllowed(
-                session.name, resource: resource ?? "",
+                session.name, resource: denied,
                 "this provider issues one token for all the session's resources, and this user may not have tokens "
-                    + "for some of them (resource-access in tokend.toml)")
+                    + "for \(denied) (resource-access in tokend.toml)")
         }
         guard resource != nil || scope != nil else { return .session }
         let key = try await session.key(resource: resource, scope: scope)
@@ -98,13 +114,24 @@ func brokerMethods(
         }
         return key
     }
+    /// The token GetToken would hand this caller: every access and audience rule applied.
+    @Sendable func authorizedToken(
+        _ context: CallContext, _ session: SessionActor, _ resource: String?, _ page: String?
+    ) async throws -> Token {
+        let key = try await key(session, resource, nil, context)
+        let token = try await session.getToken(minValidSeconds: nil, key: key, person: context.peer?.person)
+        return try handOut(token, session, context, page: page)
+    }
     return [
+        "GetProof": proofMethod(broker, authorizedToken: authorizedToken),
         "GetToken": .call { parameters, context in
             let call = try parameters.decode(I.GetToken.In.self)
             let session = try broker.session(call.session)
             if let minValid = call.minValidSeconds, minValid < 0 { throw VarlinkError.invalidParameter("minValidSeconds") }
             let key = try await key(session, call.resource, call.scope, context)
-            return try tokenReplies.parameters(for: try await session.getToken(minValidSeconds: call.minValidSeconds, key: key))
+            let token = try await session.getToken(
+                minValidSeconds: call.minValidSeconds, key: key, person: context.peer?.person)
+            return try tokenReplies.parameters(for: try handOut(token, session, context, page: call.page))
         },
         "Refresh": .call { parameters, context in
             let call = try parameters.decode(I.Refresh.In.self)
@@ -114,10 +141,12 @@ func brokerMethods(
             // A refresh this caller forces (no staleGeneration, or one at or
             // above the current generation) counts against its person's limit.
             do {
-                let token = try await session.refresh(staleGeneration: call.staleGeneration, key: key) {
+                let token = try await session.refresh(
+                    staleGeneration: call.staleGeneration, key: key, person: context.peer?.person
+                ) {
                     limiter.take(for: context.peer, session: session.name)
                 }
-                return try tokenReplies.parameters(for: token)
+                return try tokenReplies.parameters(for: try handOut(token, session, context, page: call.page))
             } catch let limited as RefreshLimited {
                 logger.notice("forced refresh rate-limited", metadata: context.metadata(session.name))
                 throw VarlinkError(
@@ -126,14 +155,19 @@ func brokerMethods(
         },
         "GetStatus": .call { parameters, _ in
             let session = try broker.session(try parameters.decode(I.GetStatus.In.self).session)
-            return try I.GetStatus.Out(status: await session.status().wire).parameters()
+            return try I.GetStatus.Out(status: audienceRule().described(await session.status().wire)).parameters()
         },
         "ListSessions": .call { _, context in
             var statuses: [I.SessionStatus] = []
             for session in broker.all where mayRead(context, session.name) {
-                statuses.append(await session.status().wire)
+                statuses.append(audienceRule().described(await session.status().wire))
             }
             return try I.ListSessions.Out(sessions: statuses).parameters()
+        },
+        "ResetStrategy": .call { parameters, context in
+            let session = try broker.session(try parameters.decode(I.ResetStrategy.In.self).session)
+            logger.notice("strategy reset requested", metadata: context.metadata(session.name))
+            return try I.ResetStrategy.Out(status: audienceRule().described(await session.resetStrategy().wire)).parameters()
         },
         "GetMetrics": .call { _, _ in
             try I.GetMetrics.Out(text: metrics.render()).parameters()
@@ -176,9 +210,9 @@ func brokerMethods(
         "Subscribe": .stream { parameters, context, replies in
             let call = try parameters.decode(I.Subscribe.In.self)
             let session = try broker.session(call.session)
-            // Under shared-audience the session's own token (and its events) answers every key.
+            // Where the session's own token answers the key (shared-audience), its events do too.
             let named = try await key(session, call.resource, call.scope, context)
-            let key = session.keyedSnapshots.sharedResources == nil ? named : .session
+            let key = try await session.eventKey(for: named)
             // The subscriber becomes a member of the session's broadcast, which the
             // server loop writes to: no task holds it. tokend's server always can.
             let fanOut = fanOuts.of(session.name)

@@ -354,10 +354,12 @@ extension SessionSettings {
             throw DaemonSetupError(
                 "session \(name): pushed-authorization = true needs an issuer: the pushed authorization request endpoint comes from its discovery document")
         }
+        var endpoints = ProviderEndpoints(
+            issuer: issuer, token: tokenEndpoint, revocation: revocationEndpoint, authorization: authorizationEndpoint,
+            deviceAuthorization: deviceAuthorizationEndpoint)
+        endpoints.introspection = introspectionEndpoint
         return HTTPTokenEndpoint(
-            endpoints: ProviderEndpoints(
-                issuer: issuer, token: tokenEndpoint, revocation: revocationEndpoint,
-                authorization: authorizationEndpoint, deviceAuthorization: deviceAuthorizationEndpoint),
+            endpoints: endpoints,
             credentials: credentials,
             scope: scope, timeout: .seconds(upstreamTimeout), pushesAuthorization: pushedAuthorization,
             redirectURI: redirectURI, resources: resources, metrics: metrics)

@@ -64,6 +64,7 @@ final class FastGetToken: Sendable {
         var minValid: Int?
         var resource: String?
         var scope: String?
+        var page: String?
         for (key, value) in call.parameters {
             switch (key, value) {
             case ("session", .string(let session)): name = session
@@ -72,6 +73,7 @@ final class FastGetToken: Sendable {
                 minValid = seconds
             case ("resource", .string(let named)): resource = named
             case ("scope", .string(let named)): scope = named
+            case ("page", .string(let origin)): page = origin
             case (_, .null): continue
             default: return nil
             }
@@ -86,6 +88,13 @@ final class FastGetToken: Sendable {
                 || rules.allowsEveryResource(peer, session: name),
             let (token, goodFor) = session.cachedTokenAndLife(minValidSeconds: minValid, key: key)
         else { return nil }
+        // The audience rule, as the ordinary way applies it; a refusal is answered there.
+        let audienceRule = AudienceRule(policy: rules)
+        if audienceRule.applies(to: name, page: page),
+            audienceRule.refusal(of: token, session: session, peer: peer, page: page) != nil
+        {
+            return nil
+        }
         let cachedAs = Cached(session: name, key: key)
         let bytes: [UInt8]? = replies.withLock { cache in
             if let cached = cache[cachedAs], cached.generation == token.generation, cached.expiresAt == token.expiresAt {

@@ -7,6 +7,7 @@ extension SessionSettings {
         var policy = KeyPolicy(resources: resources, scope: scope, narrowing: KeyPolicy.Narrowing(rawValue: narrowing) ?? .auto)
         policy.webResources = webResources
         policy.restrictsResources = !resourceAccess.isEmpty
+        policy.audiences = resourceAudiences
         return policy
     }
 }

@@ -59,6 +59,8 @@ extension SessionStatus {
         status.dpop = dpop.map {
             BrokerInterface.DPoPStatus(thumbprint: $0.thumbprint, keyStorage: $0.keyStorage, binding: $0.binding, problem: $0.problem)
         }
+        status.pageTokens = pageTokens
+        status.pageTokensReason = pageTokensReason
         status.tokens = tokens.map {
             BrokerInterface.KeyedToken(
                 resource: $0.resource, scope: $0.scope, generation: $0.generation, expiresAt: $0.expiresAt,
@@ -129,6 +131,8 @@ extension BrokerError: VarlinkErrorConvertible {
             VarlinkError(
                 BrokerInterface.Error.targetRefused,
                 about.merging(["resource": .optional(resource), "scope": .optional(scope)]) { a, _ in a })
+        case .tooManyKeys:
+            VarlinkError(BrokerInterface.Error.tooManyKeys, retry.merging(["limit": .int(limit ?? 0)]) { a, _ in a })
         }
     }
 }

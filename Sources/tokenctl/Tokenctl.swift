@@ -104,6 +104,12 @@ struct Common: ParsableArguments {
             return (Exit.loginFailed, "The browser was sent back with an answer to another login; start again.")
         case .tooManyConnections:
             return (Exit.unreachable, "Retry shortly; the limit is daemon.max-connections in tokend's configuration.")
+        case .resourceNotAllowed:
+            return (Exit.permissionDenied,
+                "`tokenctl status\(sessionFlag)` says who may have each resource's tokens (resource access) and whether pages may.")
+        case .tooManyKeys(_, _, let retryAfter, _):
+            return (Exit.rateLimited,
+                (retryAfter.map { "Retry in \($0) s, " } ?? "") + "or ask for a resource and scope this user already holds.")
         default:
             return (Exit.failure, "")
         }
@@ -255,7 +261,7 @@ struct Tokenctl: AsyncParsableCommand {
         subcommands: [
             TokenCommand.self, RefreshCommand.self, StatusCommand.self, SessionsCommand.self, LoginCommand.self,
             LogoutCommand.self, WatchCommand.self, CookiesCommand.self, BrowserBridgeCommand.self,
-            GitCredentialCommand.self, KubeCredentialCommand.self, ExecCommand.self, MetricsCommand.self,
-            DoctorCommand.self, AgentCommand.self,
+            GitCredentialCommand.self, KubeCredentialCommand.self, ExecCommand.self, ProofCommand.self, MetricsCommand.self,
+            DoctorCommand.self, ResetStrategyCommand.self, AgentCommand.self,
         ])
 }

@@ -54,6 +54,10 @@ final class Bridge: Sendable {
             output.send(["id": id, "error": .string(VarlinkError.permissionDenied.name), "parameters": .object(details)])
             return
         }
+        // tokend knows the token's audience and enforces web-resources against it: the call says it is a page's.
+        if Self.pageMethods.contains(method), let origin = message["origin"]?.stringValue {
+            parameters["page"] = .string(origin)
+        }
         if method == "Subscribe" {
             await subscribe(id: id, parameters: parameters)
             return

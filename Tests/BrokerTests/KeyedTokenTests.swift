@@ -25,6 +25,9 @@ final class ResourceProvider: TokenEndpoint {
         var mostInFlight = 0
         var revoked = false
         var refusals: Set<String> = []
+        var grantRefusals: Set<String> = []
+        var failing = false
+        var statesAudience = true
         var targets: [RefreshTarget] = []
     }
     private let state = Mutex(State())
@@ -43,6 +46,20 @@ final class ResourceProvider: TokenEndpoint {
     /// Resources this provider refuses to issue tokens for (invalid_target), whatever the grant says.
     func refuse(_ resource: String) { _ = state.withLock { $0.refusals.insert(resource) } }
     func audience(of token: Token) -> [String] { state.withLock { $0.audiences[token.accessToken.reveal()] ?? [] } }
+    /// Resources this provider refuses with invalid_grant (consent or MFA missing for that API, as Entra answers).
+    func refuseGrant(for resource: String) { _ = state.withLock { $0.grantRefusals.insert(resource) } }
+    /// Every refresh fails as an unreachable endpoint would, while set.
+    func fail(_ failing: Bool) { state.withLock { $0.failing = failing } }
+    /// Whether the provider says (as introspection does) what a token's audience is.
+    func statesAudience(_ says: Bool) { state.withLock { $0.statesAudience = says } }
+
+    /// As an introspection endpoint: the resources the token was issued for.
+    func audience(of accessToken: Secret) async -> AudienceReading {
+        state.withLock { s in
+            guard s.statesAudience, let audience = s.audiences[accessToken.reveal()] else { return .unknown("opaque") }
+            return .stated(audience, source: "introspection")
+        }
+    }
 
     func refresh(refreshToken: Secret, cookieHeader: String) async -> RefreshAnswer {
         await refresh(refreshToken: refreshToken, cookieHeader: cookieHeader, target: RefreshTarget(scope: nil))
@@ -59,7 +76,9 @@ final class ResourceProvider: TokenEndpoint {
         return state.withLock { s -> RefreshAnswer in
             defer { s.inFlight -= 1 }
             let presented = refreshToken.reveal()
+            if s.failing { return RefreshAnswer(result: .failure(.transient("connection refused"))) }
             guard var grant = s.grants[presented], !s.revoked else { return Self.error("invalid_grant") }
+            if target.resources.contains(where: s.grantRefusals.contains) { return Self.error("invalid_grant", "consent required") }
             guard !grant.used else {
                 s.revoked = true
                 return Self.error("invalid_grant")

@@ -213,7 +213,8 @@ def test_page_gets_tokens_for_its_web_resources_only(kind, make_tokend, workdir)
     shared, private = "https://shared.api.test/", "https://private.api.test/"
     server = mode_server(os.path.join(workdir, "keep-wide"), "keep-wide")
     bridge = Bridge(kind, server, make_tokend, workdir, scope='"read write"', resources=json.dumps([shared, private]),
-                    **{"web-resources": json.dumps([shared])})
+                    **{"web-resources": json.dumps([shared]),
+                       "introspection-endpoint": json.dumps(server.base + "/o/introspect/")})
     try:
         status, grant = password_grant(server, [shared, private], "read write")
         assert status == 200, grant

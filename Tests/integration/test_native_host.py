@@ -89,13 +89,16 @@ def test_large_cookie_events_are_split_under_one_mebibyte(server, make_tokend):
 
 def test_pages_get_tokens_for_their_web_resources_only(server, make_tokend, workdir):
     """A session serving two resources, one of which web pages may ask for (web-resources): the host
-    passes that one (and a scope) to tokend and refuses the other before tokend is asked."""
+    passes that one (and a scope) to tokend and refuses the other before tokend is asked. The grant
+    covers the shared one only, so its tokens' audience (introspected) is within web-resources: pages
+    get them (test_audience.py has grants whose tokens cover both)."""
     app = "http://127.0.0.1:8123"
     shared, private = "https://shared.api.test/", "https://private.api.test/"
     daemon = make_tokend(server, **{"web-origins": json.dumps([app]), "scope": '"read write"',
                                     "resources": json.dumps([shared, private]),
+                                    "introspection-endpoint": json.dumps(server.base + "/o/introspect/"),
                                     "web-resources": json.dumps([shared])}).start()
-    status, grant = password_grant(server, [shared, private], "read write")
+    status, grant = password_grant(server, [shared], "read write")
     assert status == 200, grant
     assert "error" not in daemon.call(B + "Login", refreshToken=grant["refresh_token"])[1]
     host = Host(daemon)
@@ -133,7 +136,9 @@ def test_pages_get_tokens_for_their_web_resources_only(server, make_tokend, work
     daemon.process.send_signal(signal.SIGHUP)
     wait_for(lambda: daemon.call(B + "GetStatus")[1]["parameters"]["status"]["webResources"] == [shared, private],
              10, "the reloaded web-resources")
+    # Passed to tokend now; the grant does not cover it, and tokend says so.
     token = host.call("GetToken", origin=app, resource=private)
-    assert token["parameters"]["token"]["resource"] == private, token
+    assert token["error"] in (B + "ResourceNotAllowed", B + "TargetRefused"), token
+    assert token["parameters"]["resource"] == private and "web-resources" not in token["parameters"]["reason"], token
     host.process.stdin.close()
     assert host.process.wait(5) == 0

@@ -205,7 +205,7 @@ def resource_session(server, make_tokend, workdir, resources):
     """A started tokend whose session "apis" serves `resources`, logged in with a grant for all of them."""
     session = {"token-endpoint": server.token_url, "client-id": "tokend-test",
                "client-secret-file": os.path.join(workdir, "client-secret"), "scope": "read write",
-               "resources": resources}
+               "resources": resources, "introspection-endpoint": server.base + "/o/introspect/"}
     daemon = make_tokend(server, sessions={APIS: session}).start()
     status, grant = password_grant(server, resources, "read write")
     assert status == 200, grant

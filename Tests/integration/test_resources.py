@@ -118,11 +118,16 @@ def device_session(server, resources, **keys):
             "refresh-margin": 0, "min-valid": 4, **keys}
 
 
+def introspection(server):
+    """Where tokend asks a token's audience (the test server publishes no discovery document)."""
+    return {"introspection-endpoint": server.base + "/o/introspect/"}
+
+
 def piped_session(server, workdir, resources, **keys):
     """A session logged in with a refresh token the test got itself (confidential client)."""
     return {"token-endpoint": server.token_url, "client-id": "tokend-test",
             "client-secret-file": os.path.join(workdir, "client-secret"), "scope": "read write",
-            "resources": resources, **keys}
+            "resources": resources, **introspection(server), **keys}
 
 
 def start(make_tokend, server, session, **daemon):
