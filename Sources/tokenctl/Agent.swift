@@ -38,10 +38,15 @@ actor Agent {
     }
 
     /// Stopped (the desktop session ends, systemctl stop): a notification's
-    /// button works only while its sender listens, so none is left behind.
-    /// The next agent posts again for what still needs a login.
+    /// button works only while its sender listens, so none is left behind,
+    /// and no login it began stays pending. The next agent posts again for
+    /// what still needs a login.
     func stop() async {
         for id in episodes.posted { try? await desktop.close(id) }
+        // Its sign-ins die with it: cancelled in tokend (on a connection of their own, as login's Ctrl-C does).
+        if !signIns.isEmpty, let client = try? await TokendClient.connect(socket: socket) {
+            for login in signIns.values { try? await client.cancelLogin(id: login.login.id) }
+        }
         Self.say("stopped")
         exit(0)
     }
