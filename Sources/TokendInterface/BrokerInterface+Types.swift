@@ -116,6 +116,28 @@ extension BrokerInterface {
         }
     }
 
+    public struct Share: Codable, Sendable, Equatable {
+        public var path: String
+        public var session: String
+        public var resources: [String]
+        public var scope: String?
+        public var expiresAt: Int
+        public var connections: Int
+        public var mode: Int
+
+        public init(
+            path: String, session: String, resources: [String], scope: String?, expiresAt: Int, connections: Int, mode: Int
+        ) {
+            self.path = path
+            self.session = session
+            self.resources = resources
+            self.scope = scope
+            self.expiresAt = expiresAt
+            self.connections = connections
+            self.mode = mode
+        }
+    }
+
     public struct KeyedToken: Codable, Sendable, Equatable {
         public var resource: String?
         public var scope: String?
@@ -319,6 +341,43 @@ extension BrokerInterface {
         }
     }
 
+    public enum CreateShare {
+        public struct In: Codable, Sendable {
+            public var path: String
+            public var session: String?
+            public var resources: [String]?
+            public var scope: String?
+            public var ttl: Int?
+            public init(path: String, session: String? = nil, resources: [String]? = nil, scope: String? = nil, ttl: Int? = nil) {
+                self.path = path
+                self.session = session
+                self.resources = resources
+                self.scope = scope
+                self.ttl = ttl
+            }
+        }
+        public struct Out: Codable, Sendable {
+            public var share: Share
+            public init(share: Share) { self.share = share }
+        }
+    }
+
+    public enum ListShares {
+        public typealias In = Empty
+        public struct Out: Codable, Sendable {
+            public var shares: [Share]
+            public init(shares: [Share]) { self.shares = shares }
+        }
+    }
+
+    public enum RevokeShare {
+        public struct In: Codable, Sendable {
+            public var path: String
+            public init(path: String) { self.path = path }
+        }
+        public typealias Out = Empty
+    }
+
     public enum ResetStrategy {
         public typealias In = SessionOnly
         public typealias Out = GetStatus.Out
@@ -512,6 +571,9 @@ extension BrokerInterface {
         "Refresh": (Refresh.In.self, Refresh.Out.self, false),
         "GetProof": (GetProof.In.self, GetProof.Out.self, false),
         "ResetStrategy": (ResetStrategy.In.self, ResetStrategy.Out.self, false),
+        "CreateShare": (CreateShare.In.self, CreateShare.Out.self, false),
+        "ListShares": (ListShares.In.self, ListShares.Out.self, false),
+        "RevokeShare": (RevokeShare.In.self, RevokeShare.Out.self, false),
         "GetStatus": (GetStatus.In.self, GetStatus.Out.self, false),
         "ListSessions": (ListSessions.In.self, ListSessions.Out.self, false),
         "GetMetrics": (GetMetrics.In.self, GetMetrics.Out.self, false),

@@ -33,13 +33,16 @@ public enum BrokerInterface {
         public static let tooManyKeys = "io.tokend.Broker.TooManyKeys"
         public static let proofNotAvailable = "io.tokend.Broker.ProofNotAvailable"
         public static let keyUnavailable = "io.tokend.Broker.KeyUnavailable"
+        public static let noSuchShare = "io.tokend.Broker.NoSuchShare"
+        public static let shareRefused = "io.tokend.Broker.ShareRefused"
+        public static let tooManyShares = "io.tokend.Broker.TooManyShares"
 
         /// Every error the interface declares (a test checks this against the declaration).
         public static let all = [
             noSuchSession, loginRequired, upstreamUnavailable, invalidURL, unknownFormat, rateLimited, tooManyConnections,
             requestTooLarge, internalError, noSuchLogin, loginDenied, loginExpired, invalidCallback, loginFailed,
             storeUnavailable, resourceNotAllowed, scopeNotAllowed, targetRefused, tooManyKeys, proofNotAvailable,
-            keyUnavailable,
+            keyUnavailable, noSuchShare, shareRefused, tooManyShares,
         ]
     }
 
