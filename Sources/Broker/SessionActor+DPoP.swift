@@ -41,6 +41,14 @@ extension SessionActor {
     /// A new login's key: made before the grant exists, so the grant is bound to it from the start.
     func makeLoginKey() async throws -> (any ProofKey)? {
         guard let dpop else { return nil }
+        // tokend signs ES256 only; a provider that lists what it takes and leaves ES256 out would refuse every proof.
+        if let algorithms = providerMetadata.flatMap(ProviderMetadata.decode)?.dpopSigningAlgValues,
+            !algorithms.contains("ES256")
+        {
+            throw BrokerError.login(
+                .loginFailed, name,
+                "the provider takes DPoP proofs in \(algorithms.joined(separator: ", ")) (dpop_signing_alg_values_supported), and tokend signs ES256 only")
+        }
         do {
             return try await dpop.newKeys.makeKey()
         } catch {
