@@ -65,19 +65,13 @@ actor Agent {
             do {
                 let client = try await TokendClient.connect(socket: socket)
                 let sessions = try await client.sessions().filter { only == nil || $0.session == only }
-                for status in sessions { await reconcile(status, atStart: first) }
-                first = false
                 pause = 1
                 said = nil
-                Self.say(
-                    sessions.isEmpty
-                        ? "no session this user may read at \(socket) (tokenctl doctor checks this user's access)"
-                        : "watching \(sessions.map(\.session).joined(separator: ", "))")
-                await withTaskGroup(of: Void.self) { group in
-                    for status in sessions {
-                        group.addTask { await self.watch(status.session, client: client) }
-                    }
+                if sessions.isEmpty {
+                    Self.say("no session this user may read at \(socket) (tokenctl doctor checks this user's access)")
                 }
+                await watch(sessions, client: client, atStart: first)
+                first = false
                 await client.close()
             } catch {
                 let text = "\(error)"
@@ -89,17 +83,64 @@ actor Agent {
         }
     }
 
-    /// One session's events until its stream ends; each that may change its state is checked against its status.
-    private func watch(_ session: String, client: TokendClient) async {
-        do {
-            for try await event in client.events(session: session) {
-                if ["cookies", "loginPending", "strategyReset"].contains(event.event) { continue }
-                await reconcile(try await client.status(session: session), atStart: false)
+    /// How often the list of sessions is asked again: tokend tells no one
+    /// of a session a reload adds.
+    static let relistSeconds = 60
+
+    /// Watches `sessions`, and those that appear later, until none is left
+    /// to watch (tokend went away) or tokend no longer answers the list.
+    private func watch(_ sessions: [SessionStatus], client: TokendClient, atStart: Bool) async {
+        await withTaskGroup(of: String?.self) { group in
+            var watched: Set<String> = []
+            var found = sessions
+            var asAtStart = atStart
+            while true {
+                for status in found where !watched.contains(status.session) {
+                    // A session first seen is judged as at the start: announced to those who may sign it in.
+                    await reconcile(status, atStart: asAtStart)
+                    watched.insert(status.session)
+                    group.addTask {
+                        await self.watch(status.session, client: client)
+                        return status.session
+                    }
+                }
+                if !found.isEmpty { Self.say("watching \(watched.sorted().joined(separator: ", "))") }
+                asAtStart = true
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(Self.relistSeconds))
+                    return nil
+                }
+                found = []
+                // Until the list is due again (nil), letting go of each session whose watch ended.
+                while let ended = await group.next() {
+                    guard let session = ended else { break }
+                    watched.remove(session)
+                    if watched.isEmpty { break }
+                }
+                guard !watched.isEmpty, let now = try? await client.sessions() else { break }
+                found = now.filter { only == nil || $0.session == only }
             }
-        } catch TokendClientError.noSuchSession {
-            await ended(session)
-        } catch {
-            // tokend went away: watchTokend connects again.
+            group.cancelAll()
+        }
+    }
+
+    /// One session's events until tokend goes away or drops the session; a
+    /// stream that ends while the session is still there (a reload replaced
+    /// it) is started again. Each event that may change its state is checked
+    /// against its status.
+    private func watch(_ session: String, client: TokendClient) async {
+        while !Task.isCancelled {
+            do {
+                for try await event in client.events(session: session) {
+                    if ["cookies", "loginPending", "strategyReset"].contains(event.event) { continue }
+                    await reconcile(try await client.status(session: session), atStart: false)
+                }
+                await reconcile(try await client.status(session: session), atStart: false)
+            } catch TokendClientError.noSuchSession {
+                return await ended(session)
+            } catch {
+                return  // tokend went away: watchTokend connects again
+            }
         }
     }
 

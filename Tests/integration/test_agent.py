@@ -5,6 +5,7 @@ sign-in the agent starts is completed as a person would: the URL the portal
 was asked to open, in a real headless Chromium, through the provider's pages."""
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import urllib.parse
@@ -237,3 +238,20 @@ def test_without_a_portal_the_page_opens_with_xdg_open(oidc_server, make_tokend,
         assert status(daemon, "web")["pendingLogins"] == 0 and status(daemon, "web")["state"] == "loginRequired"
     finally:
         bus.stop()
+
+
+def test_a_session_a_reload_adds_is_watched_from_the_next_list(server, make_tokend, bus, agents):
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    agent = Agent(daemon, bus)
+    agents.append(agent)
+    agent.wait_said("watching default\n", "the agent watching")
+    with open(daemon.config, "a") as f:
+        f.write(f'[sessions.extra]\ntoken-endpoint = "{server.token_url}"\nclient-id = "{CLIENT_ID}"\n'
+                f'client-secret-file = "{os.path.join(daemon.directory, "client-secret")}"\n')
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reloaded" in daemon.logs(), 20, "tokend's reload")
+    # tokend tells no subscriber of a new session: the agent asks for the list again each minute.
+    wait_for(lambda: "watching default, extra" in agent.said(), 100, "the agent watching the new session")
+    [posted] = notifications(bus)
+    assert posted["summary"] == "Sign-in needed: extra", "not logged in yet, and this user may sign it in"
