@@ -1,7 +1,8 @@
 # DPoP (issue 42): tpm2-tss ESAPI for the TPM key store (Sources/CTSS2,
 # Sources/TPMKeys), swtpm as the TPM of Tests/integration/test_dpop.py (started
-# there in socket mode), tpm2-tools for the test's probes of the key tokend made.
-DEPS_EXTRA += libtss2-dev swtpm swtpm-tools tpm2-tools
+# there in socket mode), tpm2-tools for the test's probes of the key tokend made,
+# libfaketime for a provider whose clock is ahead of tokend's.
+DEPS_EXTRA += libtss2-dev swtpm swtpm-tools tpm2-tools faketime
 BENCH_EXTRA += bench-dpop
 .PHONY: bench-dpop
 

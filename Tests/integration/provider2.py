@@ -109,6 +109,8 @@ class Glewlwyd:
         DPoP on with nonces mandatory, and register DPOP_CLIENT_ID, a client
         whose every token request must carry a proof."""
         self.dpop = dpop
+        # The environment the server runs in (None: the test's own); see test_dpop's clock test.
+        self.environment: dict | None = None
         assert os.path.exists(GLEWLWYD), "Debian's glewlwyd package is not installed (make deps installs it)"
         self.directory = directory
         self.keys = keys
@@ -173,7 +175,7 @@ class Glewlwyd:
 
     def start(self) -> "Glewlwyd":
         with open(self.log_path + ".err", "a") as errors:
-            self.process = subprocess.Popen([GLEWLWYD, "--config-file", self.config],
+            self.process = subprocess.Popen([GLEWLWYD, "--config-file", self.config], env=self.environment,
                                             stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
         deadline = time.time() + 30
         while time.time() < deadline:

@@ -209,6 +209,29 @@ def test_two_hundred_askers_at_expiry_cause_one_refresh(short_provider, make_dae
     assert provider.refresh_grants() == 1
 
 
+FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+
+
+def test_proofs_follow_the_providers_clock(provider, make_daemon):
+    """The provider's clock five minutes ahead of tokend's (Glewlwyd under libfaketime): the first
+    proof is refused for its time (Glewlwyd takes an iat up to 60 s old), its answer's Date header
+    shows the skew, and every later proof's iat follows the provider's clock."""
+    assert os.path.exists(FAKETIME), "libfaketime is not installed (make deps installs faketime)"
+    provider.stop()
+    provider.environment = {**os.environ, "LD_PRELOAD": FAKETIME, "FAKETIME": "+300"}
+    provider.start()
+    # Without openid: an ID token from a clock 5 minutes ahead is refused for its iat, as it should be.
+    daemon = make_daemon(provider, scope="tokend").start()
+    device_login(daemon, provider)
+    refused = provider.logs().count("oidc_verify_dpop_proof - Invalid iat")
+    assert refused == 1, provider.logs()[-3000:]
+    assert daemon.dpop()["binding"] == "verified"
+    for generation in (1, 2):
+        reply = daemon.refresh(generation)
+        assert "error" not in reply, (reply, daemon.logs()[-2000:])
+    assert provider.logs().count("oidc_verify_dpop_proof - Invalid iat") == refused
+
+
 def test_a_captured_refresh_token_is_refused_without_the_key(provider, make_daemon):
     from jwcrypto import jwk
     daemon = make_daemon(provider).start()
