@@ -53,7 +53,11 @@ enum DoctorCredentialCheck {
 
     /// One file's finding: nil when it is private enough. `ownGroup` nil: tokend's group is not known.
     static func problem(_ file: CredentialFile, judged path: String, found: FileFacts?, ownGroup: UInt32?) -> (String, String)? {
-        guard let found else { return ("\(file.key) \(path) does not exist", "create it (mode 0600) or correct \(file.key)") }
+        guard let found else {
+            // A credential's source missing: tokend.service does not start at all (systemd cannot load it).
+            let fix = path == file.path ? "correct \(file.key)" : "point LoadCredential= in tokend.service at the file"
+            return ("\(file.key) \(path) does not exist", "create it (mode 0600), or \(fix)")
+        }
         let mode = "mode \(String.octalMode(found.mode))"
         if let who = CredentialFile.exposure(mode: found.mode, group: found.gid, ownGroup: ownGroup ?? found.gid) {
             return (

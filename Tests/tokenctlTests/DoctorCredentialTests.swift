@@ -51,6 +51,10 @@ import Testing
             session: "default", files: [secret], standIns: standIns, unitSources: unit, ownGroup: 0,
             facts: facts([source: (0o600, 0)]))
         #expect(closed == .ok("credentials (default)", "no other user may read \(source)"))
+        let gone = DoctorCredentialCheck.judge(
+            session: "default", files: [secret], standIns: standIns, unitSources: unit, ownGroup: 0, facts: facts([:]))
+        #expect(gone.detail == "client-secret-file \(source) does not exist")
+        #expect(gone.fix == "create it (mode 0600), or point LoadCredential= in tokend.service at the file")
     }
 
     @Test func groupReadPassesOnlyForTokendsGroup() {
