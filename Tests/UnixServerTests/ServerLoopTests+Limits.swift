@@ -86,8 +86,10 @@ extension ServerLoopTests {
         let harness = try await Harness(fastReplyPadding: 6 << 20)
         let client = try harness.smallBufferClient()
         client.send(fast)
-        try await Task.sleep(for: .milliseconds(300))  // the loop has queued it and checked its limits
-        #expect(try await Self.held(harness).first.map { $0.unwritten > VarlinkServer.Limits().maximumUnwrittenBytes } == true)
+        // The loop has queued it past the cap (its limits are checked as it is queued, in the same turn)
+        // and the connection is still there: one that were closed would never hold it.
+        let cap = VarlinkServer.Limits().maximumUnwrittenBytes
+        try await eventually { try await Self.held(harness).first.map { $0.unwritten > cap } == true }
         var received: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 256 * 1024)
         while received.last != 0 {
@@ -110,7 +112,8 @@ extension ServerLoopTests {
         member.send(TestClient.frame("org.example.test.Join", more: true))
         #expect(member.reply()?.parameters["event"]?.stringValue == "joined")
         harness.broadcast.publish(VarlinkReply(parameters: ["event": .string(String(repeating: "s", count: 6 << 20))], continues: true))
-        try await Task.sleep(for: .milliseconds(300))
+        // Queued whole, past the cap, and the connection kept: the large reply alone is no reason to close.
+        try await eventually { try await Self.held(harness).first.map { $0.unwritten > limits.maximumUnwrittenBytes } == true }
         #expect(try await Self.held(harness).count == 1, "the large reply alone is no reason to close")
         let event = String(repeating: "e", count: 4000)
         for _ in 0..<200 { harness.broadcast.publish(VarlinkReply(parameters: ["event": .string(event)], continues: true)) }
@@ -133,7 +136,11 @@ extension ServerLoopTests {
         let event = String(repeating: "e", count: 4000)
         for _ in 0..<250 { harness.broadcast.publish(VarlinkReply(parameters: ["event": .string(event)], continues: true)) }
         try await eventually { try await Self.held(harness).count == 1 }
-        try await Task.sleep(for: .milliseconds(300))
+        // One more small event, published after the others: once the one left holds it, the loop has
+        // handed it every event before it, and the budget has been checked for each.
+        let before = try #require(try await Self.held(harness).first).unwritten
+        harness.broadcast.publish(VarlinkReply(parameters: ["event": .string("last")], continues: true))
+        try await eventually { try await Self.held(harness).first.map { $0.unwritten > before } != false }
         let left = try await Self.held(harness)
         #expect(left.count == 1, "the budget closes the connection that passes it, not both")
         #expect(left.first.map { $0.unwritten > 600_000 } == true, "the one left still holds its replies")

@@ -32,7 +32,8 @@ import Glibc
     /// One end of a new socket pair served by the loop (with `halfClosure`), and the other end.
     func pair(halfClosure: Bool) throws -> (Recorder, peer: CInt) {
         var fds: [CInt] = [0, 0]
-        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &fds) == 0)
+        // Close-on-exec: a child another test spawns meanwhile must not hold the loop's end open.
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0)
         _ = fcntl(fds[1], F_SETFL, 0)  // the test's end blocks
         let recorder = Recorder()
         let loop = Self.loop
@@ -50,6 +51,23 @@ import Glibc
     func onLoop(_ recorder: Recorder, _ body: @escaping @Sendable (Socket) -> Void) {
         let bound = LoopBound(recorder, on: Self.loop)
         Self.loop.execute { body(bound.value.socket!) }
+    }
+
+    /// `body`'s result, once the loop has run it.
+    func fromLoop<T: Sendable>(_ recorder: Recorder, _ body: @escaping @Sendable (Socket) -> T) async throws -> T {
+        let result = Mutex<T?>(nil)
+        onLoop(recorder) { socket in
+            let value = body(socket)
+            result.withLock { $0 = value }
+        }
+        try await eventually { result.withLock { $0 != nil } }
+        return result.withLock { $0! }
+    }
+
+    /// Bytes the kernel holds unread for `fd`.
+    static func unread(_ fd: CInt) -> CInt {
+        var count: CInt = 0
+        return ioctl(fd, UInt(FIONREAD), &count) == 0 ? count : -1
     }
 
     @Test func aPeerThatDoesNotReadTurnsTheSocketUnwritableAndReadingTurnsItBack() async throws {
@@ -94,7 +112,8 @@ import Glibc
             received += buffer[0..<count]
         }
         #expect(received == Array("answer".utf8), "the answer, then the end of the stream")
-        #expect(recorder.state.withLock { $0.closed })
+        // The peer sees the end when the descriptor is closed; the user is told just after, on the loop's thread.
+        try await eventually { recorder.state.withLock { $0.closed } }
     }
 
     @Test func withoutHalfClosureThePeersEndClosesTheSocket() async throws {
@@ -107,6 +126,7 @@ import Glibc
     @Test func readingTurnedOffLeavesBytesInTheKernelUntilItIsTurnedOn() async throws {
         let (recorder, peer) = try pair(halfClosure: true)
         defer { close(peer) }
+        let served = try await fromLoop(recorder) { $0.fd }
         let paused = Atomic(false)
         onLoop(recorder) { socket in
             socket.reading = false
@@ -114,8 +134,12 @@ import Glibc
         }
         try await eventually { paused.load(ordering: .sequentiallyConsistent) }
         _ = "held".withCString { write(peer, $0, 4) }
-        try await Task.sleep(for: .milliseconds(100))
+        // The bytes are at the loop's end, and the loop has since had its readiness: two turns of the loop
+        // after they came (the first may take the readiness in the same wakeup as the task, in either order).
+        try await eventually { Self.unread(served) == 4 }
+        for _ in 0..<2 { _ = try await fromLoop(recorder) { _ in () } }
         #expect(recorder.state.withLock { $0.bytes.isEmpty }, "nothing read while reading is off")
+        #expect(Self.unread(served) == 4, "the bytes wait in the kernel")
         onLoop(recorder) { socket in socket.reading = true }
         try await eventually { recorder.state.withLock { $0.bytes == Array("held".utf8) } }
     }
@@ -138,7 +162,7 @@ import Glibc
 @Suite struct DialerTests {
     /// A listener on 127.0.0.1 (port chosen by the kernel) with `backlog`, and its address.
     static func listener(backlog: CInt) throws -> (fd: CInt, address: sockaddr_in) {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
@@ -155,7 +179,7 @@ import Glibc
         var address = bound
         var fillers: [CInt] = []
         for _ in 0..<4 {  // more than the backlog takes; the later ones hang, and are not waited for
-            let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
             _ = withUnsafePointer(to: &address) { connect(filler, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), 16) }
             fillers.append(filler)
         }
