@@ -63,8 +63,9 @@ let package = Package(
         ], swiftSettings: strict),
         // DPoP (RFC 9449): proofs, P-256 keys and their RFC 7638 thumbprints, htu, servers' nonces and clocks.
         .target(name: "DPoP", dependencies: [.product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
-        // tpm2-tss ESAPI (Debian: libtss2-dev) and the steps of the TPM key store, in C.
-        .systemLibrary(name: "CTSS2", pkgConfig: "tss2-esys", providers: [.apt(["libtss2-dev"])]),
+        // tpm2-tss ESAPI (headers: Debian's libtss2-dev) and the steps of the TPM key store, in C; the
+        // libraries are opened when a TPM is first used, so tokend runs where they are not installed.
+        .systemLibrary(name: "CTSS2"),
         // DPoP keys in a TPM 2.0: non-exportable, only the TPM-wrapped blob stored; signing off the server loop.
         .target(name: "TPMKeys", dependencies: ["CTSS2", "DPoP", .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
         // RFC 6265 cookie jar: parser, storage, retrieval, change log. Foundation only.

@@ -6,12 +6,98 @@
 #ifndef TOKEND_CTSS2_SHIM_H
 #define TOKEND_CTSS2_SHIM_H
 
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <tss2/tss2_esys.h>
 #include <tss2/tss2_mu.h>
 #include <tss2/tss2_rc.h>
 #include <tss2/tss2_tctildr.h>
+
+// The libraries are opened when a TPM is first used, not linked: tokend
+// starts (and serves every session without a TPM key) on a host without
+// them. The declarations come from libtss2-dev; the code, at run time,
+// from libtss2-esys, libtss2-tctildr, libtss2-mu and libtss2-rc.
+typedef struct {
+    const char *missing;  // the library or symbol that could not be had; NULL when all are there
+    TSS2_RC (*TctiLdr_Initialize)(const char *, TSS2_TCTI_CONTEXT **);
+    void (*TctiLdr_Finalize)(TSS2_TCTI_CONTEXT **);
+    TSS2_RC (*Initialize)(ESYS_CONTEXT **, TSS2_TCTI_CONTEXT *, TSS2_ABI_VERSION *);
+    void (*Finalize)(ESYS_CONTEXT **);
+    TSS2_RC (*CreatePrimary)(ESYS_CONTEXT *, ESYS_TR, ESYS_TR, ESYS_TR, ESYS_TR, const TPM2B_SENSITIVE_CREATE *,
+                             const TPM2B_PUBLIC *, const TPM2B_DATA *, const TPML_PCR_SELECTION *, ESYS_TR *,
+                             TPM2B_PUBLIC **, TPM2B_CREATION_DATA **, TPM2B_DIGEST **, TPMT_TK_CREATION **);
+    TSS2_RC (*Create)(ESYS_CONTEXT *, ESYS_TR, ESYS_TR, ESYS_TR, ESYS_TR, const TPM2B_SENSITIVE_CREATE *,
+                      const TPM2B_PUBLIC *, const TPM2B_DATA *, const TPML_PCR_SELECTION *, TPM2B_PRIVATE **,
+                      TPM2B_PUBLIC **, TPM2B_CREATION_DATA **, TPM2B_DIGEST **, TPMT_TK_CREATION **);
+    TSS2_RC (*Load)(ESYS_CONTEXT *, ESYS_TR, ESYS_TR, ESYS_TR, ESYS_TR, const TPM2B_PRIVATE *, const TPM2B_PUBLIC *,
+                    ESYS_TR *);
+    TSS2_RC (*Sign)(ESYS_CONTEXT *, ESYS_TR, ESYS_TR, ESYS_TR, ESYS_TR, const TPM2B_DIGEST *, const TPMT_SIG_SCHEME *,
+                    const TPMT_TK_HASHCHECK *, TPMT_SIGNATURE **);
+    TSS2_RC (*FlushContext)(ESYS_CONTEXT *, ESYS_TR);
+    void (*Free)(void *);
+    TSS2_RC (*PublicMarshal)(const TPM2B_PUBLIC *, uint8_t *, size_t, size_t *);
+    TSS2_RC (*PublicUnmarshal)(const uint8_t *, size_t, size_t *, TPM2B_PUBLIC *);
+    TSS2_RC (*PrivateMarshal)(const TPM2B_PRIVATE *, uint8_t *, size_t, size_t *);
+    TSS2_RC (*PrivateUnmarshal)(const uint8_t *, size_t, size_t *, TPM2B_PRIVATE *);
+    const char *(*Decode)(TSS2_RC);
+} tokend_tss2_api;
+
+static inline void *tokend_tss2_symbol(void *library, const char *name, const char **missing) {
+    void *symbol = library ? dlsym(library, name) : NULL;
+    if (!symbol && !*missing) *missing = name;
+    return symbol;
+}
+
+static inline void tokend_tss2_open(tokend_tss2_api *api) {
+    static const char *names[] = {"libtss2-tctildr.so.0", "libtss2-esys.so.0", "libtss2-mu.so.0", "libtss2-rc.so.0"};
+    void *libraries[4];
+    api->missing = NULL;
+    for (int i = 0; i < 4; i++) {
+        libraries[i] = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!libraries[i] && !api->missing) api->missing = names[i];
+    }
+    const char **missing = &api->missing;
+    *(void **)&api->TctiLdr_Initialize = tokend_tss2_symbol(libraries[0], "Tss2_TctiLdr_Initialize", missing);
+    *(void **)&api->TctiLdr_Finalize = tokend_tss2_symbol(libraries[0], "Tss2_TctiLdr_Finalize", missing);
+    *(void **)&api->Initialize = tokend_tss2_symbol(libraries[1], "Esys_Initialize", missing);
+    *(void **)&api->Finalize = tokend_tss2_symbol(libraries[1], "Esys_Finalize", missing);
+    *(void **)&api->CreatePrimary = tokend_tss2_symbol(libraries[1], "Esys_CreatePrimary", missing);
+    *(void **)&api->Create = tokend_tss2_symbol(libraries[1], "Esys_Create", missing);
+    *(void **)&api->Load = tokend_tss2_symbol(libraries[1], "Esys_Load", missing);
+    *(void **)&api->Sign = tokend_tss2_symbol(libraries[1], "Esys_Sign", missing);
+    *(void **)&api->FlushContext = tokend_tss2_symbol(libraries[1], "Esys_FlushContext", missing);
+    *(void **)&api->Free = tokend_tss2_symbol(libraries[1], "Esys_Free", missing);
+    *(void **)&api->PublicMarshal = tokend_tss2_symbol(libraries[2], "Tss2_MU_TPM2B_PUBLIC_Marshal", missing);
+    *(void **)&api->PublicUnmarshal = tokend_tss2_symbol(libraries[2], "Tss2_MU_TPM2B_PUBLIC_Unmarshal", missing);
+    *(void **)&api->PrivateMarshal = tokend_tss2_symbol(libraries[2], "Tss2_MU_TPM2B_PRIVATE_Marshal", missing);
+    *(void **)&api->PrivateUnmarshal = tokend_tss2_symbol(libraries[2], "Tss2_MU_TPM2B_PRIVATE_Unmarshal", missing);
+    *(void **)&api->Decode = tokend_tss2_symbol(libraries[3], "Tss2_RC_Decode", missing);
+}
+
+/// The libraries' functions, opened once; `missing` says what is not there.
+static inline const tokend_tss2_api *tokend_tss2(void) {
+    static tokend_tss2_api api;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static int opened = 0;
+    pthread_mutex_lock(&lock);
+    if (!opened) {
+        tokend_tss2_open(&api);
+        opened = 1;
+    }
+    pthread_mutex_unlock(&lock);
+    return &api;
+}
+
+/// NULL when the libraries are there; else the one missing.
+static inline const char *tokend_tss2_missing(void) { return tokend_tss2()->missing; }
+
+/// The TSS's words for a response code.
+static inline const char *tokend_tss2_decode(TSS2_RC rc) {
+    const tokend_tss2_api *api = tokend_tss2();
+    return api->missing ? "the TSS libraries are missing" : api->Decode(rc);
+}
 
 /// Which step failed, for the caller's message.
 enum tokend_tpm_step {
@@ -34,16 +120,17 @@ typedef struct {
 static inline TSS2_RC tokend_tpm_open(const char *tcti, tokend_tpm *tpm) {
     tpm->tcti = NULL;
     tpm->esys = NULL;
-    TSS2_RC rc = Tss2_TctiLdr_Initialize(tcti, &tpm->tcti);
+    if (tokend_tss2_missing()) return TSS2_BASE_RC_NOT_IMPLEMENTED | TSS2_ESAPI_RC_LAYER;
+    TSS2_RC rc = tokend_tss2()->TctiLdr_Initialize(tcti, &tpm->tcti);
     if (rc != TSS2_RC_SUCCESS) return rc;
-    rc = Esys_Initialize(&tpm->esys, tpm->tcti, NULL);
-    if (rc != TSS2_RC_SUCCESS) Tss2_TctiLdr_Finalize(&tpm->tcti);
+    rc = tokend_tss2()->Initialize(&tpm->esys, tpm->tcti, NULL);
+    if (rc != TSS2_RC_SUCCESS) tokend_tss2()->TctiLdr_Finalize(&tpm->tcti);
     return rc;
 }
 
 static inline void tokend_tpm_close(tokend_tpm *tpm) {
-    if (tpm->esys) Esys_Finalize(&tpm->esys);
-    if (tpm->tcti) Tss2_TctiLdr_Finalize(&tpm->tcti);
+    if (tpm->esys) tokend_tss2()->Finalize(&tpm->esys);
+    if (tpm->tcti) tokend_tss2()->TctiLdr_Finalize(&tpm->tcti);
 }
 
 /// The owner hierarchy's ECC P-256 storage key, from the template tpm2-tools
@@ -68,7 +155,7 @@ static inline TSS2_RC tokend_tpm_primary(ESYS_CONTEXT *esys, ESYS_TR *primary) {
     template.publicArea.parameters.eccDetail.scheme.scheme = TPM2_ALG_NULL;
     template.publicArea.parameters.eccDetail.curveID = TPM2_ECC_NIST_P256;
     template.publicArea.parameters.eccDetail.kdf.scheme = TPM2_ALG_NULL;
-    return Esys_CreatePrimary(esys, ESYS_TR_RH_OWNER, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &sensitive,
+    return tokend_tss2()->CreatePrimary(esys, ESYS_TR_RH_OWNER, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &sensitive,
         &template, &outside, &pcrs, primary, NULL, NULL, NULL, NULL);
 }
 
@@ -113,23 +200,23 @@ static inline TSS2_RC tokend_tpm_make_key(const char *tcti, uint8_t *blob, size_
         template.publicArea.parameters.eccDetail.curveID = TPM2_ECC_NIST_P256;
         template.publicArea.parameters.eccDetail.kdf.scheme = TPM2_ALG_NULL;
         *step = TOKEND_TPM_CREATE;
-        rc = Esys_Create(tpm.esys, primary, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &sensitive, &template,
+        rc = tokend_tss2()->Create(tpm.esys, primary, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &sensitive, &template,
             &outside, &pcrs, &private_part, &public_part, NULL, NULL, NULL);
-        Esys_FlushContext(tpm.esys, primary);
+        tokend_tss2()->FlushContext(tpm.esys, primary);
     }
     if (rc == TSS2_RC_SUCCESS) {
         size_t offset = 0;
         *step = TOKEND_TPM_BLOB;
-        rc = Tss2_MU_TPM2B_PUBLIC_Marshal(public_part, blob, *blob_size, &offset);
-        if (rc == TSS2_RC_SUCCESS) rc = Tss2_MU_TPM2B_PRIVATE_Marshal(private_part, blob, *blob_size, &offset);
+        rc = tokend_tss2()->PublicMarshal(public_part, blob, *blob_size, &offset);
+        if (rc == TSS2_RC_SUCCESS) rc = tokend_tss2()->PrivateMarshal(private_part, blob, *blob_size, &offset);
         if (rc == TSS2_RC_SUCCESS) {
             *blob_size = offset;
             const TPMS_ECC_POINT *ecc = &public_part->publicArea.unique.ecc;
             if (!tokend_tpm_p256(&ecc->x, point) || !tokend_tpm_p256(&ecc->y, point + 32)) rc = TSS2_MU_RC_BAD_SIZE;
         }
     }
-    Esys_Free(private_part);
-    Esys_Free(public_part);
+    tokend_tss2()->Free(private_part);
+    tokend_tss2()->Free(public_part);
     tokend_tpm_close(&tpm);
     return rc;
 }
@@ -145,9 +232,11 @@ static inline TSS2_RC tokend_tpm_sign(const char *tcti, const uint8_t *blob, siz
     size_t offset = 0;
     memset(&public_part, 0, sizeof public_part);
     memset(&private_part, 0, sizeof private_part);
+    *step = TOKEND_TPM_CONNECT;
+    if (tokend_tss2_missing()) return TSS2_BASE_RC_NOT_IMPLEMENTED | TSS2_ESAPI_RC_LAYER;
     *step = TOKEND_TPM_BLOB;
-    TSS2_RC rc = Tss2_MU_TPM2B_PUBLIC_Unmarshal(blob, blob_size, &offset, &public_part);
-    if (rc == TSS2_RC_SUCCESS) rc = Tss2_MU_TPM2B_PRIVATE_Unmarshal(blob, blob_size, &offset, &private_part);
+    TSS2_RC rc = tokend_tss2()->PublicUnmarshal(blob, blob_size, &offset, &public_part);
+    if (rc == TSS2_RC_SUCCESS) rc = tokend_tss2()->PrivateUnmarshal(blob, blob_size, &offset, &private_part);
     if (rc != TSS2_RC_SUCCESS) return rc;
     *step = TOKEND_TPM_CONNECT;
     rc = tokend_tpm_open(tcti, &tpm);
@@ -157,8 +246,8 @@ static inline TSS2_RC tokend_tpm_sign(const char *tcti, const uint8_t *blob, siz
     rc = tokend_tpm_primary(tpm.esys, &primary);
     if (rc == TSS2_RC_SUCCESS) {
         *step = TOKEND_TPM_LOAD;
-        rc = Esys_Load(tpm.esys, primary, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &private_part, &public_part, &key);
-        Esys_FlushContext(tpm.esys, primary);
+        rc = tokend_tss2()->Load(tpm.esys, primary, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &private_part, &public_part, &key);
+        tokend_tss2()->FlushContext(tpm.esys, primary);
     }
     if (rc == TSS2_RC_SUCCESS) {
         TPM2B_DIGEST hash;
@@ -174,15 +263,15 @@ static inline TSS2_RC tokend_tpm_sign(const char *tcti, const uint8_t *blob, siz
         ticket.tag = TPM2_ST_HASHCHECK;
         ticket.hierarchy = TPM2_RH_NULL;
         *step = TOKEND_TPM_SIGN;
-        rc = Esys_Sign(tpm.esys, key, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &hash, &scheme, &ticket, &made);
-        Esys_FlushContext(tpm.esys, key);
+        rc = tokend_tss2()->Sign(tpm.esys, key, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &hash, &scheme, &ticket, &made);
+        tokend_tss2()->FlushContext(tpm.esys, key);
         if (rc == TSS2_RC_SUCCESS) {
             if (made->sigAlg != TPM2_ALG_ECDSA || !tokend_tpm_p256(&made->signature.ecdsa.signatureR, signature)
                 || !tokend_tpm_p256(&made->signature.ecdsa.signatureS, signature + 32)) {
                 rc = TSS2_MU_RC_BAD_SIZE;
             }
         }
-        Esys_Free(made);
+        tokend_tss2()->Free(made);
     }
     tokend_tpm_close(&tpm);
     return rc;
@@ -193,7 +282,8 @@ static inline TSS2_RC tokend_tpm_blob_point(const uint8_t *blob, size_t blob_siz
     TPM2B_PUBLIC public_part;
     size_t offset = 0;
     memset(&public_part, 0, sizeof public_part);
-    TSS2_RC rc = Tss2_MU_TPM2B_PUBLIC_Unmarshal(blob, blob_size, &offset, &public_part);
+    if (tokend_tss2_missing()) return TSS2_BASE_RC_NOT_IMPLEMENTED | TSS2_ESAPI_RC_LAYER;
+    TSS2_RC rc = tokend_tss2()->PublicUnmarshal(blob, blob_size, &offset, &public_part);
     if (rc != TSS2_RC_SUCCESS) return rc;
     if (public_part.publicArea.type != TPM2_ALG_ECC
         || public_part.publicArea.parameters.eccDetail.curveID != TPM2_ECC_NIST_P256) return TSS2_MU_RC_BAD_VALUE;

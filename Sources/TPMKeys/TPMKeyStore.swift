@@ -35,6 +35,7 @@ public struct TPMKeyStore: ProofKeyStore {
 
     /// Reads the public key from the blob; whether this TPM can load it shows at the first signature.
     public func load(stored: [UInt8]) throws(ProofKeyError) -> any ProofKey {
+        if let missing = TPMThread.missingLibrary { throw missing }
         var point = [UInt8](repeating: 0, count: 64)
         guard tokend_tpm_blob_point(stored, stored.count, &point) == TSS2_RC_SUCCESS, let jwk = P256PublicJWK(point: point)
         else {
@@ -76,6 +77,14 @@ final class TPMThread: Sendable {
 
     static let blobLimit = MemoryLayout<TPM2B_PUBLIC>.size + MemoryLayout<TPM2B_PRIVATE>.size
 
+    /// tpm2-tss is opened when first used (see CTSS2): on a host without it, keys in a TPM cannot be made or used.
+    static var missingLibrary: ProofKeyError? {
+        guard let missing = tokend_tss2_missing() else { return nil }
+        return ProofKeyError(
+            .unreachable,
+            "tpm2-tss is not installed (\(String(cString: missing)) is missing; Debian: libtss2-esys-3.0.2-0, libtss2-tctildr0, libtss2-mu0, libtss2-rc0)")
+    }
+
     func run<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
         await withCheckedContinuation { continuation in
             queue.async { continuation.resume(returning: body()) }
@@ -85,7 +94,8 @@ final class TPMThread: Sendable {
     /// What a failed step means: a TPM that refuses to load the blob did not
     /// make it (the state was copied elsewhere, or the TPM was cleared).
     static func error(_ rc: TSS2_RC, step: Int32, tcti: String) -> ProofKeyError {
-        let said = String(cString: Tss2_RC_Decode(rc))
+        if let missing = missingLibrary { return missing }
+        let said = String(cString: tokend_tss2_decode(rc))
         let fromTPM = rc & 0xFF_0000 == 0  // the TPM's own answer, not the TSS's
         switch UInt32(step) {
         case TOKEND_TPM_CONNECT.rawValue:
