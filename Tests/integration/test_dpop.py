@@ -356,15 +356,23 @@ def test_tpm_key_is_made_in_the_tpm_and_cannot_leave_it(provider, make_daemon, s
 
 def test_a_copy_of_the_state_on_another_tpm_cannot_refresh(provider, make_daemon, swtpm, workdir):
     home = swtpm("home")
-    daemon = make_daemon(provider, dpop_key="tpm", tpm=home.tcti).start()
+    # The state sealed with a state key: the thief copies both.
+    key_file = os.path.join(workdir, "state.key")
+    with open(os.open(key_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(subprocess.run([os.path.join(BIN, "tokend"), "--generate-state-key"], capture_output=True, text=True,
+                               check=True).stdout)
+    sealed = [f'state-key-file = "{key_file}"']
+    daemon = make_daemon(provider, dpop_key="tpm", tpm=home.tcti, daemon_lines=sealed).start()
     device_login(daemon, provider)
+    with open(os.path.join(daemon.state, "g2.session")) as f:
+        assert json.load(f)["encryption"] == "aes-256-gcm"
     grants = provider.refresh_grants()
-    # The state directory, copied to a host with another TPM.
+    # The state directory and the state key, copied to a host with another TPM.
     elsewhere = swtpm("elsewhere")
     copy_dir = os.path.join(workdir, "copy")
     os.makedirs(copy_dir)
     shutil.copytree(daemon.state, os.path.join(copy_dir, "state"))
-    copy = make_daemon(provider, directory=copy_dir, dpop_key="tpm", tpm=elsewhere.tcti).start()
+    copy = make_daemon(provider, directory=copy_dir, dpop_key="tpm", tpm=elsewhere.tcti, daemon_lines=sealed).start()
     wait_for(lambda: copy.dpop().get("problem"), 20, "the copy to find its key missing")
     assert copy.dpop()["problem"] == "this session's key is not in this machine's TPM — log in again"
     reply = copy.call(B + "GetToken", session="g2")[1]
