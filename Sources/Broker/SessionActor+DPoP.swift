@@ -148,6 +148,8 @@ extension SessionActor {
         if problem == nil, record.phase == .active, record.dpopKey == nil {
             problem = "the grant was made without a DPoP key (handed in, or before dpop was set): log in again to bind it"
         }
+        // A proof the provider refused (for its time, with the skew, when its clock is off) while that lasts.
+        if problem == nil, let lastError, lastError.hasPrefix(HTTPTokenEndpoint.proofRefusedReason) { problem = lastError }
         return DPoPKeyStatus(
             thumbprint: record.dpopKey?.thumbprint, keyStorage: record.dpopKey?.storage ?? dpop.newKeys.storage.rawValue,
             binding: record.dpopKey == nil ? "none" : binding, problem: problem)

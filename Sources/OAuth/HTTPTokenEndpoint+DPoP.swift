@@ -73,9 +73,12 @@ extension HTTPTokenEndpoint {
         let clock = skew == 0
             ? "" : "; the provider's clock is \(abs(skew)) s \(skew > 0 ? "ahead of" : "behind") this host's (its Date header), which the next proof's iat follows"
         return .failure(.transient(
-            "the provider refused the DPoP proof (\(error.reason))\(clock); the refresh token is kept",
+            "\(Self.proofRefusedReason) (\(error.reason))\(clock); the refresh token is kept",
             code: error.code, retryAfter: error.retryAfter))
     }
+
+    /// How a refusal of a proof begins (status shows it as the DPoP problem).
+    public static let proofRefusedReason = "the provider refused the DPoP proof"
 
     /// The code a request carries in its error when its key could not sign (no request was sent).
     public static let keyUnavailableCode = "dpop_key_unavailable"

@@ -78,6 +78,11 @@ struct StatusAdvice: Equatable, Sendable {
         if status.pendingLogins > 0 {
             details.append("\(status.pendingLogins) login\(status.pendingLogins == 1 ? "" : "s") waiting for approval")
         }
+        if let dpop = status.dpop {
+            let key = dpop.thumbprint.map { "DPoP key \($0) in the \(dpop.keyStorage)" } ?? "DPoP: the next login makes a key in the \(dpop.keyStorage)"
+            details.append(dpop.binding == "none" ? key : "\(key), binding \(dpop.binding)")
+            if let problem = dpop.problem { details.append("DPoP: \(problem)") }
+        }
     }
 
     /// "10:42 (in 5 min)", with the date when it is not today.

@@ -161,6 +161,8 @@ def test_device_login_binds_the_grant_and_refreshes_with_proofs(provider, make_d
     assert dpop["binding"] == "verified" and dpop["keyStorage"] == "state" and dpop.get("problem") is None, dpop
     assert daemon.token()["tokenType"] == "DPoP"
     assert provider.refresh_token_thumbprints()[0] == thumbprint
+    shown = daemon.ctl("status", "--session", "g2")
+    assert f"DPoP key {thumbprint} in the state, binding verified" in shown.stdout, shown
     # The first proof had no nonce: Glewlwyd asked for one and tokend retried once with it.
     assert nonce_refusals(provider) == 1
     for generation in (1, 2, 3, 4):
@@ -375,6 +377,7 @@ def test_a_copy_of_the_state_on_another_tpm_cannot_refresh(provider, make_daemon
     copy = make_daemon(provider, directory=copy_dir, dpop_key="tpm", tpm=elsewhere.tcti, daemon_lines=sealed).start()
     wait_for(lambda: copy.dpop().get("problem"), 20, "the copy to find its key missing")
     assert copy.dpop()["problem"] == "this session's key is not in this machine's TPM — log in again"
+    assert "DPoP: this session's key is not in this machine's TPM — log in again" in copy.ctl("status", "--session", "g2").stdout
     reply = copy.call(B + "GetToken", session="g2")[1]
     assert reply.get("error") == B + "LoginRequired", reply
     assert "not in this machine's TPM" in json.dumps(reply)
