@@ -1,6 +1,5 @@
 import NIOCore
 import NIOHTTP1
-import NIOSSL
 import TokendClient
 
 /// An answer the proxy gives itself, with a plain-text body that says why.
@@ -28,28 +27,5 @@ struct Answer {
             "HTTP/1.\(version.minor == 0 ? 0 : 1) \(status.code) \(status.reasonPhrase)\r\n\(close ? "Connection: close\r\n" : "")"
             + "Content-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
         return ByteBuffer(string: text)
-    }
-}
-
-/// Why the upstream gave no answer, as the status the client gets: 504 when
-/// it did not answer in time, 502 otherwise (refused, TLS, reset).
-struct UpstreamFailure: Error {
-    let answer: Answer
-    let reason: String
-
-    init(_ error: any Error, timeout: Duration) {
-        let text = String(describing: error)
-        if let malformed = error as? WireError {
-            answer = Answer(status: malformed.status, message: malformed.message)
-        } else if error is UpstreamTimedOut {
-            answer = Answer(status: .gatewayTimeout, message: "the upstream did not answer within \(timeout.components.seconds) s")
-        } else if error is NIOSSLError || text.contains("SSL") || text.contains("TLS") || text.contains("certificate") {
-            answer = Answer(status: .badGateway, message: "TLS with the upstream failed: \(text.prefix(200))")
-        } else if text.contains("refused") || text.contains("ECONNREFUSED") {
-            answer = Answer(status: .badGateway, message: "the upstream refused the connection")
-        } else {
-            answer = Answer(status: .badGateway, message: "the upstream failed: \(text.prefix(200))")
-        }
-        reason = text
     }
 }

@@ -20,6 +20,28 @@ extension ClientHandler {
         alarm.ensure(deadline)
     }
 
+    /// While request bytes wait for the upstream to take them, it must take some within --timeout of
+    /// the last it took; once none wait, nothing is timed here.
+    func watchSending() {
+        guard case .exchange(let exchange) = phase, let socket = exchange.upstream?.socket, socket.isWaitingForRoom else {
+            sendDeadline = nil
+            return
+        }
+        let deadline = socket.lastProgress + settings.timeout
+        sendDeadline = deadline
+        alarm.ensure(deadline)
+    }
+
+    /// The upstream took none of the request for --timeout: 504 if the answer has not begun, and both
+    /// connections closed (the request cannot be finished, and where the client's body ends is not read).
+    func upstreamStoppedTaking(_ exchange: Exchange) {
+        settings.logger.error("upstream stopped taking the request", metadata: ["target": "\(exchange.url)"])
+        abandon(exchange)
+        phase = .done
+        if exchange.relayedHead { return socket.close(error: nil) }
+        write(UpstreamError.sendTimedOut.answer(timeout: .nanoseconds(settings.timeout.nanoseconds)), version: exchange.head.version, close: true)
+    }
+
     /// No more of the client's body for now; the time until `resume` is not the client's.
     func pause() {
         paused = true
@@ -39,6 +61,10 @@ extension ClientHandler {
     func answered() {
         bodyDeadline = nil
         upstreamDeadline = nil
+        if stopping, case .idle = phase {
+            phase = .done
+            return writeThenClose(ByteBuffer())
+        }
         let deadline = NIODeadline.now() + settings.headerTimeout
         headDeadline = deadline
         alarm.ensure(deadline)
@@ -72,6 +98,7 @@ extension ClientHandler {
 
     /// The bytes the exchange kept go back to the budget.
     func release(_ exchange: Exchange) {
+        sendDeadline = nil
         settings.bodyBudget.give(exchange.budgeted)
         exchange.budgeted = 0
         exchange.kept = ByteBuffer()
@@ -130,13 +157,25 @@ extension ClientHandler {
                 break
             }
         }
+        if let deadline = sendDeadline, deadline <= now {
+            sendDeadline = nil
+            if case .exchange(let exchange) = phase, let socket = exchange.upstream?.socket, socket.isWaitingForRoom {
+                let next = socket.lastProgress + settings.timeout
+                guard next <= now else {
+                    sendDeadline = next
+                    return [headDeadline, bodyDeadline, upstreamDeadline, closeDeadline, blockedDeadline, next].compactMap { $0 }.min()
+                }
+                upstreamStoppedTaking(exchange)
+                return closeDeadline
+            }
+        }
         if let deadline = upstreamDeadline, deadline <= now {
             upstreamDeadline = nil
-            if case .exchange(let exchange) = phase { fail(exchange, UpstreamTimedOut()) }
+            if case .exchange(let exchange) = phase { fail(exchange, UpstreamError.answerTimedOut) }
         }
         // What passed and guards nothing now is dropped, so the alarm never goes off in a loop.
         if let deadline = headDeadline, deadline <= now { headDeadline = nil }
         if let deadline = bodyDeadline, deadline <= now { bodyDeadline = nil }
-        return [headDeadline, bodyDeadline, upstreamDeadline, closeDeadline, blockedDeadline].compactMap { $0 }.min()
+        return [headDeadline, bodyDeadline, upstreamDeadline, closeDeadline, blockedDeadline, sendDeadline].compactMap { $0 }.min()
     }
 }

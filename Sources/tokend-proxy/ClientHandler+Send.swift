@@ -105,5 +105,6 @@ extension ClientHandler {
             awaitUpstream()
         }
         if exchange.streaming && !exchange.bodyDone && connection.socket.isWritable { resume() }
+        watchSending()
     }
 }

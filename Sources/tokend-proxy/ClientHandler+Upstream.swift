@@ -27,7 +27,7 @@ extension ClientHandler: UpstreamUser {
                 hold(head, of: exchange)
                 return refresh(exchange, after: credentials.token, setCookie: head.values(.setCookie))
             }
-            if head.fields.list.contains(where: { $0.kind == .setCookie }) {
+            if settings.credentials.cookieRule == .toJar, head.fields.list.contains(where: { $0.kind == .setCookie }) {
                 hold(head, of: exchange)
                 return importCookies(head.values(.setCookie), of: exchange)
             }
@@ -68,6 +68,7 @@ extension ClientHandler: UpstreamUser {
     }
 
     func upstreamWritabilityChanged(writable: Bool) {
+        watchSending()
         guard case .exchange(let exchange) = phase, exchange.streaming, !exchange.bodyDone else { return }
         if writable { resume() } else { pause() }
     }
@@ -92,9 +93,11 @@ extension ClientHandler: UpstreamUser {
         // An answer held whole (a 401 while tokend refreshes, Set-Cookie on its way to tokend) stands,
         // whatever became of its connection after it.
         if let held = exchange.held, case .end? = held.last { return }
-        // A kept connection the upstream closed while it sat idle: the whole request again on a new one.
+        // A kept connection the upstream closed while it sat idle: the whole request again on a new one, if
+        // sending it twice does what sending it once does (RFC 9110 §9.2.2). The upstream may have acted on
+        // a POST before the connection died: that one gets 502, and its client decides.
         if !exchange.answered, !exchange.streaming, !exchange.reconnected, exchange.upstreamWasReused,
-            let credentials = exchange.credentials
+            exchange.head.method.isIdempotent, let credentials = exchange.credentials
         {
             exchange.reconnected = true
             return send(exchange, credentials: credentials, fresh: true)
@@ -116,16 +119,16 @@ extension ClientHandler: UpstreamUser {
             socket.close(error: nil)
             return
         }
-        let failure = UpstreamFailure(error, timeout: .nanoseconds(settings.timeout.nanoseconds))
-        settings.logger.error("upstream failed", metadata: ["target": "\(exchange.url)", "problem": "\(failure.reason)"])
+        let failure = UpstreamError(error)
+        settings.logger.error("upstream failed", metadata: ["target": "\(exchange.url)", "kind": "\(failure.kind)", "problem": "\(failure.detail)"])
         release(exchange)
         if exchange.bodyDone {
             phase = .idle
-            write(failure.answer, version: exchange.head.version, close: !exchange.head.keepAlive)
+            write(failure.answer(timeout: .nanoseconds(settings.timeout.nanoseconds)), version: exchange.head.version, close: !exchange.head.keepAlive)
             answered()
         } else {
             lastVersion = exchange.head.version
-            phase = .skipping(failure.answer, close: false)
+            phase = .skipping(failure.answer(timeout: .nanoseconds(settings.timeout.nanoseconds)), close: false)
             resume()
         }
     }
@@ -146,9 +149,10 @@ extension ClientHandler: UpstreamUser {
         let bound = LoopBound((self, exchange), on: loop)
         Task {
             let fresh = await credentials.refresh(after: stale)
-            if !setCookie.isEmpty { await credentials.importCookies(setCookie, from: url) }
+            let inJar = !setCookie.isEmpty && credentials.cookieRule == .toJar ? await credentials.importCookies(setCookie, from: url) : false
             loop.execute {
                 let (handler, exchange) = bound.value
+                exchange.cookiesInJar = inJar
                 handler.refreshed(fresh, for: exchange)
             }
         }
@@ -159,6 +163,7 @@ extension ClientHandler: UpstreamUser {
         guard let fresh else { return release(held: exchange) }  // the 401 goes to the client as it came
         settings.logger.info("retried after a 401 with a refreshed token", metadata: ["generation": "\(fresh.generation)"])
         exchange.retried = true
+        exchange.cookiesInJar = false  // the answer to the retry brings its own
         let whole = exchange.held?.last.map { if case .end = $0 { true } else { false } } ?? false
         exchange.held = nil
         if let upstream = exchange.upstream {
@@ -177,10 +182,11 @@ extension ClientHandler: UpstreamUser {
         let loop = pool.loop
         let bound = LoopBound((self, exchange), on: loop)
         Task {
-            await credentials.importCookies(setCookie, from: url)
+            let inJar = await credentials.importCookies(setCookie, from: url)
             loop.execute {
                 let (handler, exchange) = bound.value
                 guard case .exchange(let current) = handler.phase, current === exchange else { return }
+                exchange.cookiesInJar = inJar
                 handler.release(held: exchange)
             }
         }
@@ -216,7 +222,7 @@ extension ClientHandler: UpstreamUser {
         }
         if !exchange.head.keepAlive { exchange.closeAfter = true }
         var bytes = pool.loop.allocator.buffer(capacity: head.bytes.readableBytes + Self.gathered + 64)
-        bytes.writeClientHead(head, version: version, chunked: exchange.clientChunked, close: exchange.closeAfter)
+        bytes.writeClientHead(head, version: version, chunked: exchange.clientChunked, close: exchange.closeAfter, withoutCookies: exchange.cookiesInJar)
         sendOutgoing()
         outgoing = bytes
     }

@@ -12,6 +12,10 @@ struct Settings: Sendable {
     let headerTimeout: TimeAmount
     let timeout: TimeAmount
     let maxConnections: Int
+    let maxConnectionsPerUser: Int
+    /// Idle upstream connections kept, all loops together (--keepalive), and for how long (--keepalive-timeout).
+    let keptUpstream: Admission
+    let keepaliveTimeout: TimeAmount
     let pages: WebPages
     let logger: Logger
 }
@@ -28,9 +32,10 @@ struct Settings: Sendable {
 /// proxy waits for the next part of a body, it must come within
 /// --body-timeout (408, closed). Time the proxy spends elsewhere (asking
 /// tokend, waiting for the upstream to take a chunk) is not the client's.
-/// The upstream must start answering within --timeout of the request's end,
-/// and may not fall silent for longer (504, or the connection closed once the
-/// answer has begun).
+/// The upstream must take request bytes within --timeout of the last it took
+/// (504, both connections closed), start answering within --timeout of the
+/// request's end, and may not fall silent for longer (504, or the connection
+/// closed once the answer has begun).
 final class ClientHandler: SocketUser {
     enum Phase {
         /// Waiting for a request head.
@@ -55,6 +60,8 @@ final class ClientHandler: SocketUser {
     var headDeadline: NIODeadline?
     var bodyDeadline: NIODeadline?
     var upstreamDeadline: NIODeadline?
+    /// Request bytes wait for the upstream to take them: it must take some by then.
+    var sendDeadline: NIODeadline?
     /// The proxy takes no more of the client's body for now (its upstream is not there or not taking it).
     var paused = false
     /// The client's bytes as requests; what came while one is answered (pipelined) waits in it.
@@ -73,14 +80,22 @@ final class ClientHandler: SocketUser {
     var closeDeadline: NIODeadline?
     /// The client shut its sending side: the connection closes once what it sent is answered.
     var inputClosed = false
+    /// The proxy is stopping: the connection closes after the answer under way.
+    var stopping = false
+    /// Told when the connection has closed (its loop's list of connections lets go of it).
+    var onClosed: (() -> Void)?
 
-    init(settings: Settings, pool: UpstreamPool, socket: Socket, allowed: Bool, admission: Admission) {
+    /// On TCP, who the peer's socket belongs to (its slots are counted apart); nil on a Unix socket.
+    let owner: UInt32?
+
+    init(settings: Settings, pool: UpstreamPool, socket: Socket, allowed: Bool, admission: Admission, owner: UInt32? = nil) {
         self.settings = settings
         self.pool = pool
         self.socket = socket
         self.allowed = allowed
         self.admission = admission
-        admitted = admission.admit()
+        self.owner = owner
+        admitted = admission.admit(owner: owner)
         alarm = Alarm(on: pool.loop)
         alarm.check = { [unowned self] in self.checkDeadlines() }
     }
@@ -89,6 +104,13 @@ final class ClientHandler: SocketUser {
     func start() {
         guard admitted else {
             phase = .done
+            if let owner, admission.isFull(owner: owner) {
+                settings.logger.warning(
+                    "refused a connection over its user's cap", metadata: ["uid": "\(owner)", "max-connections-per-user": "\(settings.maxConnectionsPerUser)"])
+                return writeThenClose(
+                    Answer(status: .serviceUnavailable, message: "the proxy serves \(settings.maxConnectionsPerUser) connections per user at most; try again")
+                        .bytes(version: .http1_1, close: true))
+            }
             settings.logger.warning("refused a connection over the cap", metadata: ["max-connections": "\(settings.maxConnections)"])
             return writeThenClose(
                 Answer(status: .serviceUnavailable, message: "the proxy serves \(settings.maxConnections) connections at most; try again")
@@ -104,7 +126,24 @@ final class ClientHandler: SocketUser {
         if case .exchange(let exchange) = phase { abandon(exchange) }
         phase = .done
         alarm.retire()
-        if admitted { admission.leave() }
+        if admitted { admission.leave(owner: owner) }
+        onClosed?()
+        onClosed = nil
+    }
+
+    /// The proxy is stopping: a connection between requests closes now; one with an exchange under
+    /// way closes once its answer is written, and that answer says so.
+    func stop() {
+        stopping = true
+        switch phase {
+        case .idle where !decoder.hasBytes && !socket.isWaitingForRoom:
+            phase = .done
+            socket.close(error: nil)
+        case .exchange(let exchange):
+            exchange.closeAfter = true
+        default:
+            break  // a refusal being written or read past: `answered` closes it
+        }
     }
 
     /// A request the proxy cannot read: its status and why, and the connection closed (where the
@@ -241,6 +280,7 @@ final class ClientHandler: SocketUser {
                 upstream.flush()
                 exchange.sent = true
                 awaitUpstream()
+                watchSending()
             }
         case (.done, _):
             break
@@ -297,6 +337,7 @@ final class ClientHandler: SocketUser {
             exchange.writeBody(chunk, to: upstream)
             upstream.flush()
             if !upstream.socket.isWritable { pause() }
+            watchSending()
         } else {
             exchange.pending.append(chunk)
             pause()

@@ -76,14 +76,29 @@ final class Credentials: Sendable {
     let logger: Logger
     private let state = Mutex(State())
     private let tokend = Mutex<TokendClient?>(nil)
+    /// --pass-cookies: the upstream's Set-Cookie goes to the client and not to tokend.
+    let passCookies: Bool
+    /// tokend refused ImportCookies (the user may not write cookies): Set-Cookie passes through from then on.
+    private let importRefused = Atomic(false)
 
-    init(session: String?, resource: String? = nil, scope: String? = nil, socket: String?, logger: Logger) {
+    init(session: String?, resource: String? = nil, scope: String? = nil, socket: String?, passCookies: Bool = false, logger: Logger) {
         self.session = session
         self.resource = resource
         self.scope = scope
         self.socket = socket
+        self.passCookies = passCookies
         self.logger = logger
     }
+
+    /// Where an answer's Set-Cookie goes.
+    enum CookieRule {
+        /// To tokend's jar, and not to the client.
+        case toJar
+        /// To the client, as it came (--pass-cookies, or tokend refused this user's cookies).
+        case passThrough
+    }
+
+    var cookieRule: CookieRule { passCookies || importRefused.load(ordering: .relaxed) ? .passThrough : .toJar }
 
     /// The cached answers for a request to `path` (its path without the query), if both are current.
     func cached(path: Substring) -> RequestCredentials? {
@@ -129,7 +144,10 @@ final class Credentials: Sendable {
     }
 
     /// The upstream's Set-Cookie headers into tokend's jar; the cached Cookie headers are stale from then on.
-    func importCookies(_ setCookie: [String], from url: String) async {
+    /// Whether tokend's jar took them: when it did not, the client gets them. A refusal (the user may not
+    /// write cookies: ImportCookies needs cookies-write) is logged once, and no later answer waits for it.
+    @discardableResult
+    func importCookies(_ setCookie: [String], from url: String) async -> Bool {
         do {
             let (version, _, _) = try await withTokend { client in
                 try await client.importCookies(session: self.session, url: url, setCookie: setCookie)
@@ -138,8 +156,16 @@ final class Credentials: Sendable {
                 state.version = max(state.version, version)
                 state.cookies.removeAll(keepingCapacity: true)
             }
+            return true
+        } catch TokendClientError.permissionDenied {
+            if !importRefused.exchange(true, ordering: .relaxed) {
+                logger.warning(
+                    "tokend refuses this user's cookies (ImportCookies needs cookies-write): the upstream's Set-Cookie goes to the client from now on")
+            }
+            return false
         } catch {
-            logger.warning("cookies not passed to tokend", metadata: ["problem": "\(error)"])
+            logger.warning("cookies not passed to tokend; the client gets them", metadata: ["problem": "\(error)"])
+            return false
         }
     }
 

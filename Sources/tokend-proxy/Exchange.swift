@@ -38,6 +38,8 @@ final class Exchange {
     /// The upstream's head, body and end, held while tokend is asked (a 401's refresh, its Set-Cookie).
     var held: [ResponsePart]?
     var relayedHead = false
+    /// tokend's jar took the answer's Set-Cookie: the client's head goes without it.
+    var cookiesInJar = false
     var upstreamKeepAlive = true
     /// The body goes upstream in chunks (it streams, and the client gave no length).
     var upstreamChunked: Bool { streaming && head.contentLength == nil }

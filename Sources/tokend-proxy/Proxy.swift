@@ -24,31 +24,89 @@ final class Proxy: Sendable {
     let logger: Logger
     /// Connections being served: at most `maxConnections`, so that memory is bounded in total.
     let admission: Admission
+    /// Idle upstream connections kept (all loops together), and for how long.
+    let keepalive: Int
+    let keepaliveTimeout: Duration
+    let maxConnectionsPerUser: Int
+    /// How long in-flight exchanges have to finish once SIGTERM or SIGINT came.
+    let stopTimeout: Duration
 
     init(
         upstream: Upstream, session: String?, resource: String? = nil, scope: String? = nil, tokendSocket: String?, bufferLimit: Int, bodyBudget: Int,
-        bodyTimeout: Duration, headerTimeout: Duration, maxConnections: Int, timeout: Duration, logger: Logger
+        bodyTimeout: Duration, headerTimeout: Duration, maxConnections: Int, timeout: Duration, keepalive: Int = 64,
+        keepaliveTimeout: Duration = .seconds(60), stopTimeout: Duration = .seconds(10), passCookies: Bool = false,
+        maxConnectionsPerUser: Int? = nil, logger: Logger
     ) {
+        self.maxConnectionsPerUser = maxConnectionsPerUser ?? maxConnections
         self.upstream = upstream
-        credentials = Credentials(session: session, resource: resource, scope: scope, socket: tokendSocket, logger: logger)
+        credentials = Credentials(session: session, resource: resource, scope: scope, socket: tokendSocket, passCookies: passCookies, logger: logger)
+        self.keepalive = keepalive
+        self.keepaliveTimeout = keepaliveTimeout
+        self.stopTimeout = stopTimeout
         self.bufferLimit = bufferLimit
         self.bodyBudget = BodyBudget(limit: bodyBudget)
         self.bodyTimeout = bodyTimeout
         self.headerTimeout = headerTimeout
         self.maxConnections = maxConnections
-        admission = Admission(limit: maxConnections)
+        admission = Admission(limit: maxConnections, perOwner: maxConnectionsPerUser ?? maxConnections)
         self.timeout = timeout
         self.logger = logger
     }
 
-    /// Serves until the listener closes; tokend's events are followed meanwhile.
+    /// Serves until SIGTERM or SIGINT, then stops (`stop`); tokend's events are followed meanwhile.
     func run(on address: ListenAddress) async throws {
         let following = Task { await credentials.follow() }
         defer { following.cancel() }
-        try await listen(on: address)
+        let (signals, sources) = Self.stopSignals()
+        let (listener, accepting) = try listen(on: address)
+        for await signal in signals {
+            logger.notice("stopping", metadata: ["signal": "\(signal == SIGTERM ? "SIGTERM" : "SIGINT")"])
+            break
+        }
+        sources.forEach { $0.cancel() }
+        await stop(accepting, listener: listener, address: address)
     }
 
-    private func listen(on address: ListenAddress) async throws {
+    /// SIGTERM and SIGINT, as they come (their default action, the end of the process, is turned off).
+    private static func stopSignals() -> (AsyncStream<CInt>, [any DispatchSourceSignal]) {
+        let (stream, continuation) = AsyncStream<CInt>.makeStream()
+        let sources = [SIGTERM, SIGINT].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { continuation.yield(number) }
+            source.resume()
+            return source
+        }
+        return (stream, sources)
+    }
+
+    /// No more connections are accepted; idle ones close, and exchanges under way have --stop-timeout
+    /// to finish (their connections close after their answer). A socket file the proxy made is removed;
+    /// one systemd passed is systemd's.
+    private func stop(_ accepting: [LoopBound<Accepting>], listener: Listener, address: ListenAddress) async {
+        let stopped = Admission(limit: accepting.count)  // counts the loops that stopped accepting
+        for each in accepting {
+            each.loop.execute {
+                each.value.stop()
+                _ = stopped.admit()
+            }
+        }
+        while stopped.count < accepting.count { try? await Task.sleep(for: .milliseconds(5)) }
+        // No loop watches it now: a client that comes next is refused at once, rather than left in the backlog.
+        close(listener.fd)
+        if case .unix(let path, _) = address { unlink(path) }
+        let deadline = ContinuousClock.now + stopTimeout
+        while admission.count > 0, ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        if admission.count > 0 {
+            logger.warning("stopped with exchanges under way", metadata: ["connections": "\(admission.count)", "stop-timeout": "\(stopTimeout)"])
+        }
+        logger.notice("stopped")
+    }
+
+    /// The listener, watched by one loop per core.
+    private func listen(on address: ListenAddress) throws -> (Listener, [LoopBound<Accepting>]) {
         // A peer gone while a write is under way is a write error on that connection, not the end of the process.
         signal(SIGPIPE, SIG_IGN)
         let listener = try Listener.open(address)
@@ -64,18 +122,21 @@ final class Proxy: Sendable {
         let settings = Settings(
             upstream: upstream, credentials: credentials, bodyBudget: bodyBudget, bufferLimit: bufferLimit,
             bodyTimeout: nanoseconds(bodyTimeout), headerTimeout: nanoseconds(headerTimeout), timeout: nanoseconds(timeout),
-            maxConnections: maxConnections, pages: WebPages(listeningOn: listener.local), logger: logger)
+            maxConnections: maxConnections, maxConnectionsPerUser: maxConnectionsPerUser, keptUpstream: Admission(limit: keepalive), keepaliveTimeout: nanoseconds(keepaliveTimeout),
+            pages: WebPages(listeningOn: listener.local), logger: logger)
         // A redirect would carry the token elsewhere: the client gets it as it is (the proxy follows none).
         let tls = try upstream.tls ? NIOSSLContext(configuration: .makeClientConfiguration()) : nil
-        let dialer = Dialer(host: upstream.host, port: upstream.port, tls: tls, timeout: .seconds(10))
+        let dialer = Dialer(host: upstream.host, port: upstream.port, tls: tls, timeout: nanoseconds(timeout))
+        var all: [LoopBound<Accepting>] = []
         for loop in try ProxyLoop.start(count: System.coreCount) {
             let accepting = LoopBound(Accepting(listener: listener, settings: settings, admission: admission, dialer: dialer, loop: loop), on: loop)
             loop.execute { accepting.value.start() }
+            all.append(accepting)
         }
         logger.notice(
             "listening",
             metadata: ["address": "\(listener.local.map { "\($0)" } ?? "\(address)")", "upstream": "\(upstream.base)\(upstream.prefix)"])
-        while true { try await Task.sleep(for: .seconds(3600)) }
+        return (listener, all)
     }
 }
 
@@ -87,13 +148,17 @@ final class Accepting {
     let admission: Admission
     let loop: ProxyLoop
     let pool: UpstreamPool
+    /// On TCP: who owns each connection's peer (nil if the kernel's socket diagnostics cannot be asked).
+    private lazy var owners = PeerOwner()
+    /// The connections this loop serves, so that a stop reaches them.
+    private var handlers: [ObjectIdentifier: ClientHandler] = [:]
 
     init(listener: Listener, settings: Settings, admission: Admission, dialer: Dialer, loop: ProxyLoop) {
         self.listener = listener
         self.settings = settings
         self.admission = admission
         self.loop = loop
-        pool = UpstreamPool(loop: loop, dialer: dialer, keep: settings.maxConnections)
+        pool = UpstreamPool(loop: loop, dialer: dialer, kept: settings.keptUpstream, idleTimeout: settings.keepaliveTimeout)
     }
 
     func start() {
@@ -102,6 +167,14 @@ final class Accepting {
         } catch {
             fatalError("tokend-proxy: cannot watch the listening socket: \(error)")
         }
+    }
+
+    /// No more connections: idle ones close now, the others after the answer under way.
+    func stop() {
+        loop.stopped = true
+        loop.unwatch(listener: listener.fd)
+        for handler in Array(handlers.values) { handler.stop() }
+        pool.closeIdle()
     }
 
     /// One connection per wakeup, so that the loops share them.
@@ -130,8 +203,14 @@ final class Accepting {
             return
         }
         let allowed = settings.pages.hosts != nil || Listener.peerIsThisUser(fd)
-        let handler = ClientHandler(settings: settings, pool: pool, socket: socket, allowed: allowed, admission: admission)
+        // On TCP every local user may connect: each has its own share of the slots (one the kernel cannot
+        // name shares the nobody-known share). On a Unix socket only this user is served.
+        let owner = listener.local != nil ? (owners?.uid(ofPeerOf: fd) ?? .max) : nil
+        let handler = ClientHandler(settings: settings, pool: pool, socket: socket, allowed: allowed, admission: admission, owner: owner)
         socket.user = handler
+        let key = ObjectIdentifier(handler)
+        handlers[key] = handler
+        handler.onClosed = { [unowned self] in handlers[key] = nil }
         handler.start()
     }
 }

@@ -47,15 +47,30 @@ struct TokendProxy: AsyncParsableCommand {
     var headerTimeout: Int = 10
     @Option(help: "Connections served at once; one more gets 503 and is closed.")
     var maxConnections: Int = 256
-    @Option(help: "Seconds the upstream may take to answer (504 after).")
+    @Option(help: "On TCP, connections one local user's programs are served at once (default: half of --max-connections).")
+    var maxConnectionsPerUser: Int?
+    @Option(help: "Seconds the upstream may take to accept a connection, to take the next request bytes, to start its answer, or between its answer's bytes (504 after).")
     var timeout: Int = 60
+    @Option(help: "Idle upstream connections kept for the next requests (all together).")
+    var keepalive: Int = 64
+    @Option(help: "Seconds an idle upstream connection is kept.")
+    var keepaliveTimeout: Int = 60
+    @Option(help: "Seconds exchanges under way have to finish after SIGTERM or SIGINT.")
+    var stopTimeout: Int = 10
+    @Flag(help: "The upstream's Set-Cookie goes to the client, not to tokend's cookie jar.")
+    var passCookies = false
 
     func validate() throws {
         guard bufferLimit >= 0, bodyBudget >= 0 else { throw ValidationError("--buffer-limit and --body-budget must be 0 or more") }
-        guard [bodyTimeout, headerTimeout, timeout].allSatisfy((1...86_400).contains) else {
-            throw ValidationError("--body-timeout, --header-timeout and --timeout must be 1 to 86400 seconds")
+        guard [bodyTimeout, headerTimeout, timeout, keepaliveTimeout].allSatisfy((1...86_400).contains) else {
+            throw ValidationError("--body-timeout, --header-timeout, --timeout and --keepalive-timeout must be 1 to 86400 seconds")
         }
+        guard (0...86_400).contains(stopTimeout) else { throw ValidationError("--stop-timeout must be 0 to 86400 seconds") }
+        guard (0...65_536).contains(keepalive) else { throw ValidationError("--keepalive must be 0 to 65536") }
         guard (1...65_536).contains(maxConnections) else { throw ValidationError("--max-connections must be 1 to 65536") }
+        if let maxConnectionsPerUser, !(1...maxConnections).contains(maxConnectionsPerUser) {
+            throw ValidationError("--max-connections-per-user must be 1 to --max-connections")
+        }
     }
 
     func run() async throws {
@@ -80,7 +95,9 @@ struct TokendProxy: AsyncParsableCommand {
             upstream: base, session: session, resource: resource == "upstream" ? upstream : resource, scope: scope,
             tokendSocket: socket, bufferLimit: bufferLimit, bodyBudget: bodyBudget,
             bodyTimeout: .seconds(Int64(bodyTimeout)), headerTimeout: .seconds(Int64(headerTimeout)),
-            maxConnections: maxConnections, timeout: .seconds(Int64(timeout)), logger: logger)
+            maxConnections: maxConnections, timeout: .seconds(Int64(timeout)), keepalive: keepalive,
+            keepaliveTimeout: .seconds(Int64(keepaliveTimeout)), stopTimeout: .seconds(Int64(stopTimeout)), passCookies: passCookies,
+            maxConnectionsPerUser: maxConnectionsPerUser ?? max(1, maxConnections / 2), logger: logger)
         do {
             try await proxy.run(on: address)
         } catch let refused as ListenRefused {

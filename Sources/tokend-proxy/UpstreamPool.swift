@@ -11,29 +11,80 @@ protocol UpstreamUser: AnyObject {
 
 /// The upstream's connections on one loop, kept open between requests
 /// (HTTP/1.1 keep-alive). A client connection and the upstream connections
-/// serving it share its loop, so a request never changes threads.
+/// serving it share its loop, so a request never changes threads. Idle
+/// connections are bounded for the upstream as a whole (`kept`, shared by the
+/// loops: --keepalive) and each is closed after `idleTimeout` unused
+/// (--keepalive-timeout); the most recently used is taken first, so the
+/// oldest are the ones that time out.
 final class UpstreamPool {
     let loop: ProxyLoop
     let dialer: Dialer
-    /// Idle connections kept; more are closed when their request ends.
-    let keep: Int
-    private var idle: [UpstreamConnection] = []
+    /// Idle connections to the upstream, all loops together; more are closed when their request ends.
+    let kept: Admission
+    let idleTimeout: TimeAmount
+    /// Oldest first, with when each became idle.
+    private var idle: [(connection: UpstreamConnection, since: NIODeadline)] = []
+    private var sweep: TimerHeap.ID?
 
-    init(loop: ProxyLoop, dialer: Dialer, keep: Int) {
+    init(loop: ProxyLoop, dialer: Dialer, kept: Admission, idleTimeout: TimeAmount) {
         self.loop = loop
         self.dialer = dialer
-        self.keep = keep
+        self.kept = kept
+        self.idleTimeout = idleTimeout
     }
+
+    /// Idle connections on this loop.
+    var idleCount: Int { idle.count }
 
     /// A kept connection that is still open, if there is one.
     func idleConnection() -> UpstreamConnection? {
-        while let connection = idle.popLast() {
+        while let (connection, _) = idle.popLast() {
+            kept.leave()
+            connection.pool = nil
             if connection.socket.isActive && !connection.closing && !connection.hasUnaskedBytes {
                 connection.reused = true
                 return connection
             }
+            connection.close()
         }
         return nil
+    }
+
+    /// An idle connection closed (the upstream closed it): it is no longer counted.
+    func forget(_ connection: UpstreamConnection) {
+        guard let index = idle.firstIndex(where: { $0.connection === connection }) else { return }
+        idle.remove(at: index)
+        kept.leave()
+    }
+
+    /// Closes the connections idle for `idleTimeout`, and sets the timer for the next.
+    private func sweepIdle() {
+        sweep = nil
+        let now = NIODeadline.now()
+        while let first = idle.first, first.since + idleTimeout <= now {
+            idle.removeFirst()
+            kept.leave()
+            first.connection.pool = nil
+            first.connection.close()
+        }
+        scheduleSweep()
+    }
+
+    private func scheduleSweep() {
+        guard sweep == nil, let first = idle.first else { return }
+        sweep = loop.schedule(at: first.since + idleTimeout) { [weak self] in self?.sweepIdle() }
+    }
+
+    /// Every idle connection closed (the proxy is stopping).
+    func closeIdle() {
+        if let sweep { loop.cancel(sweep) }
+        sweep = nil
+        for (connection, _) in idle {
+            kept.leave()
+            connection.pool = nil
+            connection.close()
+        }
+        idle = []
     }
 
     /// A new connection; `done` runs on the loop.
@@ -48,8 +99,10 @@ final class UpstreamPool {
         connection.user = nil
         connection.resumeReading()
         // Bytes after the answer's end are none a request asked for: the connection cannot be trusted again.
-        if reusable && !connection.hasUnaskedBytes && connection.socket.isActive && idle.count < keep {
-            idle.append(connection)
+        if reusable && !connection.hasUnaskedBytes && connection.socket.isActive && kept.admit() {
+            connection.pool = self
+            idle.append((connection, .now()))
+            scheduleSweep()
         } else {
             connection.close()
         }
@@ -62,6 +115,8 @@ final class UpstreamConnection: SocketUser {
     var user: UpstreamUser?
     /// It served a request before this one (a kept connection the upstream may have closed meanwhile).
     var reused = false
+    /// Set while it is idle in this pool.
+    weak var pool: UpstreamPool?
     private var decoder = ResponseDecoder()
 
     /// The proxy closed it.
@@ -134,20 +189,14 @@ final class UpstreamConnection: SocketUser {
     func socketInputClosed() {}  // not asked for: an upstream that stops sending is closed
 
     func socketClosed(error: (any Error)?) {
+        if let pool {
+            self.pool = nil
+            pool.forget(self)
+        }
         // A body read until the connection closes ends here; any other answer is cut.
         if error == nil, let user, let end = decoder.closed() { return user.upstreamReceived(end) }
         let user = self.user
         self.user = nil
-        user?.upstreamFailed(error ?? UpstreamClosed())
+        user?.upstreamFailed(error ?? UpstreamError.closed)
     }
-}
-
-/// The upstream closed the connection before its answer was whole.
-struct UpstreamClosed: Error, CustomStringConvertible {
-    var description: String { "the upstream closed the connection" }
-}
-
-/// The upstream said nothing for `--timeout`.
-struct UpstreamTimedOut: Error, CustomStringConvertible {
-    var description: String { "the upstream did not answer in time" }
 }

@@ -796,7 +796,7 @@ def test_a_stalled_head_gets_408_and_a_connection_over_the_cap_503(server, make_
     login(daemon, server)
     cap, seconds = 20, 2
     proxy = ProxyProcess(daemon, recording.url, workdir, "--header-timeout", str(seconds), "--max-connections",
-                         str(cap), port=free_port())
+                         str(cap), "--max-connections-per-user", str(cap), port=free_port())
     try:
         host = {"Host": f"127.0.0.1:{proxy.port}"}
         assert proxy.request("GET", "/data", host)[0] == 200  # warmed up

@@ -118,12 +118,14 @@ private final class Dialing {
         self.dialer = dialer
         self.loop = loop
         self.done = done
-        deadline = loop.schedule(at: .now() + dialer.timeout) { [self] in finish(.failure(lastError ?? SocketError("connect", ETIMEDOUT))) }
+        // Time is up while an attempt (or the look-up) is under way: that is the upstream's slowness, whatever
+        // an earlier address said.
+        deadline = loop.schedule(at: .now() + dialer.timeout) { [self] in finish(.failure(UpstreamError.connectTimedOut)) }
     }
 
     func resolved(_ addresses: [Dialer.Address]) {
         guard done != nil else { return }  // the deadline came first
-        guard !addresses.isEmpty else { return finish(.failure(UpstreamUnresolved(host: dialer.host))) }
+        guard !addresses.isEmpty else { return finish(.failure(UpstreamError.unresolved(dialer.host))) }
         self.addresses = addresses
         startNext()
     }
@@ -223,10 +225,4 @@ private final class Connecting: SocketUser {
     func socketWritabilityChanged() {}
     func socketInputClosed() {}
     func socketClosed(error: (any Error)?) { end(.failure(error ?? SocketError("connect", ECONNRESET))) }
-}
-
-/// The upstream's name has no address.
-struct UpstreamUnresolved: Error, CustomStringConvertible {
-    let host: String
-    var description: String { "the upstream's name \(host) has no address" }
 }

@@ -31,6 +31,8 @@ final class ProxyLoop: @unchecked Sendable {
     private var registrations: UInt32 = 0
     /// Listeners this loop accepts from (one connection per wakeup).
     private var listeners: [CInt: () -> Void] = [:]
+    /// No listener is watched again (the proxy is stopping).
+    var stopped = false
     private var timers = TimerHeap()
     /// Work after the event being handled, before the next wait (a socket's writability, told outside its write).
     private var soon: [() -> Void] = []
@@ -116,6 +118,12 @@ final class ProxyLoop: @unchecked Sendable {
         listeners[listener] = accept
     }
 
+    /// The listener is no longer watched by this loop (the proxy is stopping).
+    func unwatch(listener: CInt) {
+        guard listeners.removeValue(forKey: listener) != nil else { return }
+        epoll_ctl(epoll, EPOLL_CTL_DEL, listener, nil)
+    }
+
     /// The listener is not watched by this loop for `time` (accepting failed for want of descriptors or memory).
     func pause(listener: CInt, for time: TimeAmount) {
         guard let accept = listeners.removeValue(forKey: listener) else { return }
@@ -125,6 +133,7 @@ final class ProxyLoop: @unchecked Sendable {
 
     private func rewatch(_ listener: CInt, _ accept: @escaping () -> Void, after time: TimeAmount) {
         _ = schedule(at: .now() + time) { [self] in
+            guard !stopped else { return }
             do { try watch(listener: listener, accept) } catch { rewatch(listener, accept, after: time) }
         }
     }

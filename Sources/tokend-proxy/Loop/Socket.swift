@@ -56,6 +56,13 @@ final class Socket {
     private var pendingBytes = 0
     /// A write found the socket full: the next readiness for writing goes on with it.
     private var waitingForRoom = false
+    /// Flushed bytes wait for the peer to take them (the kernel's buffer is full).
+    var isWaitingForRoom: Bool { waitingForRoom }
+    /// When a write last put bytes on the socket (set only while bytes wait, so a write that
+    /// empties the queue at once reads no clock).
+    private(set) var lastProgress = NIODeadline.uptimeNanoseconds(0)
+    /// Bytes have waited since the queue was last empty.
+    private var stalled = false
     private var closeWhenWritten = false
 
     init(fd: CInt, on loop: ProxyLoop, halfClosure: Bool, tls: TLSFilter? = nil) {
@@ -202,6 +209,7 @@ final class Socket {
     private func writeQueued(_ more: [ByteBuffer] = []) {
         queued.append(contentsOf: more.lazy.filter { $0.readableBytes > 0 })
         guard isActive, !waitingForRoom else { return }
+        var progressed = false
         while sent < queued.count {
             let written = writeSome()
             if written < 0 {
@@ -209,6 +217,7 @@ final class Socket {
                 if errno == EAGAIN { break }
                 return close(error: SocketError("write", errno))
             }
+            if written > 0 { progressed = true }
             var left = written
             while sent < queued.count, queued[sent].readableBytes <= left {
                 left -= queued[sent].readableBytes
@@ -221,9 +230,12 @@ final class Socket {
         if sent == queued.count {
             queued.removeAll(keepingCapacity: true)
             sent = 0
+            stalled = false
             if tls != nil { pendingBytes = 0 }
             if closeWhenWritten { return close(error: nil) }
         } else {
+            if progressed || !stalled { lastProgress = .now() }
+            stalled = true
             waitingForRoom = true
             if sent > 64 {
                 queued.removeFirst(sent)

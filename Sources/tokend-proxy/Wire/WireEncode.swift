@@ -34,7 +34,13 @@ extension ByteBuffer {
     /// What the client gets of the upstream's head: its status and the end-to-end fields, in the
     /// client's HTTP version; chunks when the proxy frames the body (`chunked`), and what becomes of the
     /// connection.
-    mutating func writeClientHead(_ head: ResponseHead, version: HTTPVersion, chunked: Bool, close: Bool) {
+    /// The client's head; `withoutCookies` leaves out Set-Cookie (tokend's jar has them). A 204 carries no
+    /// Content-Length (RFC 9110 §8.6), whatever the upstream sent.
+    mutating func writeClientHead(_ head: ResponseHead, version: HTTPVersion, chunked: Bool, close: Bool, withoutCookies: Bool = false) {
+        let noLength = head.status == 204
+        func dropped(_ kind: FieldKind) -> Bool {
+            Wire.responseDrops(kind) || (noLength && kind == .contentLength) || (withoutCookies && kind == .setCookie)
+        }
         head.bytes.withUnsafeReadableBytes { p in
             let asItCame = head.version == version
             if !asItCame {
@@ -47,7 +53,7 @@ extension ByteBuffer {
                 writeBytes(UnsafeRawBufferPointer(rebasing: p[head.reason]))
                 writeStaticString("\r\n")
             }
-            writeLines(head.fields, p, from: asItCame ? head.fields.startLine : nil, dropping: Wire.responseDrops)
+            writeLines(head.fields, p, from: asItCame ? head.fields.startLine : nil, dropping: dropped)
         }
         if chunked { writeStaticString("Transfer-Encoding: chunked\r\n") }
         if close {

@@ -7,7 +7,18 @@ import Glibc
 
 /// A client's request head (RFC 9112 §3), as the proxy needs it.
 struct RequestHead {
-    enum Method { case get, head, post, put, patch, other }
+    enum Method {
+        case get, head, post, put, patch, delete, options, trace, other
+
+        /// RFC 9110 §9.2.2: sending it twice has the effect of sending it once, so a request that got no
+        /// answer may be sent again (GET, HEAD, OPTIONS, TRACE, PUT, DELETE).
+        var isIdempotent: Bool {
+            switch self {
+            case .get, .head, .options, .trace, .put, .delete: true
+            case .post, .patch, .other: false
+            }
+        }
+    }
 
     let fields: HeadFields
     let method: Method
@@ -82,6 +93,9 @@ struct RequestHead {
         if named("PUT") { return .put }
         if named("HEAD") { return .head }
         if named("PATCH") { return .patch }
+        if named("DELETE") { return .delete }
+        if named("OPTIONS") { return .options }
+        if named("TRACE") { return .trace }
         return .other
     }
 }
