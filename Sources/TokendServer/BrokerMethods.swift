@@ -10,20 +10,27 @@ import Varlink
 /// the access policy in force.
 func brokerImplementation(
     _ broker: Broker, policy: @escaping @Sendable () -> AccessPolicy, limiter: ForcedRefreshLimiter,
-    tokenReplies: TokenReplies, metrics: Metrics, logger: Logger
+    tokenReplies: TokenReplies, metrics: Metrics, logger: Logger, shares: Shares? = nil
 ) -> VarlinkImplementation {
-    VarlinkImplementation(
-        interface: BrokerInterface.declaration,
-        methods: guarded(
-            brokerMethods(
-                broker, limiter: limiter, tokenReplies: tokenReplies, metrics: metrics, logger: logger,
-                mayRead: { context, session in policy().allows(context.peer, .read, session: session) },
-                mayUse: { context, session, resource in
-                    guard let resource else { return policy().allowsEveryResource(context.peer, session: session) }
-                    return policy().allows(context.peer, resource: resource, session: session)
-                },
-                audienceRule: { AudienceRule(policy: policy()) }),
-            policy: policy, logger: logger))
+    var methods = guarded(
+        brokerMethods(
+            broker, limiter: limiter, tokenReplies: tokenReplies, metrics: metrics, logger: logger,
+            mayRead: { context, session in policy().allows(context.peer, .read, session: session) },
+            mayUse: { context, session, resource in
+                guard let resource else { return policy().allowsEveryResource(context.peer, session: session) }
+                return policy().allows(context.peer, resource: resource, session: session)
+            },
+            audienceRule: { AudienceRule(policy: policy()) }, shares: shares),
+        policy: policy, logger: logger)
+    if let shares {
+        // A share's token calls are these very methods, made as its creator (ShareService).
+        shares.configure(policy: policy, tokenMethods: methods.filter { ShareService.answered.contains($0.key) })
+        let made = shares.methods
+        // Made by a reader of the session; listed and revoked by their own creator, whoever is admitted.
+        methods.merge(guarded(made.filter { $0.key == "CreateShare" }, policy: policy, logger: logger)) { _, new in new }
+        methods.merge(made.filter { $0.key != "CreateShare" }) { _, new in new }
+    }
+    return VarlinkImplementation(interface: BrokerInterface.declaration, methods: methods)
 }
 
 /// Refuses a call with org.varlink.service.PermissionDenied (and a log line
@@ -74,10 +81,10 @@ func brokerMethods(
     mayRead: @escaping @Sendable (CallContext, String) -> Bool,
     /// Whether the caller may have `resource`'s tokens (nil: every resource resource-access limits).
     mayUse: @escaping @Sendable (CallContext, String, String?) -> Bool,
-    audienceRule: @escaping @Sendable () -> AudienceRule
+    audienceRule: @escaping @Sendable () -> AudienceRule, shares: Shares? = nil
 ) -> [String: MethodHandler] {
     typealias I = BrokerInterface
-    let fanOuts = FanOuts()
+    let fanOuts = shares?.fanOuts ?? FanOuts()
     /// `token` if the caller (as a page of `page`, when set) may have it: see AudienceRule.
     @Sendable func handOut(_ token: Token, _ session: SessionActor, _ context: CallContext, page: String?) throws -> Token {
         guard let refusal = audienceRule().refusal(of: token, session: session, peer: context.peer, page: page) else {
@@ -122,6 +129,7 @@ func brokerMethods(
         let token = try await session.getToken(minValidSeconds: nil, key: key, person: context.peer?.person)
         return try handOut(token, session, context, page: page)
     }
+    shares?.useKeys { session, resource, scope, context in try await key(session, resource, scope, context) }
     return [
         "GetProof": proofMethod(broker, authorizedToken: authorizedToken),
         "GetToken": .call { parameters, context in

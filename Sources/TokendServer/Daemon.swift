@@ -39,6 +39,8 @@ public final class Daemon: Service, CustomStringConvertible {
     let reuse = ReuseStamp()
     /// The one registry GetMetrics, the metrics textfile and /metrics render.
     let metrics: Metrics
+    /// Users' shares, served on the server's loop (Shares).
+    let shares: Shares
 
     public var description: String { "tokend" }
 
@@ -82,6 +84,7 @@ public final class Daemon: Service, CustomStringConvertible {
                     tpm: configuration.daemon.tpmInUse))
         }
         broker = Broker(sessions: sessions)
+        shares = Shares(broker: broker, logger: logger)
     }
 
     static func makeSession(
@@ -255,7 +258,7 @@ public final class Daemon: Service, CustomStringConvertible {
                 brokerImplementation(
                     broker, policy: { self.access.withLock { $0 } },
                     limiter: ForcedRefreshLimiter(perMinute: configuration.withLock { $0.daemon.forcedRefreshesPerMinute }),
-                    tokenReplies: tokenReplies, metrics: metrics, logger: logger)
+                    tokenReplies: tokenReplies, metrics: metrics, logger: logger, shares: shares)
             ],
             internalError: VarlinkError(BrokerInterface.Error.internalError),
             onUnexpectedError: { method, error in
@@ -268,7 +271,7 @@ public final class Daemon: Service, CustomStringConvertible {
         limits.idleTimeout = .seconds(Int64(settings.idleTimeout))
         limits.frameTimeout = .seconds(Int64(settings.frameTimeout))
         limits.writeTimeout = .seconds(Int64(settings.writeTimeout))
-        return VarlinkServer(
+        let server = VarlinkServer(
             service: service, source: source, limits: limits, logger: logger,
             oversizedFrameError: VarlinkError(BrokerInterface.Error.requestTooLarge, ["limit": .int(limits.maximumFrameLength)]),
             overloadedError: VarlinkError(
@@ -280,6 +283,8 @@ public final class Daemon: Service, CustomStringConvertible {
             metrics: ServerMetrics(
                 metrics, served: [VarlinkInterface.service, BrokerInterface.declaration], hot: FastGetToken.getToken),
             http: settings.metricsListen.map { metricsListener($0) })
+        shares.attach(server)
+        return server
     }
 
     /// Test builds with TOKEND_TEST_HOOKS=1: the kill -9 campaign's crash point.

@@ -8,21 +8,44 @@ import Varlink
 /// handed to one Broadcast, which the loop writes to every subscribed connection.
 final class SessionFanOut: EventFanOut {
     let broadcast = Broadcast()
+    /// Subscribers through shares: token events only (no cookies, no jar version).
+    let tokenEvents = Broadcast()
 
     func publish(_ events: [SessionEvent], delivered: (@Sendable () -> Void)?) {
+        // The last event is delivered once both kinds of subscriber have taken it.
+        let both = delivered.map { delivered in
+            let left = Atomic(2)
+            return { @Sendable in if left.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { delivered() } }
+        }
+        var tokenDelivery = both
         for (index, event) in events.enumerated() {
             let last = index == events.count - 1
             guard let parameters = try? event.memo.value({ try event.wire.parameters() }) else {
-                if last { delivered?() }
+                if last {
+                    delivered?()
+                    return
+                }
                 continue
             }
-            broadcast.publish(VarlinkReply(parameters: parameters, continues: true), delivered: last ? delivered : nil)
+            broadcast.publish(VarlinkReply(parameters: parameters, continues: true), delivered: last ? both : nil)
+            if parameters["event"]?.stringValue != "cookies" {
+                let delivery = last ? tokenDelivery : nil
+                if last { tokenDelivery = nil }
+                tokenEvents.publish(
+                    VarlinkReply(parameters: parameters.filter { !Self.cookieMembers.contains($0.key) }, continues: true),
+                    delivered: delivery)
+            }
         }
+        tokenDelivery?()
     }
+
+    static let cookieMembers: Set<String> = ["version", "changes", "snapshot"]
 
     func finish(session: String, generation: Int) {
         let stopped = BrokerInterface.Event(event: "stopped", session: session, generation: generation)
-        broadcast.finish(VarlinkReply(parameters: (try? stopped.parameters()) ?? [:], continues: false))
+        let reply = VarlinkReply(parameters: (try? stopped.parameters()) ?? [:], continues: false)
+        broadcast.finish(reply)
+        tokenEvents.finish(reply)
     }
 
     /// What a subscriber is sent on joining: the state the events start from, then what it missed.

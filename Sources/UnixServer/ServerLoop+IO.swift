@@ -31,7 +31,7 @@ extension ServerLoop {
     }
 
     func readable(_ connection: Connection) {
-        let count = read(connection.fd, input.baseAddress, input.count)
+        let count = receive(connection)
         if count < 0 {
             if errno == EAGAIN || errno == EINTR { return }
             return close(connection)  // a reset
@@ -44,6 +44,7 @@ extension ServerLoop {
             return settle(connection)
         }
         connection.lastActive = now
+        connection.received += count
         let bytes = UnsafeRawBufferPointer(rebasing: input[0..<count])
         if connection.unprocessed.isEmpty {
             let taken = take(bytes, on: connection)
@@ -141,6 +142,7 @@ extension ServerLoop {
                 connection.examined &+= length + 1 - from
                 connection.scanned = 0
                 connection.frameStarted = nil
+                connection.taken += length + 1
                 start += length + 1
                 guard serve(UnsafeRawBufferPointer(rebasing: rest[0..<length]), on: connection) else { return bytes.count }
             }
@@ -151,25 +153,32 @@ extension ServerLoop {
     /// Answers one frame here (fast path, upgrade) or hands it to the
     /// service; false if it was malformed and the connection closed.
     private func serve(_ frame: UnsafeRawBufferPointer, on connection: Connection) -> Bool {
+        let descriptor = descriptor(for: connection)
         guard let (call, repeated) = parse(frame, on: connection) else {
+            descriptor?.closeUntaken()
             metrics?.closed(.malformed)
             logger.notice("closing connection: malformed message")
             answerAndClose(connection, errors.malformed)
             return false
         }
-        if repeated, let again = connection.lastFast, bootNow < again.until, again.stamp == fastPathStamp() {
+        if descriptor == nil, repeated, let again = connection.lastFast, bootNow < again.until,
+            again.stamp == fastPathStamp()
+        {
             output.append(contentsOf: again.bytes)
             connection.lastCounter?.increment()
-        } else if !call.upgrade, let fastPath, case let stamp = fastPathStamp(), let reply = fastPath(call, connection.peer) {
+        } else if descriptor == nil, !call.upgrade, connection.side == nil, let fastPath, case let stamp = fastPathStamp(),
+            let reply = fastPath(call, connection.peer)
+        {
             output.append(contentsOf: reply.bytes)
             remember(frame, call: call, reply: reply, stamp: stamp, on: connection)
             connection.lastCounter?.increment()
         } else {
             connection.forgetLastCall()
             if call.upgrade {
+                descriptor?.closeUntaken()
                 if !call.oneway { VarlinkReply(errors.upgrade).encode(into: &output) }
             } else {
-                dispatch(call, on: connection)
+                dispatch(call, on: connection, descriptor: descriptor)
             }
         }
         return true

@@ -20,6 +20,9 @@ struct Mailbox {
         case publish(Broadcast, [UInt8], (@Sendable () -> Void)?)
         /// The broadcast ends its members' calls with this reply.
         case finish(Broadcast, [UInt8])
+        /// A listening socket to serve beside the loop's own, or to stop serving.
+        case addSide(SideListener)
+        case removeSide(SideListener)
         #if TOKEND_TEST_HOOKS
         /// Test builds only: runs on the loop's thread, to look at its state.
         case inspect(@Sendable (ServerLoop) -> Void)
@@ -40,21 +43,26 @@ struct Mailbox {
 
 extension ServerLoop {
     /// The service handles the call in a task; its replies come back through the mailbox.
-    func dispatch(_ call: VarlinkCall, on connection: Connection) {
+    /// A descriptor passed with the call is the handler's (PassedDescriptor.current) to take.
+    func dispatch(_ call: VarlinkCall, on connection: Connection, descriptor: PassedDescriptor? = nil) {
         connection.busy = true
-        let (fd, id, peer, service, metrics) = (connection.fd, connection.id, connection.peer, self.service, self.metrics)
+        let (fd, id, peer, metrics) = (connection.fd, connection.id, connection.peer, self.metrics)
+        let service = connection.side?.service ?? self.service
         let held = call.more ? HeldStream(loop: self, fd: fd, id: id) : nil
         let task = Task {
             let replies = EncodedReplies()
-            try? await service.handle(
-                call, peer: peer, send: { replies.append($0) },
-                sendStreamed: { reply in
-                    replies.note(reply)
-                    // Whatever the call answered before (nothing, usually) goes first.
-                    var bytes = replies.take()
-                    reply.encode(into: &bytes)
-                    guard await self.deliver(bytes, fd: fd, connection: id) else { throw ReplyStreamClosed() }
-                }, streamConnection: held)
+            await PassedDescriptor.$current.withValue(descriptor) {
+                try? await service.handle(
+                    call, peer: peer, send: { replies.append($0) },
+                    sendStreamed: { reply in
+                        replies.note(reply)
+                        // Whatever the call answered before (nothing, usually) goes first.
+                        var bytes = replies.take()
+                        reply.encode(into: &bytes)
+                        guard await self.deliver(bytes, fd: fd, connection: id) else { throw ReplyStreamClosed() }
+                    }, streamConnection: held)
+            }
+            descriptor?.closeUntaken()
             metrics?.calls(method: call.method, error: replies.firstError).increment()
             // A call a broadcast holds goes on without its task.
             if held?.isClaimed != true { self.post(.finished(replies.take()), fd: fd, connection: id) }
@@ -156,6 +164,12 @@ extension ServerLoop {
             case .finish(let broadcast, let reply):
                 finished(broadcast, reply: reply)
                 continue
+            case .addSide(let side):
+                addSide(side)
+                continue
+            case .removeSide(let side):
+                removeSide(side)
+                continue
             #if TOKEND_TEST_HOOKS
             case .inspect(let body):
                 body(self)
@@ -194,6 +208,7 @@ extension ServerLoop {
             switch item {
             case .streamed(_, let written): written.resume(returning: false)
             case .publish(_, _, let delivered): delivered?()
+            case .addSide(let side): Glibc.close(side.fd)
             default: break
             }
         }

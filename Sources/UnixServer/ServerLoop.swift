@@ -75,6 +75,13 @@ final class ServerLoop: @unchecked Sendable {
     var lastRefusalLog: Int64 = 0
     var nextConnection: UInt64 = 0
     let input = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+    /// Where a descriptor passed with a call is received (PassedDescriptor).
+    let control = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 16)
+    /// Listening sockets served beside `listener` (SideListener), by descriptor.
+    var sides: [CInt: SideListener] = [:]
+    /// Connections through side listeners, per person they count for.
+    var sidePerPerson: [UInt32: Int] = [:]
+    var pausedSides: [SideListener] = []
     /// Replies made during one read, written with one call.
     var output: [UInt8] = []
     /// CLOCK_MONOTONIC, for timeouts: a suspended machine's clients do not time out for it.
@@ -169,6 +176,7 @@ final class ServerLoop: @unchecked Sendable {
             if let until = acceptPausedUntil, now >= until { resumeAccepting() }
             var accepting = false
             var acceptingHTTP = false
+            var acceptingSides: [SideListener] = []
             for index in 0..<max(0, Int(count)) {
                 let fd = events[index].data.fd
                 if fd == wake { break loop }
@@ -176,6 +184,8 @@ final class ServerLoop: @unchecked Sendable {
                     accepting = true
                 } else if fd == mail {
                     deliverMail()
+                } else if let side = sides[fd] {
+                    acceptingSides.append(side)
                 } else if let connection = connections[fd] {
                     ready(connection, flags: events[index].events)
                 } else if fd == httpListener {
@@ -188,6 +198,7 @@ final class ServerLoop: @unchecked Sendable {
             // must not receive the rest of the batch's events for the old one.
             if accepting { acceptAll() }
             if acceptingHTTP { acceptHTTP() }
+            for side in acceptingSides { acceptSide(side) }
             if now - lastCheck >= interval {
                 lastCheck = now
                 check()
@@ -196,8 +207,10 @@ final class ServerLoop: @unchecked Sendable {
         closeMailbox(failure: failure)
         for connection in Array(connections.values) { close(connection) }
         for connection in Array(httpConnections.values) { httpClose(connection) }
-        for fd in [listener, epoll, wake, mail] + (httpListener.map { [$0] } ?? []) { Glibc.close(fd) }
+        for fd in [listener, epoll, wake, mail] + (httpListener.map { [$0] } ?? []) + Array(sides.keys) { Glibc.close(fd) }
+        sides = [:]
         input.deallocate()
+        control.deallocate()
         ended(failure)
     }
 
@@ -258,14 +271,15 @@ final class ServerLoop: @unchecked Sendable {
     }
 
     @discardableResult
-    private func register(_ fd: CInt, peer: PeerCredentials?, refused: Bool) -> Connection? {
+    func register(_ fd: CInt, peer: PeerCredentials?, refused: Bool, side: SideListener? = nil) -> Connection? {
         guard watch(fd, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD) else {
             Glibc.close(fd)
             return nil
         }
         nextConnection += 1
         let connection = Connection(
-            fd: fd, id: nextConnection, peer: peer, person: person(of: peer), now: now, refused: refused)
+            fd: fd, id: nextConnection, peer: peer, person: side?.person ?? person(of: peer), now: now, refused: refused)
+        connection.side = side
         connections[fd] = connection
         if refused {
             refusedHeld += 1
@@ -282,7 +296,7 @@ final class ServerLoop: @unchecked Sendable {
     /// client that sends nothing within a short linger is answered and
     /// closed then. Refused connections hold no slot and no task; beyond as
     /// many as the limit they are answered and closed at once.
-    private func refuse(
+    func refuse(
         _ fd: CInt, peer: PeerCredentials?, with error: VarlinkError, reason: String, limit: Int? = nil
     ) {
         refusedSinceLog += 1
@@ -340,6 +354,7 @@ final class ServerLoop: @unchecked Sendable {
         let writeTimeout = limits.writeTimeout.nanoseconds
         let idleTimeout = limits.idleTimeout.nanoseconds
         checkHTTP()
+        resumeSides()
         for connection in Array(connections.values) {
             if connection.refused {
                 if now - connection.lastActive > limits.refusedLinger.nanoseconds { closeRefused(connection) }
@@ -386,6 +401,9 @@ final class ServerLoop: @unchecked Sendable {
             metrics?.connections.set(admitted)
         }
         if connection.holdsSlot { release(connection.person) }
+        leftSide(connection)
+        if let passed = connection.passed { Glibc.close(passed.fd) }
+        connection.passed = nil
         account(connection, holding: 0)
         releasedBytes += connection.unprocessed.capacity + connection.unwritten.capacity
         connection.stream?.cancel()
@@ -437,6 +455,14 @@ final class Connection {
     let person: UInt32
     /// Over the limit or turned away: answered, read once, closed.
     let refused: Bool
+    /// The side listener it came through; nil for the main socket.
+    var side: SideListener?
+    /// A descriptor the client passed, and where (counted as `received`)
+    /// the read that brought it ended: it goes with the frame ending there.
+    var passed: (fd: CInt, end: Int)?
+    /// Bytes read, and bytes of frames taken, since the connection began.
+    var received = 0
+    var taken = 0
     /// What a refused connection is answered.
     var refusal: VarlinkError?
     /// Counted in its person's connection slots.

@@ -92,7 +92,7 @@ struct Common: ParsableArguments {
         case .noSuchSession:
             return (Exit.noSuchSession, "`tokenctl sessions` lists the configured sessions.")
         case .permissionDenied:
-            return (Exit.permissionDenied, "Ask the administrator to add this user to tokend's group or policy.")
+            return (Exit.permissionDenied, permissionDeniedAdvice())
         case .rateLimited:
             return (Exit.rateLimited,
                 "Pass --stale-generation N (the generation of the token you hold): compare-and-refresh is not limited.")
@@ -262,6 +262,6 @@ struct Tokenctl: AsyncParsableCommand {
             TokenCommand.self, RefreshCommand.self, StatusCommand.self, SessionsCommand.self, LoginCommand.self,
             LogoutCommand.self, WatchCommand.self, CookiesCommand.self, BrowserBridgeCommand.self,
             GitCredentialCommand.self, KubeCredentialCommand.self, ExecCommand.self, ProofCommand.self, MetricsCommand.self,
-            DoctorCommand.self, ResetStrategyCommand.self, AgentCommand.self,
+            DoctorCommand.self, ResetStrategyCommand.self, AgentCommand.self, ShareCommand.self,
         ])
 }

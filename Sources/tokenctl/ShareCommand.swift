@@ -1,0 +1,174 @@
+import ArgumentParser
+import Foundation
+import TokendClient
+import TokendInterface
+import Varlink
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `tokenctl share`: sockets that give one session's tokens (and no more) to
+/// whoever can open them: a remote shell through `ssh -R`, or a container
+/// that mounts the socket's directory.
+struct ShareCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "share",
+        abstract: "Make, list and end shares: sockets that give one session's tokens to ssh sessions and containers.",
+        subcommands: [ShareCreateCommand.self, ShareListCommand.self, ShareRevokeCommand.self])
+}
+
+struct ShareCreateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "create",
+        abstract: "Make a socket at PATH that answers token calls of one session, as you may have them, until --ttl.",
+        discussion: """
+            Whoever can open PATH gets the session's tokens (only those named by --resource and --scope),
+            never more than you may have. ssh -R /remote/tokend.sock:PATH host, then TOKEND_SOCKET=/remote/tokend.sock
+            on the remote side; for a container, mount PATH's directory (a socket file bind-mounted alone dies
+            when the share is made again).
+            """)
+    @OptionGroup var common: Common
+    @Argument(help: "Where to make the socket; it must not exist (relative: to the current directory).")
+    var path: String
+    @Option(name: .customLong("resource"), help: "A resource the share gives tokens for (repeat for more).")
+    var resources: [String] = []
+    @Option(help: "A narrower scope the share's tokens have.")
+    var scope: String?
+    @Option(help: "How long the share lasts: seconds, or a number with s, m, h or d (at most 30d).")
+    var ttl: String = "1h"
+    @Option(help: "The socket file's mode, octal (default 0600: only you can connect).")
+    var mode: String = "0600"
+
+    func validate() throws {
+        _ = try ShareTTL.seconds(ttl)
+        _ = try ShareFile.mode(mode)
+    }
+
+    func run() async throws {
+        let path = ShareFile.absolute(path)
+        let mode = try ShareFile.mode(mode)
+        if mode & 0o077 != 0 {
+            FileHandle.standardError.write(Data(
+                "tokenctl: warning: mode \(String(mode, radix: 8)) lets users other than you connect to \(path) and get this session's tokens as you may have them\n"
+                    .utf8))
+        }
+        let file: ShareFile
+        do {
+            file = try ShareFile.bind(path, mode: mode)
+        } catch {
+            FileHandle.standardError.write(Data("tokenctl: cannot share at \(path): \(error.reason)\n".utf8))
+            throw ExitCode(Exit.failure)
+        }
+        let share: Share
+        do {
+            share = try await shareRun(common) {
+                try TokendClient.createShare(
+                    socket: common.socket, listener: file.fd, path: path, session: common.session,
+                    resources: resources.isEmpty ? nil : resources, scope: scope, ttl: try ShareTTL.seconds(ttl))
+            }
+        } catch {
+            file.remove()  // a share refused leaves nothing behind
+            throw error
+        }
+        file.release()
+        print("share at \(share.path): session \(share.session)"
+            + (share.resources.isEmpty ? "" : ", resources \(share.resources.joined(separator: " "))")
+            + (share.scope.map { ", scope \"\($0)\"" } ?? "") + ", until \(formatTime(share.expiresAt))")
+    }
+}
+
+struct ShareListCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "list", abstract: "List your shares (root: everyone's).")
+    @OptionGroup var common: Common
+    @Flag(help: "Print one JSON object per line.")
+    var json = false
+
+    func run() async throws {
+        let client = try await common.connect()
+        let shares = try await shareRun(common) { try await client.shares() }
+        for share in shares {
+            if json {
+                print(jsonText(share.json))
+            } else {
+                print(
+                    "\(share.path)\t\(share.session)\t\(share.resources.isEmpty ? "-" : share.resources.joined(separator: ","))"
+                        + "\tuntil \(formatTime(share.expiresAt))\t\(share.connections) connection\(share.connections == 1 ? "" : "s")")
+            }
+        }
+    }
+}
+
+struct ShareRevokeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "revoke", abstract: "End a share: tokend closes it and its connections; its socket file is removed.")
+    @OptionGroup var common: Common
+    @Argument(help: "The share's path.")
+    var path: String
+
+    func run() async throws {
+        let path = ShareFile.absolute(path)
+        let client = try await common.connect()
+        try await shareRun(common) { try await client.revokeShare(path: path) }
+        // The file is the asker's: removed here, with the asker's rights, if it is still a socket of theirs.
+        ShareFile.removeSocket(at: path)
+        print("share at \(path) ended")
+    }
+}
+
+/// Runs a share call: the share's own errors get their own words; others go to `Common.run`.
+func shareRun<T>(_ common: Common, _ body: () async throws -> T) async throws -> T {
+    try await common.run {
+        do {
+            return try await body()
+        } catch TokendClientError.failed(let error) {
+            let p = error.parameters
+            switch error.name {
+            case BrokerInterface.Error.shareRefused:
+                FileHandle.standardError.write(Data(
+                    "tokenctl: tokend refused the share at \(p["path"]?.stringValue ?? ""): \(p["reason"]?.stringValue ?? "")\n".utf8))
+                throw ExitCode(Exit.permissionDenied)
+            case BrokerInterface.Error.tooManyShares:
+                FileHandle.standardError.write(Data(
+                    "tokenctl: you hold as many shares as one person may (\(p["limit"]?.intValue ?? 0)): `tokenctl share list`, then `tokenctl share revoke PATH`\n"
+                        .utf8))
+                throw ExitCode(Exit.failure)
+            case BrokerInterface.Error.noSuchShare:
+                FileHandle.standardError.write(Data(
+                    "tokenctl: you have no share at \(p["path"]?.stringValue ?? "") (`tokenctl share list` lists yours)\n".utf8))
+                throw ExitCode(Exit.failure)
+            default:
+                throw TokendClientError.failed(error)
+            }
+        }
+    }
+}
+
+/// What `tokenctl` says to a caller tokend refuses: from inside a user
+/// namespace (a rootless container), tokend sees a subordinate uid, which it
+/// refuses; a share is the way in.
+func permissionDeniedAdvice() -> String {
+    let admin = "Ask the administrator to add this user to tokend's group or policy."
+    guard let map = try? String(contentsOfFile: "/proc/self/uid_map", encoding: .utf8),
+        map.split(whereSeparator: \.isWhitespace) != ["0", "0", "4294967295"]
+    else { return admin }
+    return "This runs in a user namespace (a container): tokend sees a subordinate uid and refuses it. "
+        + "On the host, run `tokenctl share create DIR/tokend.sock`, mount DIR into the container and set TOKEND_SOCKET=DIR/tokend.sock."
+}
+
+enum ShareTTL {
+    /// Seconds from "90", "90s", "15m", "8h" or "7d": at least 1 s, at most 30 days.
+    static func seconds(_ text: String) throws -> Int {
+        let units: [Character: Int] = ["s": 1, "m": 60, "h": 3600, "d": 86400]
+        var digits = Substring(text)
+        var unit = 1
+        if let last = text.last, let scale = units[last] {
+            digits = text.dropLast()
+            unit = scale
+        }
+        guard let count = Int(digits), count > 0, count <= 30 * 86400 / unit else {
+            throw ValidationError("--ttl \(text): give seconds, or a number with s, m, h or d, from 1s to 30d")
+        }
+        return count * unit
+    }
+}

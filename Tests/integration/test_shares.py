@@ -1,0 +1,272 @@
+"""Shares (issue 44): a socket tokenctl binds with the asker's rights and hands
+to tokend (SCM_RIGHTS), which serves it with token calls only, made as the
+creator. Other users are simulated with setpriv (numeric uid and gid); the
+token a caller received is shown good by the provider's introspection."""
+import array
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import BIN, login, read_frame, wait_for
+
+B = "io.tokend.Broker."
+CREATOR = (4300, 4300)  # may read the session
+NOBODY = (4242, 4242)  # may do nothing at all
+OTHER = (4301, 4301)  # another reader
+
+
+@pytest.fixture(autouse=True)
+def setpriv_is_installed() -> None:
+    if shutil.which("setpriv") is None:
+        pytest.fail("setpriv is missing: apt install util-linux (these tests act as other users with it)")
+
+
+def start(make_tokend, server, workdir, access=f'read-users = ["{CREATOR[0]}", "{OTHER[0]}"]\nread-groups = []',
+          **session):
+    """A logged-in tokend whose socket other users can reach, with `access` as its [access] table."""
+    os.chmod(workdir, 0o755)
+    daemon = make_tokend(server, daemon={"socket-mode": '"0666"'}, **session)
+    with open(daemon.config) as f:
+        text = f.read()
+    with open(daemon.config, "w") as f:
+        f.write("[access]\n" + access + "\n" + text)
+    daemon.start()
+    login(daemon, server)
+    return daemon
+
+
+def home(workdir, user):
+    """A directory of `user`'s own, others may enter (where its shares are made)."""
+    path = os.path.join(workdir, f"u{user[0]}")
+    os.makedirs(path, exist_ok=True)
+    os.chown(path, *user)
+    os.chmod(path, 0o755)
+    return path
+
+
+def ctl_as(user, daemon, *args, cwd=None, socket_path=None):
+    """tokenctl run as `user`; `socket_path`: a share's socket instead of tokend's."""
+    command = ["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups",
+               os.path.join(BIN, "tokenctl"), *args[:1], "--socket", socket_path or daemon.socket, *args[1:]]
+    if args[0] == "share":  # share's subcommand comes before the options
+        command = command[:5] + ["share", args[1], "--socket", socket_path or daemon.socket, *args[2:]]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def call_as(user, socket_at, method, more=False, **parameters):
+    """One raw Varlink call made by `user` on the socket at `socket_at`; the (first) reply."""
+    program = ("import json,socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+               "s.sendall(sys.argv[2].encode()+b'\\0'); data=b''\n"
+               "while not data.endswith(b'\\0'):\n"
+               "    chunk=s.recv(65536)\n"
+               "    if not chunk: break\n"
+               "    data+=chunk\n"
+               "print(data[:-1].decode() if data else '{\"closed\":true}')")
+    message = json.dumps({"method": B + method, "parameters": parameters, **({"more": True} if more else {})})
+    result = subprocess.run(["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups",
+                             "/usr/bin/python3", "-c", program, socket_at, message],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def active(server, token):
+    status, answer = server.post("/o/introspect/", token=token)
+    return status == 200 and answer.get("active") is True
+
+
+def listed(daemon, user):
+    result = ctl_as(user, daemon, "share", "list", "--json")
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def hold(path):
+    """A connection through a share that stays open: a subscription, its first event read."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.sendall(json.dumps({"method": B + "Subscribe", "parameters": {}, "more": True}).encode() + b"\0")
+    first = json.loads(read_frame(s))
+    assert first["parameters"]["event"] == "status", first
+    assert "version" not in first["parameters"], "a share's events carry no cookie jar version"
+    return s
+
+
+def closed_within(s, seconds):
+    """Seconds until the peer closed `s` (it must within `seconds`)."""
+    started = time.monotonic()
+    s.settimeout(seconds)
+    while True:
+        try:
+            data = s.recv(65536)
+        except ConnectionResetError:
+            break
+        if not data:
+            break
+    return time.monotonic() - started
+
+
+def test_a_stranger_cannot_make_a_share_and_leaves_no_file(server, make_tokend, workdir):
+    daemon = start(make_tokend, server, workdir)
+    directory = home(workdir, NOBODY)
+    path = os.path.join(directory, "s.sock")
+    result = ctl_as(NOBODY, daemon, "share", "create", path)
+    assert result.returncode == 6, (result.returncode, result.stderr)
+    assert not os.path.lexists(path), "the refused share's socket file is gone"
+    assert os.listdir(directory) == []
+    assert listed(daemon, (0, 0)) == [], "root sees every share: there is none"
+
+
+def test_through_a_share_a_user_with_no_rights_gets_a_token_and_nothing_else(server, make_tokend, workdir):
+    daemon = start(make_tokend, server, workdir)
+    path = os.path.join(home(workdir, CREATOR), "share.sock")
+    made = ctl_as(CREATOR, daemon, "share", "create", path, "--mode", "0666", "--ttl", "10m")
+    assert made.returncode == 0, made.stderr
+    assert "warning: mode 666" in made.stderr
+    info = os.lstat(path)
+    assert (info.st_uid, oct(info.st_mode & 0o777)) == (CREATOR[0], "0o666"), "the file is the creator's, as asked"
+    # tokend's own socket refuses the stranger; the share answers it.
+    assert call_as(NOBODY, daemon.socket, "GetToken").get("error") == "org.varlink.service.PermissionDenied"
+    token = ctl_as(NOBODY, daemon, "token", socket_path=path)
+    assert token.returncode == 0, token.stderr
+    assert active(server, token.stdout.strip()), "the provider accepts the token got through the share"
+    reply = call_as(NOBODY, path, "Refresh", staleGeneration=0)
+    assert "error" not in reply and reply["parameters"]["token"]["accessToken"], reply
+    # Nothing else: status, sessions, cookies, logout, login, more shares, another session.
+    for method, parameters in [("GetStatus", {}), ("ListSessions", {}), ("GetCookies", {"url": "https://a.test/"}),
+                               ("ExportCookies", {}), ("Logout", {}), ("GetMetrics", {}), ("ListShares", {}),
+                               ("CreateShare", {"path": path}), ("RevokeShare", {"path": path}),
+                               ("GetToken", {"session": "other"}), ("GetToken", {"resource": "https://x.test/"}),
+                               ("GetToken", {"scope": "write"}), ("Subscribe", {"sinceVersion": 0})]:
+        reply = call_as(NOBODY, path, method, more=method == "Subscribe", **parameters)
+        assert reply.get("error") == "org.varlink.service.PermissionDenied", (method, parameters, reply)
+    assert "share call refused" in daemon.logs()
+    shares = listed(daemon, CREATOR)
+    assert [(s["path"], s["session"], s["mode"]) for s in shares] == [(path, "default", 0o666)], shares
+    assert listed(daemon, OTHER) == [], "another reader does not see it"
+    assert ctl_as(OTHER, daemon, "share", "revoke", path).returncode == 1, "nor end it"
+
+
+def test_a_share_is_listed_and_revoke_ends_it_with_its_connections(server, make_tokend, workdir):
+    daemon = start(make_tokend, server, workdir)
+    path = os.path.join(home(workdir, CREATOR), "share.sock")
+    assert ctl_as(CREATOR, daemon, "share", "create", path).returncode == 0
+    held = [hold(path) for _ in range(3)]
+    wait_for(lambda: listed(daemon, CREATOR)[0]["connections"] == 3, 10, "three connections listed")
+    # Another user cannot revoke it; the creator can.
+    other = ctl_as(OTHER, daemon, "share", "revoke", path)
+    assert other.returncode == 1 and "no share" in other.stderr and os.path.exists(path)
+    revoked = ctl_as(CREATOR, daemon, "share", "revoke", path)
+    assert revoked.returncode == 0, revoked.stderr
+    took = [closed_within(s, 5) for s in held]
+    assert max(took) < 1.0, f"every connection closed within a second: {took}"
+    assert not os.path.lexists(path), "revoke removes the socket file"
+    assert listed(daemon, CREATOR) == []
+    again = ctl_as(CREATOR, daemon, "share", "revoke", path)
+    assert again.returncode == 1 and "no share" in again.stderr
+
+
+def test_a_share_ends_at_its_ttl_with_its_connections(server, make_tokend, workdir):
+    daemon = start(make_tokend, server, workdir)
+    path = os.path.join(home(workdir, CREATOR), "share.sock")
+    made = ctl_as(CREATOR, daemon, "share", "create", path, "--ttl", "3s")
+    assert made.returncode == 0, made.stderr
+    held = hold(path)
+    assert closed_within(held, 15) < 15
+    wait_for(lambda: "share ended" in daemon.logs() and "reason=expired" in daemon.logs(), 5, "expiry logged")
+    ended = time.monotonic()
+    with socket.socket(socket.AF_UNIX) as s:
+        with pytest.raises(ConnectionRefusedError):
+            s.connect(path)  # the file is the asker's and stays; nobody listens
+    assert listed(daemon, CREATOR) == []
+    assert time.monotonic() - ended < 5
+
+
+def test_path_rules_each_with_a_clear_error_and_no_file_left(server, make_tokend, workdir):
+    daemon = start(make_tokend, server, workdir)
+    directory = home(workdir, CREATOR)
+    existing = os.path.join(directory, "taken")
+    with open(existing, "w") as f:
+        f.write("keep")
+    os.chown(existing, *CREATOR)
+    result = ctl_as(CREATOR, daemon, "share", "create", existing)
+    assert result.returncode == 1 and "does not replace" in result.stderr, result.stderr
+    assert open(existing).read() == "keep"
+    target = os.path.join(directory, "target")
+    link = os.path.join(directory, "link")
+    os.symlink(target, link)
+    result = ctl_as(CREATOR, daemon, "share", "create", link)
+    assert result.returncode == 1 and "symbolic link" in result.stderr, result.stderr
+    assert not os.path.lexists(target), "the link was not followed"
+    long = os.path.join(directory, "x" * 120)
+    result = ctl_as(CREATOR, daemon, "share", "create", long)
+    assert result.returncode == 1 and "socket address holds at most 107" in result.stderr, result.stderr
+    assert ctl_as(CREATOR, daemon, "share", "create", "p.sock", "--ttl", "31d").returncode == 64
+    assert ctl_as(CREATOR, daemon, "share", "create", "p.sock", "--mode", "0400").returncode == 64
+    # A relative path is the caller's directory's.
+    made = ctl_as(CREATOR, daemon, "share", "create", "rel.sock", "--ttl", "90", cwd=directory)
+    assert made.returncode == 0, made.stderr
+    assert [s["path"] for s in listed(daemon, CREATOR)] == [os.path.join(directory, "rel.sock")]
+    assert sorted(os.listdir(directory)) == ["link", "rel.sock", "taken"]
+
+
+def raw_create(path_asked, fds, socket_path):
+    """CreateShare sent with `fds` (SCM_RIGHTS) in one sendmsg; the reply."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(socket_path)
+        message = json.dumps({"method": B + "CreateShare", "parameters": {"path": path_asked}}).encode() + b"\0"
+        s.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else [])
+        return json.loads(read_frame(s))
+
+
+def open_descriptors(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_a_descriptor_is_checked_and_extra_ones_are_never_kept(server, make_tokend, workdir):
+    daemon = start(make_tokend, server, workdir, access='read-groups = ["0"]')
+    listener = socket.socket(socket.AF_UNIX)
+    elsewhere = os.path.join(workdir, "elsewhere.sock")
+    listener.bind(elsewhere)
+    listener.listen()
+    reply = raw_create(os.path.join(workdir, "asked.sock"), [listener.fileno()], daemon.socket)
+    assert reply["error"] == B + "ShareRefused" and "bound at" in reply["parameters"]["reason"], reply
+    assert raw_create(elsewhere, [], daemon.socket)["parameters"]["reason"].startswith("no listening socket")
+    with open(daemon.config) as f:
+        reply = raw_create(elsewhere, [f.fileno()], daemon.socket)
+    assert reply["parameters"]["reason"] == "the descriptor passed is not a socket", reply
+    unlistened = socket.socket(socket.AF_UNIX)
+    unlistened.bind(os.path.join(workdir, "quiet.sock"))
+    reply = raw_create(os.path.join(workdir, "quiet.sock"), [unlistened.fileno()], daemon.socket)
+    assert reply["parameters"]["reason"] == "the socket passed is not listening", reply
+    # Many calls, each with descriptors it does not take, or more than one: tokend keeps none.
+    before = open_descriptors(daemon.process.pid)
+    for _ in range(50):
+        a, b = socket.socketpair()
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(daemon.socket)
+            frame = json.dumps({"method": B + "GetStatus", "parameters": {}}).encode() + b"\0"
+            s.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [a.fileno(), b.fileno()]))])
+            assert "error" not in json.loads(read_frame(s))
+        a.close()
+        b.close()
+    wait_for(lambda: open_descriptors(daemon.process.pid) <= before, 10, "no descriptor kept of 100 passed")
+    reply = raw_create(elsewhere, [listener.fileno(), listener.fileno()], daemon.socket)
+    assert reply.get("error") is None, "the first of two descriptors is the call's; the other is closed"
+    listener.close()
+    served = call_as((0, 0), elsewhere, "GetToken")
+    assert served["parameters"]["token"]["accessToken"], served
+    assert varlink(daemon.socket, "RevokeShare", path=elsewhere).get("error") is None
+    wait_for(lambda: open_descriptors(daemon.process.pid) <= before, 10, "the share's descriptor closed, no other kept")
+
+
+def varlink(socket_at, method, **parameters):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(socket_at)
+        s.sendall(json.dumps({"method": B + method, "parameters": parameters}).encode() + b"\0")
+        return json.loads(read_frame(s))
