@@ -20,9 +20,10 @@ extension SessionActor {
         keyPolicy.resources + record.grantResources.filter { !keyPolicy.resources.contains($0) }
     }
 
-    /// What a token with this stored confirmation covers (see the rule above).
+    /// What a token with this stored confirmation covers (see the rule above). A session
+    /// whose resources were all removed from tokend.toml still has a grant that carries them.
     func audience(confirmed: [String]?) -> [String] {
-        guard !keyPolicy.resources.isEmpty else { return [] }
+        guard !keyPolicy.resources.isEmpty || !record.grantResources.isEmpty else { return [] }
         return confirmed ?? wholeGrant
     }
 
@@ -30,7 +31,7 @@ extension SessionActor {
     /// not say, or says something tokend cannot map to the session's resources.
     /// Asked only of sessions with resources (an introspection costs a request).
     func confirmedAudience(of accessToken: Secret) async -> [String]? {
-        guard !keyPolicy.resources.isEmpty else { return nil }
+        guard !keyPolicy.resources.isEmpty || !record.grantResources.isEmpty else { return nil }
         switch await endpoint.audience(of: accessToken) {
         case .unknown(let why):
             logger.info("token audience not confirmed: taken to cover every resource of the grant", metadata: ["why": "\(why)"])
@@ -46,8 +47,10 @@ extension SessionActor {
         }
     }
 
-    /// The resources `values` name, in `resources`' order; nil when a value names none of them.
+    /// The resources `values` name, in `resources`' order; nil when a value names none of them,
+    /// or there is no value at all (an empty audience restricts nothing).
     static func resources(named values: [String], among resources: [String], audiences: [String: [String]]) -> [String]? {
+        guard !values.isEmpty else { return nil }
         var covered = Set<String>()
         for value in values {
             let named = resources.filter { $0 == value || (audiences[$0] ?? []).contains(value) }
@@ -86,7 +89,7 @@ extension SessionActor {
     /// - not confirmed: nothing tells, and no refresh names a resource (session-only).
     func resolveHandedInGrant() async {
         guard keyPolicy.narrowing == .auto, record.strategy == nil else { return }
-        guard let covered = record.audience else {
+        guard let covered = record.audience, !covered.isEmpty else {
             return await settleStrategy(
                 .sessionOnly,
                 because: "the provider refused all the resources tokend.toml lists together, and nothing says whether the "
@@ -201,7 +204,7 @@ extension SessionActor {
     /// Whether pages (calls marked with a page origin) can get tokens at all, and why.
     var pageTokens: (String, String) {
         if webOrigins.isEmpty { return ("none", "the session has no web-origins: no page may use it") }
-        if keyPolicy.resources.isEmpty {
+        if wholeGrant.isEmpty {
             return ("all", "the session has no resources: pages of its web-origins get its tokens as any reader does")
         }
         let web = keyPolicy.webResources

@@ -22,6 +22,10 @@ public final class TokenSnapshot: Sendable {
         changed()
     }
 
+    /// The audience of the session's current token, expired or not (nil: none is held):
+    /// what the next one is likely to cover too, for refusing a call before any work.
+    var audience: [String]? { state.withLock { $0?.token.audience } }
+
     /// The token if it has the remaining life GetToken requires, by the same
     /// rule the actor applies, and for how many more seconds it has it.
     func token(minValidSeconds: Int?, policy: RefreshPolicy, now: Double) -> (token: Token, goodFor: Double)? {
@@ -39,6 +43,9 @@ extension SessionActor {
     public nonisolated func cachedToken(minValidSeconds: Int?) -> Token? {
         snapshot.token(minValidSeconds: minValidSeconds, policy: policy, now: clock.now())?.token
     }
+
+    /// The audience of the session's own current token, expired or not; nil when it holds none.
+    public nonisolated var currentAudience: [String]? { snapshot.audience }
 
     /// As `cachedToken`, with the seconds it stays good enough (until the session's `tokenChanged` is called).
     public nonisolated func cachedTokenAndLife(minValidSeconds: Int?) -> (token: Token, goodFor: Double)? {

@@ -17,18 +17,21 @@ public enum AudienceReading: Sendable, Equatable {
     /// The `aud` claim of a JWT: one string or an array of them; nil when the token is not a JWT with `aud`.
     public static func jwtAudience(of token: String) -> [String]? {
         guard let payload = try? DefaultJWTParser().parse(Array(token.utf8), as: AudiencePayload.self).payload,
-            let audience = payload.aud?.value, !audience.isEmpty
+            let audience = payload.aud?.value, !audience.isEmpty, !audience.contains(where: \.isEmpty)
         else { return nil }
         return audience
     }
 
-    /// `aud` from an introspection answer (RFC 7662 §2.2): a string or an array of strings; nil when absent.
+    /// `aud` from an introspection answer (RFC 7662 §2.2): a string or an array of strings; nil when
+    /// absent, empty, or not all strings (an audience that restricts nothing says nothing).
     static func introspected(_ body: [UInt8]) -> (active: Bool, audience: [String]?)? {
         guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else { return nil }
         let active = object["active"] as? Bool ?? false
         switch object["aud"] {
-        case let one as String: return (active, [one])
-        case let many as [Any]: return (active, many.compactMap { $0 as? String })
+        case let one as String where !one.isEmpty: return (active, [one])
+        case let many as [Any]:
+            let strings = many.compactMap { $0 as? String }.filter { !$0.isEmpty }
+            return (active, strings.isEmpty || strings.count != many.count ? nil : strings)
         default: return (active, nil)
         }
     }

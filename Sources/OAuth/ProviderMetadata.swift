@@ -18,8 +18,6 @@ public struct ProviderMetadata: Sendable, Equatable, Codable {
     public var requiresPushedAuthorization: Bool?
     /// RFC 9449 §5.1: the algorithms the server takes DPoP proofs in.
     public var dpopSigningAlgValues: [String]?
-    /// RFC 9449 §5.1: the algorithms the server takes DPoP proofs in.
-    public var dpopSigningAlgValues: [String]?
     /// RFC 7662 token introspection (RFC 8414 §2).
     public var introspectionEndpoint: URL?
 
@@ -35,7 +33,6 @@ public struct ProviderMetadata: Sendable, Equatable, Codable {
         case issParameterSupported = "authorization_response_iss_parameter_supported"
         case pushedAuthorizationEndpoint = "pushed_authorization_request_endpoint"
         case requiresPushedAuthorization = "require_pushed_authorization_requests"
-        case dpopSigningAlgValues = "dpop_signing_alg_values_supported"
         case dpopSigningAlgValues = "dpop_signing_alg_values_supported"
         case introspectionEndpoint = "introspection_endpoint"
     }

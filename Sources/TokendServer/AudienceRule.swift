@@ -14,28 +14,35 @@ struct AudienceRule {
 
     /// nil when `peer` may have `token` (as a page of `page`, when set); else why not.
     func refusal(of token: Token, session: SessionActor, peer: PeerCredentials?, page: String?) -> BrokerError? {
+        refusal(of: token.audience, named: token.resource, session: session, peer: peer, page: page)
+    }
+
+    /// The same for a token covering `audience`, asked for by the name `named`.
+    func refusal(
+        of audience: [String], named: String?, session: SessionActor, peer: PeerCredentials?, page: String?
+    ) -> BrokerError? {
         let name = session.name
         if let page {
             guard session.webOrigins.contains(page) else {
                 return .resourceNotAllowed(
-                    name, resource: token.resource ?? "",
+                    name, resource: named ?? "",
                     "pages of \(page) may not use session \(name): the origin is not one of its web-origins (tokend.toml)")
             }
             let web = session.keyPolicy.webResources
-            if let outside = token.audience.first(where: { !web.contains($0) }) {
+            if let outside = audience.first(where: { !web.contains($0) }) {
                 return .resourceNotAllowed(
                     name, resource: outside,
                     "pages may have tokens only for web-resources, and the token for this call covers \(outside) "
-                        + Self.howKnown(token))
+                        + Self.howKnown)
             }
         }
         if policy.resources[name] != nil,
-            let denied = token.audience.first(where: { !policy.allows(peer, resource: $0, session: name) })
+            let denied = audience.first(where: { !policy.allows(peer, resource: $0, session: name) })
         {
             return .resourceNotAllowed(
                 name, resource: denied,
                 "this user may not have tokens for \(denied) (resource-access in tokend.toml), and the token for this "
-                    + "call covers it " + Self.howKnown(token))
+                    + "call covers it " + Self.howKnown)
         }
         return nil
     }
@@ -45,9 +52,7 @@ struct AudienceRule {
         page != nil || policy.resources[session] != nil
     }
 
-    static func howKnown(_ token: Token) -> String {
-        "(a token's audience is what the provider confirmed, else every resource of the grant)"
-    }
+    static let howKnown = "(a token's audience is what the provider confirmed, else every resource of the grant)"
 }
 
 extension AudienceRule {

@@ -97,10 +97,21 @@ func brokerMethods(
         throw refusal
     }
     /// The key a call names, refused before any work when the session does
-    /// not serve it or the caller may not have it (resource-access).
-    @Sendable func key(_ session: SessionActor, _ resource: String?, _ scope: String?, _ context: CallContext) async throws
-        -> TokenKey
-    {
+    /// not serve it, the caller may not have it (resource-access), or the
+    /// token it would get covers what the caller (or, with `page`, a page)
+    /// may not have: the session's own token answers a call naming no
+    /// resource, and every call under shared-audience, and the next one is
+    /// taken to cover what the current one does. So a refused caller costs no
+    /// refresh (the audience rule still checks what is handed out).
+    @Sendable func key(
+        _ session: SessionActor, _ resource: String?, _ scope: String?, _ context: CallContext, page: String? = nil
+    ) async throws -> TokenKey {
+        if resource == nil || session.keyedSnapshots.sharedResources != nil, let audience = session.currentAudience,
+            let refusal = audienceRule().refusal(
+                of: audience, named: resource, session: session, peer: context.peer, page: page)
+        {
+            throw refusal
+        }
         // A session whose one token serves all its resources gives each of them with any token: refused
         // before any work (the audience rule, applied to every token handed out, would refuse it after).
         if let shared = session.keyedSnapshots.sharedResources,
@@ -125,7 +136,7 @@ func brokerMethods(
     @Sendable func authorizedToken(
         _ context: CallContext, _ session: SessionActor, _ resource: String?, _ page: String?
     ) async throws -> Token {
-        let key = try await key(session, resource, nil, context)
+        let key = try await key(session, resource, nil, context, page: page)
         let token = try await session.getToken(minValidSeconds: nil, key: key, person: context.peer?.person)
         return try handOut(token, session, context, page: page)
     }
@@ -136,7 +147,7 @@ func brokerMethods(
             let call = try parameters.decode(I.GetToken.In.self)
             let session = try broker.session(call.session)
             if let minValid = call.minValidSeconds, minValid < 0 { throw VarlinkError.invalidParameter("minValidSeconds") }
-            let key = try await key(session, call.resource, call.scope, context)
+            let key = try await key(session, call.resource, call.scope, context, page: call.page)
             let token = try await session.getToken(
                 minValidSeconds: call.minValidSeconds, key: key, person: context.peer?.person)
             return try tokenReplies.parameters(for: try handOut(token, session, context, page: call.page))
@@ -144,7 +155,7 @@ func brokerMethods(
         "Refresh": .call { parameters, context in
             let call = try parameters.decode(I.Refresh.In.self)
             let session = try broker.session(call.session)
-            let key = try await key(session, call.resource, call.scope, context)
+            let key = try await key(session, call.resource, call.scope, context, page: call.page)
             logger.debug("refresh requested", metadata: context.metadata(session.name))
             // A refresh this caller forces (no staleGeneration, or one at or
             // above the current generation) counts against its person's limit.

@@ -1,4 +1,5 @@
 import Broker
+import Secrets
 import Synchronization
 import TokendInterface
 import Varlink
@@ -13,8 +14,9 @@ final class FastGetToken: Sendable {
     let policy: @Sendable () -> AccessPolicy
     /// The reply's parameters, shared with the service's GetToken and Refresh.
     let tokenReplies: TokenReplies
-    /// The encoded reply per session and key, for the generation it was made for.
-    private let replies = Mutex<[Cached: (generation: Int, expiresAt: Int, bytes: [UInt8])]>([:])
+    /// The encoded reply per session and key, for the token it was made for (a key forgotten and
+    /// made again starts its generations over: the token itself is compared).
+    private let replies = Mutex<[Cached: (token: Secret, expiresAt: Int, bytes: [UInt8])]>([:])
 
     struct Cached: Hashable {
         var session: String
@@ -97,14 +99,14 @@ final class FastGetToken: Sendable {
         }
         let cachedAs = Cached(session: name, key: key)
         let bytes: [UInt8]? = replies.withLock { cache in
-            if let cached = cache[cachedAs], cached.generation == token.generation, cached.expiresAt == token.expiresAt {
+            if let cached = cache[cachedAs], cached.token == token.accessToken, cached.expiresAt == token.expiresAt {
                 return cached.bytes
             }
             var bytes: [UInt8] = []
             guard let parameters = try? tokenReplies.parameters(for: token) else { return nil }
             VarlinkReply(parameters: parameters).encode(into: &bytes)
             if cache.count >= 1024 { cache.removeAll() }  // keys forgotten long ago
-            cache[cachedAs] = (token.generation, token.expiresAt, bytes)
+            cache[cachedAs] = (token.accessToken, token.expiresAt, bytes)
             return bytes
         }
         return bytes.map { ($0, goodFor) }

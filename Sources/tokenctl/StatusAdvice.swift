@@ -83,6 +83,16 @@ struct StatusAdvice: Equatable, Sendable {
             details.append(dpop.binding == "none" ? key : "\(key), binding \(dpop.binding)")
             if let problem = dpop.problem { details.append("DPoP: \(problem)") }
         }
+        if !status.resources.isEmpty {
+            details.append("resources \(status.resources.joined(separator: " ")), strategy \(status.strategy): \(status.strategyReason)")
+            for access in status.resourceAccess {
+                let who = (access.users.map { "user \($0)" } + access.groups.map { "group \($0)" }).joined(separator: ", ")
+                details.append("tokens covering \(access.resource): only \(who.isEmpty ? "root and tokend's user" : who) (resource-access)")
+            }
+        }
+        if !status.webOrigins.isEmpty {
+            details.append("pages: \(status.pageTokens) — \(status.pageTokensReason)")
+        }
     }
 
     /// "10:42 (in 5 min)", with the date when it is not today.

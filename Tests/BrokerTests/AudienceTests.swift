@@ -63,6 +63,13 @@ import Testing
         #expect(SessionActor.resources(named: ["api://b"], among: resources, audiences: aliases) == [Self.b])
         #expect(SessionActor.resources(named: [Self.a, "api://b"], among: resources, audiences: aliases) == [Self.a, Self.b])
         #expect(SessionActor.resources(named: [Self.a, "account"], among: resources, audiences: aliases) == nil)
+        #expect(SessionActor.resources(named: [], among: resources, audiences: aliases) == nil, "an empty audience says nothing")
+    }
+
+    @Test func aGrantThatCarriesResourcesTheConfigurationNoLongerListsStillCoversThem() async throws {
+        let provider = ResourceProvider(.narrows, resources: [Self.a, Self.b])
+        let session = try await session(provider, resources: [], grant: [Self.a, Self.b])
+        #expect(try await session.getToken(minValidSeconds: nil).audience == [Self.a, Self.b])
     }
 
     @Test func aReaderPastItsShareOfKeysIsRefusedAndNobodyElsesKeysGo() async throws {

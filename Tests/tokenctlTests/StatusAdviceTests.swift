@@ -88,4 +88,19 @@ import TokendClient
         #expect(StatusAdvice.relative(0) == "now")
         #expect(StatusAdvice.time(now + 86_400, now: now, zone: utc) == "2026-05-29 20:26 (in 24 h)")
     }
+
+    @Test func whoMayHaveEachResourceAndWhetherPagesMaySaySo() {
+        var apis = status("active")
+        apis.resources = ["https://admin.example.com/", "https://mail.example.com/"]
+        apis.strategy = "shared-audience"
+        apis.strategyReason = "one token for all"
+        apis.resourceAccess = [.init(resource: "https://admin.example.com/", users: ["alice"], groups: ["ops"])]
+        apis.webOrigins = ["https://app.example.com"]
+        apis.pageTokens = "none"
+        apis.pageTokensReason = "every token covers the admin API"
+        let text = StatusAdvice(apis, now: now, zone: utc).text
+        #expect(text.contains("tokens covering https://admin.example.com/: only user alice, group ops (resource-access)"))
+        #expect(text.contains("pages: none — every token covers the admin API"))
+        #expect(text.contains("strategy shared-audience: one token for all"))
+    }
 }
