@@ -13,6 +13,8 @@ import time
 import pytest
 
 from conftest import BIN, login, read_frame, wait_for
+from resources import introspect, mode_server, password_grant
+from resources import mode  # noqa: F401 (fixture)
 
 B = "io.tokend.Broker."
 CREATOR = (4300, 4300)  # may read the session
@@ -270,3 +272,59 @@ def varlink(socket_at, method, **parameters):
         s.connect(socket_at)
         s.sendall(json.dumps({"method": B + method, "parameters": parameters}).encode() + b"\0")
         return json.loads(read_frame(s))
+
+
+ADMIN, MAIL = "https://admin.api.test/", "https://mail.api.test/"
+
+
+@pytest.fixture
+def resource_server(workdir, mode):
+    instance = mode_server(os.path.join(workdir, "as"), mode)
+    yield instance
+    instance.stop()
+
+
+def test_a_share_never_gives_a_resource_its_creator_may_not_have(resource_server, make_tokend, workdir, mode):
+    """resource-access keeps the admin API to root: the creator (a reader) cannot share it, and what comes
+    through its share of the mail API is checked as the creator by the audience rule: introspection shows
+    no token covering the admin API ever leaves (under shared-audience, one token covers both: none leaves)."""
+    server = resource_server
+    os.chmod(workdir, 0o755)
+    daemon = make_tokend(server, daemon={"socket-mode": '"0666"'}, scope='"read write"',
+                         resources=json.dumps([ADMIN, MAIL]),
+                         **{"introspection-endpoint": json.dumps(server.base + "/o/introspect/"),
+                            "resource-access": '{ "%s" = { read-users = ["0"] } }' % ADMIN})
+    with open(daemon.config) as f:
+        text = f.read()
+    with open(daemon.config, "w") as f:
+        f.write(f'[access]\nread-users = ["{CREATOR[0]}"]\nread-groups = []\n' + text)
+    daemon.start()
+    status, grant = password_grant(server, [ADMIN, MAIL], "read write")
+    assert status == 200, grant
+    assert "error" not in daemon.call(B + "Login", refreshToken=grant["refresh_token"])[1]
+    directory = home(workdir, CREATOR)
+    refused = ctl_as(CREATOR, daemon, "share", "create", os.path.join(directory, "admin.sock"), "--resource", ADMIN)
+    assert refused.returncode == 6 and "may not have tokens for " + ADMIN in refused.stderr, refused.stderr
+    assert os.listdir(directory) == [], "the refused share left no file"
+    mail = os.path.join(directory, "mail.sock")
+    made = ctl_as(CREATOR, daemon, "share", "create", mail, "--resource", MAIL, "--mode", "0666")
+    received = []
+    if made.returncode == 0:
+        for method, parameters in [("GetToken", {}), ("GetToken", {"resource": MAIL}), ("Refresh", {"staleGeneration": 0})]:
+            reply = call_as(NOBODY, mail, method, **parameters)
+            if "error" in reply:
+                assert reply["error"] == B + "ResourceNotAllowed" and reply["parameters"]["resource"] == ADMIN, reply
+                continue
+            answer = introspect(server, reply["parameters"]["token"]["accessToken"])
+            assert answer.get("active"), answer
+            received.append(answer.get("aud") or [])
+    else:
+        assert made.returncode == 6 and ADMIN in made.stderr, made.stderr  # shared-audience already learnt
+    assert all(ADMIN not in aud for aud in received), received
+    if mode == "keep-wide":
+        assert made.returncode == 0, made.stderr
+        assert received and all(aud == [MAIL] for aud in received), received
+    else:
+        assert received == [], "under shared-audience the mail API's token covers the admin API: none leaves"
+    # root may have both, and shares the admin API.
+    assert ctl_as((0, 0), daemon, "share", "create", os.path.join(workdir, "root.sock"), "--resource", ADMIN).returncode == 0
