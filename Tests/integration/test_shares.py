@@ -7,12 +7,13 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import time
 
 import pytest
 
-from conftest import BIN, login, read_frame, wait_for
+from conftest import BIN, free_port, login, read_frame, wait_for
 from resources import introspect, mode_server, password_grant
 from resources import mode  # noqa: F401 (fixture)
 
@@ -328,3 +329,74 @@ def test_a_share_never_gives_a_resource_its_creator_may_not_have(resource_server
         assert received == [], "under shared-audience the mail API's token covers the admin API: none leaves"
     # root may have both, and shares the admin API.
     assert ctl_as((0, 0), daemon, "share", "create", os.path.join(workdir, "root.sock"), "--resource", ADMIN).returncode == 0
+
+
+# ssh -R: a share reached from a remote shell. A test-owned OpenSSH server on
+# loopback (its own host key, config and authorized key) stands for the remote
+# host; the remote command runs as a uid with no rights in tokend at all.
+
+SSHD = "/usr/sbin/sshd"
+SHARER = (65534, 65534)  # the share's creator runs ssh: ssh needs a passwd entry (nobody)
+
+
+@pytest.fixture
+def sshd(workdir):
+    if not os.path.exists(SSHD):
+        subprocess.run(["apt-get", "install", "-y", "-qq", "openssh-server"], capture_output=True,
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    if not os.path.exists(SSHD):
+        pytest.fail("needs Debian's openssh-server (apt-get install openssh-server)")
+    directory = os.path.join(workdir, "ssh")
+    os.makedirs(directory)
+    os.chmod(directory, 0o755)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", os.path.join(directory, "host")], check=True)
+    client_key = os.path.join(directory, "client")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", client_key], check=True)
+    os.chown(client_key, *SHARER)
+    shutil.copy(client_key + ".pub", os.path.join(directory, "authorized_keys"))
+    os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
+    port = free_port()
+    config = os.path.join(directory, "sshd_config")
+    with open(config, "w") as f:
+        f.write("\n".join([
+            f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {directory}/host",
+            f"AuthorizedKeysFile {directory}/authorized_keys", f"PidFile {directory}/sshd.pid",
+            "PermitRootLogin prohibit-password", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
+            "UsePAM no", "StrictModes no", "AllowStreamLocalForwarding yes",
+            # The forwarded socket is made 0666 so that the remote command's uid can open it.
+            "StreamLocalBindMask 0111", "LogLevel VERBOSE", ""]))
+    process = subprocess.Popen([SSHD, "-D", "-e", "-f", config], stderr=open(os.path.join(directory, "sshd.log"), "w"))
+
+    def listening():
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+    wait_for(listening, 20, "sshd listening")
+    yield port, client_key
+    process.terminate()
+    process.wait(10)
+
+
+def test_a_share_through_ssh_remote_forwarding(server, make_tokend, workdir, sshd):
+    port, key = sshd
+    daemon = start(make_tokend, server, workdir, access=f'read-users = ["{SHARER[0]}"]\nread-groups = []')
+    share = os.path.join(home(workdir, SHARER), "share.sock")
+    made = ctl_as(SHARER, daemon, "share", "create", share, "--ttl", "5m")
+    assert made.returncode == 0, made.stderr
+    remote = os.path.join(workdir, "remote-tokend.sock")
+    tokenctl = os.path.join(BIN, "tokenctl")
+    # On the "remote host": a user tokend refuses outright, with TOKEND_SOCKET at the forwarded socket.
+    command = (f"TOKEND_SOCKET={remote} setpriv --reuid={NOBODY[0]} --regid={NOBODY[1]} --clear-groups "
+               f"{tokenctl} token; echo refused-here: $(setpriv --reuid={NOBODY[0]} --regid={NOBODY[1]} "
+               f"--clear-groups {tokenctl} token --socket {daemon.socket} >/dev/null 2>&1; echo $?)")
+    result = subprocess.run(
+        ["setpriv", f"--reuid={SHARER[0]}", f"--regid={SHARER[1]}", "--clear-groups",
+         "ssh", "-F", "/dev/null", "-i", key, "-p", str(port), "-o", "UserKnownHostsFile=/dev/null",
+         "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes",
+         "-o", "LogLevel=ERROR", "-R", f"{remote}:{share}", "root@127.0.0.1", command],
+        capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"], "HOME": "/tmp"})
+    assert result.returncode == 0, (result.stdout, result.stderr, open(os.path.join(workdir, "ssh", "sshd.log")).read())
+    token, refused = result.stdout.strip().splitlines()
+    assert active(server, token), "the remote side's token, got through ssh and the share, is one the provider accepts"
+    assert refused == "refused-here: 6", "the same uid on tokend's own socket is refused"
+    info = os.lstat(remote)
+    assert stat.S_ISSOCK(info.st_mode) and info.st_uid == 0, "TOKEND_SOCKET was sshd's forwarded socket, made for root"
