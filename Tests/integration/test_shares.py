@@ -9,6 +9,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import time
 
 import pytest
@@ -400,3 +401,85 @@ def test_a_share_through_ssh_remote_forwarding(server, make_tokend, workdir, ssh
     assert refused == "refused-here: 6", "the same uid on tokend's own socket is refused"
     info = os.lstat(remote)
     assert stat.S_ISSOCK(info.st_mode) and info.st_uid == 0, "TOKEND_SOCKET was sshd's forwarded socket, made for root"
+
+
+# A rootless container: a user namespace (newuidmap, /etc/subuid) with a
+# mount namespace into which the share's directory is bind-mounted. Its
+# process runs as inner uid 1, a subordinate uid of the share's creator.
+
+RANGE_START, RANGE_COUNT = 310000, 100
+
+CONTAINER = r"""
+import ctypes, os, subprocess, sys
+share_dir, mount_at, tokenctl, main_socket, start = sys.argv[1:6]
+libc = ctypes.CDLL(None, use_errno=True)
+ready_r, ready_w = os.pipe()
+mapper = os.fork()
+if mapper == 0:  # outside the namespace: maps it once the parent has entered it
+    os.read(ready_r, 1)
+    os._exit(subprocess.run(["newuidmap", str(os.getppid()), "0", str(os.getuid()), "1", "1", start, "10"]).returncode)
+if libc.unshare(0x10000000 | 0x00020000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS
+    sys.exit(f"unshare: errno {ctypes.get_errno()}")
+os.write(ready_w, b"x")
+if os.waitpid(mapper, 0)[1] != 0:
+    sys.exit("newuidmap failed")
+with open("/proc/self/setgroups", "w") as f:
+    f.write("deny")
+with open("/proc/self/gid_map", "w") as f:
+    f.write(f"0 {os.getgid()} 1")
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0 or \
+        libc.mount(share_dir.encode(), mount_at.encode(), None, MS_BIND, None) != 0:
+    sys.exit(f"mount: errno {ctypes.get_errno()}")
+os.setuid(1)  # the container's process: a subordinate uid on the host
+socket_path = os.path.join(mount_at, "tokend.sock")
+through = subprocess.run([tokenctl, "token"], env={"TOKEND_SOCKET": socket_path}, capture_output=True, text=True)
+direct = subprocess.run([tokenctl, "token", "--socket", main_socket], capture_output=True, text=True)
+print(through.returncode, through.stdout.strip(), through.stderr.strip().replace("\n", " ") or "-")
+print(direct.returncode, direct.stderr.strip().replace("\n", " "))
+"""
+
+
+@pytest.fixture
+def subordinate_range():
+    """/etc/subuid gives SHARER (nobody) a range, restored afterwards; newuidmap installed."""
+    if not shutil.which("newuidmap"):
+        subprocess.run(["apt-get", "install", "-y", "-qq", "uidmap"], capture_output=True)
+    if not shutil.which("newuidmap"):
+        pytest.fail("needs newuidmap (apt-get install uidmap)")
+    saved = open("/etc/subuid").read() if os.path.exists("/etc/subuid") else None
+    with open("/etc/subuid", "a") as f:
+        f.write(f"nobody:{RANGE_START}:{RANGE_COUNT}\n")
+    yield
+    if saved is None:
+        os.unlink("/etc/subuid")
+    else:
+        with open("/etc/subuid", "w") as f:
+            f.write(saved)
+
+
+def test_a_container_gets_tokens_through_its_mounted_share_directory(server, make_tokend, workdir, subordinate_range):
+    daemon = start(make_tokend, server, workdir, access=f'read-users = ["{SHARER[0]}"]\nread-groups = []')
+    directory = home(workdir, SHARER)
+    shared = os.path.join(directory, "for-container")
+    os.makedirs(shared)
+    os.chown(shared, *SHARER)
+    # The container's processes are not its root: the mode lets its uids in (the directory is what is mounted).
+    made = ctl_as(SHARER, daemon, "share", "create", os.path.join(shared, "tokend.sock"), "--mode", "0666")
+    assert made.returncode == 0, made.stderr
+    mount_at = os.path.join(directory, "mnt")
+    os.makedirs(mount_at)
+    os.chown(mount_at, *SHARER)
+    result = subprocess.run(
+        ["setpriv", f"--reuid={SHARER[0]}", f"--regid={SHARER[1]}", "--clear-groups", sys.executable, "-c", CONTAINER,
+         shared, mount_at, os.path.join(BIN, "tokenctl"), daemon.socket, str(RANGE_START)],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    through, direct = result.stdout.splitlines()
+    code, token, _ = through.split(" ", 2)
+    assert code == "0" and active(server, token), through
+    code, message = direct.split(" ", 1)
+    assert code == "6" and "tokenctl share create" in message, direct
+    # tokend saw the subordinate uid (inner uid 1 is RANGE_START on the host) on its own socket, and refused it.
+    wait_for(lambda: "peer may call nothing" in daemon.logs() and f"peer.uid={RANGE_START}" in daemon.logs(),
+             10, "the refusal of the subordinate uid logged")
