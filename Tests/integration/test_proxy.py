@@ -750,7 +750,8 @@ def test_stalled_bodies_are_bounded_and_timed_out(recording, tcp_proxy):
     daemon, proxy = tcp_proxy
     assert proxy.request("GET", "/data", {"Host": f"127.0.0.1:{proxy.port}"})[0] == 200  # warmed up
     before = vm_rss_kib(proxy.process.pid)
-    count, cap, almost = 400, 256, b"x" * ((1 << 20) - 1)  # cap: --max-connections' default
+    # cap: --max-connections-per-user's default, half of --max-connections' 256 (every connection here is this user's)
+    count, cap, almost = 400, 128, b"x" * ((1 << 20) - 1)
     head = (f"POST /upload HTTP/1.1\r\nHost: 127.0.0.1:{proxy.port}\r\nContent-Length: {1 << 20}\r\n\r\n").encode()
     connections = []
     for _ in range(count):
@@ -777,7 +778,7 @@ def test_stalled_bodies_are_bounded_and_timed_out(recording, tcp_proxy):
     print(f"{count} stalled 1 MiB bodies: peak RSS {grown:+.1f} MiB; answered within {late:.1f} s of the last send")
     timed_out = [a for a in answers if a.startswith(b"HTTP/1.1 408") and b"stalled" in a]
     # The first `cap` connections are served (one fewer if the warm-up's is not yet counted out); the rest
-    # get 503, or a reset that cut it off while their body was still arriving.
+    # get 503 (this user's share is taken), or a reset that cut it off while their body was still arriving.
     assert cap - 2 <= len(timed_out) <= cap, len(timed_out)
     assert all(a.startswith(b"HTTP/1.1 503") or a == b"" for a in answers if a not in timed_out), \
         {a[:40] for a in answers if a not in timed_out}
