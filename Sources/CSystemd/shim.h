@@ -1,3 +1,7 @@
+/* The C library comes from Swift's own module of it, not textually from here: otherwise, in a
+   whole-module build of a program that imports both (tokenctl, release), the socket and errno
+   declarations would belong to this module, and files importing only Glibc would not see them. */
+#pragma clang module import SwiftGlibc
 #include <systemd/sd-bus.h>
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-journal.h>
