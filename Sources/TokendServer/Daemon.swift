@@ -84,7 +84,7 @@ public final class Daemon: Service, CustomStringConvertible {
                     tpm: configuration.daemon.tpmInUse))
         }
         broker = Broker(sessions: sessions)
-        shares = Shares(broker: broker, logger: logger)
+        shares = Shares(broker: broker, logger: logger, stateDirectory: store.directory)
     }
 
     static func makeSession(
@@ -174,6 +174,7 @@ public final class Daemon: Service, CustomStringConvertible {
     public func run() async throws {
         await broker.startAll()
         let daemon = configuration.withLock { $0.daemon }
+        let stored = ListenFDs.stored()  // shares kept in systemd's file descriptor store
         let inherited = ListenFDs.take(named: "varlink")
         let source: ListenSource = inherited.map { .fileDescriptor($0) } ?? .path(daemon.socket, mode: daemon.socketMode)
         let server = makeServer(source: source)
@@ -183,6 +184,7 @@ public final class Daemon: Service, CustomStringConvertible {
         let failure: DaemonFailure? = await withThrowingTaskGroup(of: Bool.self) { group in
             group.addTask {
                 try await server.run {
+                    self.shares.restore(stored)
                     let status = await self.statusLine()
                     Notifier.ready(status: status)
                     becameReady.yield()

@@ -2,6 +2,7 @@ import Broker
 import Foundation
 import Logging
 import Synchronization
+import Systemd
 import TokendInterface
 import UnixServer
 import Varlink
@@ -52,6 +53,8 @@ final class Shares: Sendable {
 
     let broker: Broker
     let logger: Logger
+    /// Where the live shares' records are kept for a restart under systemd (Shares+Store); nil: nowhere.
+    let stateDirectory: String?
     let entries = Mutex<[UInt64: Entry]>([:])
     let nextID = Atomic<UInt64>(1)
     let server = Mutex<VarlinkServer?>(nil)
@@ -60,9 +63,10 @@ final class Shares: Sendable {
     /// The sessions' subscribers, shared with the broker methods: share subscribers join the same fan-outs.
     let fanOuts = FanOuts()
 
-    init(broker: Broker, logger: Logger) {
+    init(broker: Broker, logger: Logger, stateDirectory: String? = nil) {
         self.broker = broker
         self.logger = logger
+        self.stateDirectory = stateDirectory
     }
 
     /// The server whose loop serves the shares' sockets.
@@ -86,11 +90,13 @@ final class Shares: Sendable {
     }
 
     /// Serves `fd` as the share `record` until its TTL; the server owns `fd` from here on.
-    func start(_ record: Record, listener fd: CInt, ttl: Int) throws -> BrokerInterface.Share {
+    /// `store`: kept in systemd's file descriptor store too (not when it came from there).
+    func start(_ record: Record, listener fd: CInt, ttl: Int, store: Bool = true) throws -> BrokerInterface.Share {
         guard let server = server.withLock({ $0 }), let tools = tools.withLock({ $0 }) else {
             close(fd)
             throw VarlinkError(BrokerInterface.Error.internalError)
         }
+        if store { Notifier.store(fd, name: Self.storeName(record.id)) }
         let side = try server.serve(
             listener: fd, service: ShareService(record: record, shares: self, tools: tools).service, person: record.creator.person,
             limit: Self.connectionsPerPerson,
@@ -111,8 +117,10 @@ final class Shares: Sendable {
         guard admitted else {
             expiry.cancel()
             server.stopServing(side)
+            Notifier.removeStored(name: Self.storeName(record.id))
             throw VarlinkError(BrokerInterface.Error.tooManyShares, ["limit": .int(Self.perPerson)])
         }
+        persist()
         logger.notice(
             "share created",
             metadata: [
@@ -128,6 +136,8 @@ final class Shares: Sendable {
         guard let entry = entries.withLock({ $0.removeValue(forKey: id) }) else { return }
         entry.expiry.cancel()
         server.withLock { $0 }?.stopServing(entry.listener)
+        Notifier.removeStored(name: Self.storeName(entry.record.id))
+        persist()
         logger.notice(
             "share ended",
             metadata: ["path": "\(entry.record.path)", "session": "\(entry.record.session)", "reason": "\(reason)"])

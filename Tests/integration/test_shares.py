@@ -483,3 +483,20 @@ def test_a_container_gets_tokens_through_its_mounted_share_directory(server, mak
     # tokend saw the subordinate uid (inner uid 1 is RANGE_START on the host) on its own socket, and refused it.
     wait_for(lambda: "peer may call nothing" in daemon.logs() and f"peer.uid={RANGE_START}" in daemon.logs(),
              10, "the refusal of the subordinate uid logged")
+
+
+def test_without_systemd_a_restart_ends_every_share_cleanly(server, make_tokend, workdir):
+    daemon = start(make_tokend, server, workdir)
+    path = os.path.join(home(workdir, CREATOR), "share.sock")
+    assert ctl_as(CREATOR, daemon, "share", "create", path).returncode == 0
+    assert len(listed(daemon, CREATOR)) == 1
+    held = hold(path)
+    assert daemon.stop() == 0
+    assert closed_within(held, 5) < 5
+    daemon.start()
+    assert listed(daemon, CREATOR) == [], "no share outlives a restart without systemd's descriptor store"
+    with socket.socket(socket.AF_UNIX) as s:
+        with pytest.raises(ConnectionRefusedError):
+            s.connect(path)
+    with open(os.path.join(daemon.state, "shares.json")) as f:
+        assert json.load(f) == [], "the records of the ended shares are gone too"
