@@ -1,0 +1,50 @@
+import CLinux
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@testable import tokend_proxy
+
+/// Connection slots: a total, and a share per owner that one owner cannot pass.
+@Suite struct AdmissionTests {
+    @Test func oneOwnerTakesNoMoreThanItsShareAndLeavesTheRestToOthers() {
+        let admission = Admission(limit: 8, perOwner: 4)
+        let crowd = (0..<8).map { _ in admission.admit(owner: 65534) }
+        #expect(crowd == [true, true, true, true, false, false, false, false])
+        #expect(admission.isFull(owner: 65534) && admission.count == 4)
+        #expect((0..<4).allSatisfy { _ in admission.admit(owner: 1000) }, "another owner gets the other four")
+        #expect(!admission.admit(owner: 1001), "the total holds for everyone")
+        #expect(!admission.isFull(owner: 1001), "a refusal over the total takes no share")
+        admission.leave(owner: 65534)
+        #expect(admission.admit(owner: 1001))
+        #expect(admission.count == 8)
+    }
+
+    @Test func withoutAnOwnerOnlyTheTotalCounts() {
+        let admission = Admission(limit: 2)
+        #expect(admission.admit() && admission.admit() && !admission.admit())
+        admission.leave()
+        #expect(admission.admit())
+    }
+}
+
+/// The kernel's socket diagnostics name the owner of a loopback connection's other end.
+@Suite struct PeerOwnerTests {
+    @Test func theOwnerOfALoopbackPeerIsThisProcesssUser() throws {
+        let (listener, address) = try DialerTests.listener(backlog: 4)
+        defer { close(listener) }
+        var target = address
+        let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        defer { close(client) }
+        try #require(withUnsafePointer(to: &target) { connect(client, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), 16) } == 0)
+        let accepted = accept4(listener, nil, nil, Int32(SOCK_CLOEXEC.rawValue))
+        defer { close(accepted) }
+        try #require(accepted >= 0)
+        let owners = try #require(PeerOwner())
+        #expect(owners.uid(ofPeerOf: accepted) == getuid())
+        // The listener's own socket has no peer: no owner, and no error.
+        #expect(owners.uid(ofPeerOf: listener) == nil)
+    }
+}
