@@ -1,0 +1,195 @@
+import Foundation
+import Logging
+import Testing
+import TestSupport
+import Varlink
+
+@testable import UnixServer
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Descriptors passed with calls (SCM_RIGHTS) and listeners served beside
+/// the main one, over real sockets: a call's descriptor is its handler's;
+/// one it does not take, extra ones, and those on a side connection are
+/// closed; a side listener has its own service, its own per-person limit,
+/// and stopping it closes its connections.
+@Suite(.serialized) struct SideListenerTests {
+    static let interface = try! VarlinkInterface(description: """
+        interface org.example.side
+        method Take() -> (passed: bool, listening: bool)
+        method Leave() -> (passed: bool)
+        method Where() -> (side: bool)
+        """)
+
+    /// A server whose Take keeps the passed descriptor (closing it), whose Leave does not take it.
+    static func service(side: Bool) -> VarlinkService {
+        VarlinkService(
+            info: ServiceInfo(vendor: "test", product: "test", version: "1", url: "u"),
+            implementations: [
+                VarlinkImplementation(
+                    interface: interface,
+                    methods: [
+                        "Take": .call { _, _ in
+                            guard let fd = PassedDescriptor.current?.take() else { return ["passed": false, "listening": false] }
+                            defer { close(fd) }
+                            var value: Int32 = 0
+                            var length = socklen_t(4)
+                            getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &value, &length)
+                            return ["passed": true, "listening": .bool(value == 1)]
+                        },
+                        "Leave": .call { _, _ in ["passed": .bool(PassedDescriptor.current != nil)] },
+                        "Where": .call { _, _ in ["side": .bool(side)] },
+                    ])
+            ])
+    }
+
+    struct Server {
+        let path: String
+        let server: VarlinkServer
+        let task: Task<Void, Error>
+
+        init() async throws {
+            path = NSTemporaryDirectory() + "side-\(UUID().uuidString.prefix(8)).sock"
+            var logger = Logger(label: "test")
+            logger.logLevel = .critical
+            let server = VarlinkServer(
+                service: SideListenerTests.service(side: false), source: .path(path, mode: 0o600),
+                limits: Harness.quickLimits(), logger: logger, subordinateIDs: SubordinateIDs())
+            self.server = server
+            let (ready, readyContinuation) = AsyncStream<Void>.makeStream()
+            task = Task { try await server.run { readyContinuation.finish() } }
+            for await _ in ready {}
+        }
+
+        func stop() async {
+            task.cancel()
+            _ = try? await task.value
+            unlink(path)
+        }
+    }
+
+    /// Sends `frame` with `descriptors` in one sendmsg.
+    static func send(_ frame: String, passing descriptors: [CInt], on fd: CInt) {
+        var bytes = Array(frame.utf8)
+        let header = MemoryLayout<cmsghdr>.size
+        let length = header + descriptors.count * MemoryLayout<CInt>.size
+        var control = [UInt8](repeating: 0, count: (length + 7) & ~7)
+        control.withUnsafeMutableBytes { raw in
+            var message = cmsghdr()
+            message.cmsg_len = length
+            message.cmsg_level = SOL_SOCKET
+            message.cmsg_type = Int32(SCM_RIGHTS)
+            raw.storeBytes(of: message, as: cmsghdr.self)
+            for (index, descriptor) in descriptors.enumerated() {
+                raw.storeBytes(of: descriptor, toByteOffset: header + index * 4, as: CInt.self)
+            }
+        }
+        _ = bytes.withUnsafeMutableBytes { bytes in
+            control.withUnsafeMutableBytes { control in
+                var vector = iovec(iov_base: bytes.baseAddress, iov_len: bytes.count)
+                return withUnsafeMutablePointer(to: &vector) { vector in
+                    var message = msghdr()
+                    message.msg_iov = vector
+                    message.msg_iovlen = 1
+                    message.msg_control = control.baseAddress
+                    message.msg_controllen = control.count
+                    return sendmsg(fd, &message, 0)
+                }
+            }
+        }
+    }
+
+    static func openDescriptors() -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
+    }
+
+    static func listener(at path: String) -> CInt {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: path.utf8)
+            raw[path.utf8.count] = 0
+        }
+        _ = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        listen(fd, 16)
+        return fd
+    }
+
+    @Test func aDescriptorPassedWithACallIsItsHandlersAndNoOtherIsKept() async throws {
+        let server = try await Server()
+        let client = try TestClient(path: server.path)
+        let sidePath = server.path + ".l"
+        let listening = Self.listener(at: sidePath)
+        defer {
+            close(listening)
+            unlink(sidePath)
+        }
+        Self.send(TestClient.frame("org.example.side.Take"), passing: [listening], on: client.fd)
+        let taken = client.reply()
+        #expect(taken?.parameters["passed"] == true && taken?.parameters["listening"] == true)
+        Self.send(TestClient.frame("org.example.side.Take"), passing: [], on: client.fd)
+        #expect(client.reply()?.parameters["passed"] == false)
+        // Calls whose descriptors are not taken, or come two at a time: none stays open in the server.
+        let before = Self.openDescriptors()
+        for _ in 0..<50 {
+            var pair: [CInt] = [0, 0]
+            socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair)
+            Self.send(TestClient.frame("org.example.side.Leave"), passing: pair, on: client.fd)
+            #expect(client.reply()?.parameters["passed"] == true)
+            close(pair[0])
+            close(pair[1])
+        }
+        try await eventually { Self.openDescriptors() <= before }
+        // A descriptor sent ahead of its call (with a part of it) goes with no call: closed.
+        var pair: [CInt] = [0, 0]
+        socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair)
+        let frame = TestClient.frame("org.example.side.Leave")
+        Self.send(String(frame.prefix(10)), passing: [pair[0]], on: client.fd)
+        client.send(String(frame.dropFirst(10)))
+        #expect(client.reply()?.parameters["passed"] == false)
+        close(pair[0])
+        close(pair[1])
+        try await eventually { Self.openDescriptors() <= before }
+        await server.stop()
+    }
+
+    @Test func aSideListenerHasItsServiceItsLimitAndEndsWithItsConnections() async throws {
+        let server = try await Server()
+        let sidePath = server.path + ".side"
+        defer { unlink(sidePath) }
+        let side = try server.server.serve(
+            listener: Self.listener(at: sidePath), service: Self.service(side: true), person: 4242, limit: 2,
+            limitError: VarlinkError("org.example.side.TooMany"))
+        let first = try TestClient(path: sidePath)
+        first.send(TestClient.frame("org.example.side.Where"))
+        #expect(first.reply()?.parameters["side"] == true)
+        let second = try TestClient(path: sidePath)
+        second.send(TestClient.frame("org.example.side.Where"))
+        #expect(second.reply()?.parameters["side"] == true)
+        try await eventually { side.connections == 2 }
+        let third = try TestClient(path: sidePath)
+        third.send(TestClient.frame("org.example.side.Where"))
+        #expect(third.reply()?.error == "org.example.side.TooMany")
+        // A descriptor sent on a side connection is never a call's.
+        var pair: [CInt] = [0, 0]
+        socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair)
+        Self.send(TestClient.frame("org.example.side.Leave"), passing: [pair[0]], on: first.fd)
+        #expect(first.reply()?.parameters["passed"] == false)
+        close(pair[0])
+        close(pair[1])
+        // The main socket is served by its own service all along.
+        let main = try TestClient(path: server.path)
+        main.send(TestClient.frame("org.example.side.Where"))
+        #expect(main.reply()?.parameters["side"] == false)
+        server.server.stopServing(side)
+        #expect(first.closedByServer() && second.closedByServer())
+        try await eventually { side.connections == 0 }
+        #expect(throws: TestFailure.self) { _ = try TestClient(path: sidePath) }
+        await server.stop()
+    }
+}
