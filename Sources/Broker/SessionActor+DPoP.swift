@@ -27,6 +27,26 @@ public struct DPoPKeyStatus: Sendable, Equatable {
     public var problem: String?
 }
 
+/// A key whose every signature is reported (see followProofKey).
+struct WatchedProofKey: ProofKey {
+    let inner: any ProofKey
+    let outcome: @Sendable (ProofKeyError?) -> Void
+    var publicKey: P256PublicJWK { inner.publicKey }
+    var storage: KeyStorage { inner.storage }
+    var stored: [UInt8] { inner.stored }
+
+    func sign(_ message: [UInt8]) async throws(ProofKeyError) -> [UInt8] {
+        do {
+            let signature = try await inner.sign(message)
+            outcome(nil)
+            return signature
+        } catch {
+            outcome(error)
+            throw error
+        }
+    }
+}
+
 /// A stored key that cannot be used here: every proof it is asked for fails,
 /// so no request goes upstream without one.
 struct UnusableProofKey: ProofKey {
@@ -86,8 +106,32 @@ extension SessionActor {
             key = UnusableProofKey(error: error, publicKey: jwk, storage: KeyStorage(rawValue: stored.storage) ?? .state)
         }
         proofKeyInUse = key
-        endpoint.useProofKey(key)
-        if key.storage == .tpm { probeProofKey(key) }
+        guard key.storage == .tpm, !(key is UnusableProofKey) else {
+            endpoint.useProofKey(key)
+            return
+        }
+        // Every signature tells the session whether the TPM has the key: status follows the TPM both ways.
+        let thumbprint = key.thumbprint
+        let watched = WatchedProofKey(inner: key) { [weak self] error in
+            guard let self else { return }
+            Task { await self.proofKeySigned(thumbprint, error) }
+        }
+        proofKeyInUse = watched
+        endpoint.useProofKey(watched)
+        probeProofKey(watched)
+    }
+
+    /// What a signature with the key in use showed: nil, it signed; else why not.
+    func proofKeySigned(_ thumbprint: String, _ error: ProofKeyError?) {
+        guard proofKeyInUse?.thumbprint == thumbprint else { return }
+        guard let error else {
+            guard dpopProblem != nil else { return }
+            logger.notice("DPoP key signs again")
+            dpopProblem = nil
+            updateSnapshot()
+            return
+        }
+        proofKeyFailed(error)
     }
 
     func loadProofKey(_ stored: DPoPKeyRecord) throws(ProofKeyError) -> any ProofKey {
@@ -104,22 +148,17 @@ extension SessionActor {
         return key
     }
 
-    /// A key in the TPM is tried once off the actor at start: one that this
-    /// TPM cannot load is found before anything asks for a token.
+    /// A key in the TPM is tried once, off the actor, when it is taken into
+    /// use: one this TPM cannot load is found before anything asks for a token.
     func probeProofKey(_ key: any ProofKey) {
-        Task {
-            do throws(ProofKeyError) {
-                _ = try await key.sign(Array("tokend probe".utf8))
-            } catch {
-                self.proofKeyFailed(key, error)
-            }
-        }
+        Task { _ = try? await key.sign(Array("tokend probe".utf8)) }
     }
 
-    func proofKeyFailed(_ key: any ProofKey, _ error: ProofKeyError) {
-        guard proofKeyInUse?.thumbprint == key.thumbprint else { return }
+    func proofKeyFailed(_ error: ProofKeyError) {
+        let problem = error.kind == .notInThisTPM ? ProofKeyError.notInThisTPMReason : error.description
+        guard problem != dpopProblem else { return }
         logger.error("DPoP key cannot sign", metadata: ["problem": "\(error.description)"])
-        dpopProblem = error.kind == .notInThisTPM ? ProofKeyError.notInThisTPMReason : error.description
+        dpopProblem = problem
         updateSnapshot()
     }
 

@@ -63,13 +63,18 @@ class SwTPM:
                 break
             except OSError:
                 self.port = free_port()
+        self.start()
+
+    def start(self):
+        """(Again, after stop: the same ports and the same TPM state.)"""
         self.process = subprocess.Popen(
-            ["swtpm", "socket", "--tpm2", "--tpmstate", f"dir={directory}",
+            ["swtpm", "socket", "--tpm2", "--tpmstate", f"dir={self.directory}",
              "--server", f"type=tcp,port={self.port},bindaddr=127.0.0.1",
              "--ctrl", f"type=tcp,port={self.port + 1},bindaddr=127.0.0.1",
              "--flags", "not-need-init,startup-clear"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(lambda: self.tools("tpm2_getrandom", "4", "--hex").returncode == 0, 20, "swtpm answering")
+        return self
 
     @property
     def tcti(self):
@@ -354,6 +359,24 @@ def test_tpm_key_is_made_in_the_tpm_and_cannot_leave_it(provider, make_daemon, s
     b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
     canonical = json.dumps({"crv": "P-256", "kty": "EC", "x": b64(x), "y": b64(y)}, separators=(",", ":"), sort_keys=True)
     assert b64(hashlib.sha256(canonical.encode()).digest()) == dpop["thumbprint"]
+
+
+def test_a_tpm_that_stops_answering_costs_no_upstream_call_and_its_return_heals(provider, make_daemon, swtpm):
+    tpm = swtpm()
+    daemon = make_daemon(provider, dpop_key="tpm", tpm=tpm.tcti).start()
+    device_login(daemon, provider)
+    grants = provider.refresh_grants()
+    tpm.stop()
+    reply = daemon.refresh(1)
+    assert reply.get("error") == B + "UpstreamUnavailable" and "TPM" in json.dumps(reply), reply
+    wait_for(lambda: "cannot be reached" in (daemon.dpop().get("problem") or ""), 10, "status to name the TPM")
+    assert provider.refresh_grants() == grants
+    # The cached token is still handed out: the key is not gone, only out of reach.
+    assert daemon.token()["generation"] == 1
+    tpm.start()
+    wait_for(lambda: "error" not in daemon.refresh(1), 30, "a refresh once the TPM answers")
+    assert provider.refresh_grants() == grants + 1
+    assert daemon.dpop().get("problem") is None
 
 
 def test_a_copy_of_the_state_on_another_tpm_cannot_refresh(provider, make_daemon, swtpm, workdir):
