@@ -17,6 +17,9 @@ extension TokendClient {
     }
 }
 
+/// A DPoP session's key as status shows it (SessionStatus.dpop).
+public typealias DPoPStatus = BrokerInterface.DPoPStatus
+
 extension AccessToken {
     /// The provider bound this token to tokend's DPoP key: it is useless
     /// without a proof of that key on each request (GetProof).

@@ -117,6 +117,9 @@ struct DoctorCommand: AsyncParsableCommand {
                     groupID: file.group.flatMap(DoctorTokenFileCheck.groupID)))
         }
         if let store = session.sharedStore { results += DoctorFleetCheck.run(url: store, session: name) }
+        if let dpop = status?.dpop {
+            results += DoctorDPoPCheck.judge(dpop, session: name, librariesMissing: DoctorDPoPCheck.missingLibraries())
+        }
         return results
     }
 

@@ -168,6 +168,8 @@ def test_device_login_binds_the_grant_and_refreshes_with_proofs(provider, make_d
     assert provider.refresh_token_thumbprints()[0] == thumbprint
     shown = daemon.ctl("status", "--session", "g2")
     assert f"DPoP key {thumbprint} in the state, binding verified" in shown.stdout, shown
+    doctor = daemon.ctl("doctor", "--config", daemon.config)
+    assert f"ok    DPoP (g2): key {thumbprint} in the state, binding verified" in doctor.stdout, doctor.stdout
     # The first proof had no nonce: Glewlwyd asked for one and tokend retried once with it.
     assert nonce_refusals(provider) == 1
     for generation in (1, 2, 3, 4):
@@ -401,6 +403,8 @@ def test_a_copy_of_the_state_on_another_tpm_cannot_refresh(provider, make_daemon
     wait_for(lambda: copy.dpop().get("problem"), 20, "the copy to find its key missing")
     assert copy.dpop()["problem"] == "this session's key is not in this machine's TPM — log in again"
     assert "DPoP: this session's key is not in this machine's TPM — log in again" in copy.ctl("status", "--session", "g2").stdout
+    doctor = copy.ctl("doctor", "--config", copy.config)
+    assert "FAIL  DPoP (g2): this session's key is not in this machine's TPM" in doctor.stdout, doctor.stdout
     reply = copy.call(B + "GetToken", session="g2")[1]
     assert reply.get("error") == B + "LoginRequired", reply
     assert "not in this machine's TPM" in json.dumps(reply)
