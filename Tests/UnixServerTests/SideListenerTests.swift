@@ -14,8 +14,9 @@ import Glibc
 /// the main one, over real sockets: a call's descriptor is its handler's;
 /// one it does not take, extra ones, and those on a side connection are
 /// closed; a side listener has its own service, its own per-person limit,
-/// and stopping it closes its connections.
-@Suite(.serialized) struct SideListenerTests {
+/// and stopping it closes its connections. (Its tests are ServerLoopTests':
+/// tests that block in a socket run one at a time.)
+enum SideListenerFixtures {
     static let interface = try! VarlinkInterface(description: """
         interface org.example.side
         method Take() -> (passed: bool, listening: bool)
@@ -55,7 +56,7 @@ import Glibc
             var logger = Logger(label: "test")
             logger.logLevel = .critical
             let server = VarlinkServer(
-                service: SideListenerTests.service(side: false), source: .path(path, mode: 0o600),
+                service: SideListenerFixtures.service(side: false), source: .path(path, mode: 0o600),
                 limits: Harness.quickLimits(), logger: logger, subordinateIDs: SubordinateIDs())
             self.server = server
             let (ready, readyContinuation) = AsyncStream<Void>.makeStream()
@@ -119,51 +120,55 @@ import Glibc
         listen(fd, 16)
         return fd
     }
+}
+
+extension ServerLoopTests {
+    typealias Side = SideListenerFixtures
 
     @Test func aDescriptorPassedWithACallIsItsHandlersAndNoOtherIsKept() async throws {
-        let server = try await Server()
+        let server = try await Side.Server()
         let client = try TestClient(path: server.path)
         let sidePath = server.path + ".l"
-        let listening = Self.listener(at: sidePath)
+        let listening = Side.listener(at: sidePath)
         defer {
             close(listening)
             unlink(sidePath)
         }
-        Self.send(TestClient.frame("org.example.side.Take"), passing: [listening], on: client.fd)
+        Side.send(TestClient.frame("org.example.side.Take"), passing: [listening], on: client.fd)
         let taken = client.reply()
         #expect(taken?.parameters["passed"] == true && taken?.parameters["listening"] == true)
-        Self.send(TestClient.frame("org.example.side.Take"), passing: [], on: client.fd)
+        Side.send(TestClient.frame("org.example.side.Take"), passing: [], on: client.fd)
         #expect(client.reply()?.parameters["passed"] == false)
         // Calls whose descriptors are not taken, or come two at a time: none stays open in the server.
-        let before = Self.openDescriptors()
+        let before = Side.openDescriptors()
         for _ in 0..<50 {
             var pair: [CInt] = [0, 0]
             socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair)
-            Self.send(TestClient.frame("org.example.side.Leave"), passing: pair, on: client.fd)
+            Side.send(TestClient.frame("org.example.side.Leave"), passing: pair, on: client.fd)
             #expect(client.reply()?.parameters["passed"] == true)
             close(pair[0])
             close(pair[1])
         }
-        try await eventually { Self.openDescriptors() <= before }
+        try await eventually { Side.openDescriptors() <= before }
         // A descriptor sent ahead of its call (with a part of it) goes with no call: closed.
         var pair: [CInt] = [0, 0]
         socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair)
         let frame = TestClient.frame("org.example.side.Leave")
-        Self.send(String(frame.prefix(10)), passing: [pair[0]], on: client.fd)
+        Side.send(String(frame.prefix(10)), passing: [pair[0]], on: client.fd)
         client.send(String(frame.dropFirst(10)))
         #expect(client.reply()?.parameters["passed"] == false)
         close(pair[0])
         close(pair[1])
-        try await eventually { Self.openDescriptors() <= before }
+        try await eventually { Side.openDescriptors() <= before }
         await server.stop()
     }
 
     @Test func aSideListenerHasItsServiceItsLimitAndEndsWithItsConnections() async throws {
-        let server = try await Server()
+        let server = try await Side.Server()
         let sidePath = server.path + ".side"
         defer { unlink(sidePath) }
         let side = try server.server.serve(
-            listener: Self.listener(at: sidePath), service: Self.service(side: true), person: 4242, limit: 2,
+            listener: Side.listener(at: sidePath), service: Side.service(side: true), person: 4242, limit: 2,
             limitError: VarlinkError("org.example.side.TooMany"))
         let first = try TestClient(path: sidePath)
         first.send(TestClient.frame("org.example.side.Where"))
@@ -178,7 +183,7 @@ import Glibc
         // A descriptor sent on a side connection is never a call's.
         var pair: [CInt] = [0, 0]
         socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair)
-        Self.send(TestClient.frame("org.example.side.Leave"), passing: [pair[0]], on: first.fd)
+        Side.send(TestClient.frame("org.example.side.Leave"), passing: [pair[0]], on: first.fd)
         #expect(first.reply()?.parameters["passed"] == false)
         close(pair[0])
         close(pair[1])
