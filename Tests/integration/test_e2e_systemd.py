@@ -220,3 +220,43 @@ def test_debian_package_installs_runs_and_purges(server, workdir):
                             "test -e /etc/credstore.encrypted/tokend.state-key").returncode != 0
     finally:
         container.stop()
+
+
+def test_a_share_survives_a_restart_through_the_file_descriptor_store(server, workdir):
+    """tokenctl share (issue 44) under the real units: a member's share is kept in systemd's file
+    descriptor store across `systemctl restart tokend` and answers again; revoked, it is gone from the
+    store, so the next restart does not bring it back."""
+    stage, _ = staged(server, workdir)
+    for unit in ("tokend.socket", "tokend.service", "tokend.sysusers.conf"):
+        shutil.copy(os.path.join(ROOT, "systemd", unit), stage)
+    container = Container(workdir, stage)
+    try:
+        container.sh(
+            "install -m 0755 /opt/tokend-bin/tokend /opt/tokend-bin/tokenctl /usr/local/bin/ && "
+            "cp /stage/tokend.socket /stage/tokend.service /etc/systemd/system/ && "
+            "mkdir -p /etc/sysusers.d && cp /stage/tokend.sysusers.conf /etc/sysusers.d/tokend.conf && systemd-sysusers && "
+            "install -d -m 0755 /etc/tokend && cp /stage/tokend.toml /etc/tokend/ && "
+            "install -m 0600 /stage/secret /etc/tokend/default.client-secret && "
+            "useradd -M -G tokend member && install -d -o member -m 0700 /srv/member && "
+            "systemctl daemon-reload && systemctl start tokend.socket", check=True)
+        container.sh("tokenctl login --refresh-token-file /stage/refresh-token", check=True)
+        member = "runuser -u member -- "
+        made = container.sh(member + "tokenctl share create /srv/member/s.sock --ttl 1h")
+        assert made.returncode == 0, made.stderr + container.sh("journalctl -u tokend --no-pager").stdout[-3000:]
+        through = member + "env TOKEND_SOCKET=/srv/member/s.sock tokenctl token"
+        assert container.sh(through).returncode == 0
+        container.sh("systemctl restart tokend", check=True)
+        shares = container.sh(member + "tokenctl share list --json")
+        assert shares.returncode == 0 and json.loads(shares.stdout)["path"] == "/srv/member/s.sock", shares.stdout
+        again = container.sh(through)
+        assert again.returncode == 0 and again.stdout.strip(), again.stderr
+        assert "stored share dropped" not in container.sh("journalctl -u tokend --no-pager").stdout
+        # Revoked: closed, its file removed, and out of the store: a restart brings nothing back.
+        container.sh(member + "tokenctl share revoke /srv/member/s.sock", check=True)
+        assert container.sh("test -e /srv/member/s.sock").returncode == 1
+        container.sh("systemctl restart tokend", check=True)
+        assert container.sh(member + "tokenctl share list").stdout.strip() == ""
+    finally:
+        with open(os.path.join(workdir, "tokend-journal.log"), "w") as f:
+            f.write(container.sh("journalctl -u tokend --no-pager").stdout)
+        container.stop()
