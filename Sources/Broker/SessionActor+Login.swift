@@ -64,6 +64,8 @@ extension SessionActor {
                 .loginFailed, name, "\(Self.maximumPendingLogins) logins are already pending for this session; finish or cancel one")
         }
         if endpoint.issuer != nil, providerMetadata == nil { await discoverOnce() }
+        // The grant is bound to this key from its first request on (a pushed authorization request included).
+        let proofKey = try await makeLoginKey()
         let id = "\(name)/\(randomToken())"
         let now = clock.now()
         let login: PendingLogin
@@ -92,7 +94,7 @@ extension SessionActor {
             let code = AuthorizationCodeLogin(redirectURI: redirectURI)
             let url: URL
             do {
-                url = try await endpoint.beginAuthorization(for: code)
+                url = try await endpoint.beginAuthorization(for: code, proofKey: proofKey)
             } catch {
                 throw loginError(error, doing: "the authorization request")
             }
@@ -102,7 +104,7 @@ extension SessionActor {
             login = PendingLogin(ticket: ticket, grant: .browser(code, authorizationURL: url), owner: owner, interval: 0)
         }
         var begun = login
-        begun.proofKey = try await makeLoginKey()
+        begun.proofKey = proofKey
         pendingLogins[id] = begun
         var pending = event(.loginPending)
         pending.loginFlow = flow.rawValue

@@ -1,3 +1,4 @@
+import DPoP
 import Foundation
 import Secrets
 
@@ -84,6 +85,12 @@ extension HTTPTokenEndpoint {
     /// The authorization URL, pushed first when the session or the provider
     /// asks for it: the browser then carries only `client_id` and `request_uri`.
     public func beginAuthorization(for login: AuthorizationCodeLogin) async throws(TokenEndpointError) -> URL {
+        try await beginAuthorization(for: login, proofKey: nil)
+    }
+
+    public func beginAuthorization(for login: AuthorizationCodeLogin, proofKey: (any ProofKey)?) async throws(TokenEndpointError)
+        -> URL
+    {
         try checkRedirect(login)
         let endpoints = current
         guard pushesAuthorization || endpoints.requiresPushedAuthorization else { return try authorizationURL(for: login) }
@@ -94,7 +101,7 @@ extension HTTPTokenEndpoint {
         let form = FormRequest.pushedAuthorization(login, scope: scope, resources: resources, credentials: credentials)
         let pushed: PushedAuthorization
         do {
-            let answer = try await post(form, to: pushURL)
+            let answer = try await post(form, to: pushURL, proofKey: proofKey)
             pushed = try PushedAuthorization.parse(status: answer.status, body: answer.body, redactor: form.redactor)
         } catch {
             throw error.redacting(form.redactor)

@@ -33,6 +33,8 @@ public protocol TokenEndpoint: Sendable {
     /// The same, after pushing the request to the provider when it or the
     /// session asks for that (RFC 9126); what a browser login calls.
     func beginAuthorization(for login: AuthorizationCodeLogin) async throws(TokenEndpointError) -> URL
+    /// The same, the pushed request carrying a DPoP proof signed by `proofKey` (RFC 9449 §10.1): the code is bound to it.
+    func beginAuthorization(for login: AuthorizationCodeLogin, proofKey: (any ProofKey)?) async throws(TokenEndpointError) -> URL
     /// Redeems a login grant at the token endpoint.
     func redeem(_ grant: LoginGrant, cookieHeader: String) async -> RefreshAnswer
     /// The same with a DPoP proof signed by `proofKey` (RFC 9449): the grant it makes is bound to that key.
@@ -79,6 +81,11 @@ extension TokenEndpoint {
         await redeem(grant, cookieHeader: cookieHeader)
     }
     public func useProofKey(_ key: (any ProofKey)?) {}
+    public func beginAuthorization(for login: AuthorizationCodeLogin, proofKey: (any ProofKey)?) async throws(TokenEndpointError)
+        -> URL
+    {
+        try await beginAuthorization(for: login)
+    }
     public func audience(of accessToken: Secret) async -> AudienceReading {
         AudienceReading.jwtAudience(of: accessToken.reveal()).map { .stated($0, source: "the token's aud claim") }
             ?? .unknown("the token is not a JWT")

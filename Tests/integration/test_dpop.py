@@ -182,18 +182,41 @@ def test_device_login_binds_the_grant_and_refreshes_with_proofs(provider, make_d
     assert nonce_refusals(provider) == 1
 
 
-def test_browser_login_binds_the_grant(provider, make_daemon):
-    daemon = make_daemon(provider).start()
+@pytest.mark.parametrize("pushed", [False, True], ids=["query", "pushed"])
+def test_browser_login_binds_the_grant(provider, make_daemon, pushed):
+    """With pushed-authorization, the pushed request carries a proof too (Glewlwyd refuses
+    one without it from a client that requires DPoP) and the code is bound to the key.
+    Glewlwyd's pushed authorization endpoint answers a proof without its current nonce with
+    403 invalid_dpop_proof, not use_dpop_nonce: a first push fails until tokend has a nonce from
+    the token endpoint, so the pushed case logs in by the device flow first (docs/providers.md)."""
+    options = {}
+    if pushed:
+        # Glewlwyd checks the redirect URI when the request is pushed: a fixed one, registered first.
+        options = {"pushed-authorization": True, "redirect-uri": f"http://127.0.0.1:{free_port()}/callback"}
+        provider.add_redirect_uri(DPOP_CLIENT_ID, options["redirect-uri"])
+    daemon = make_daemon(provider, **options).start()
+    if pushed:
+        device_login(daemon, provider)
+        before = daemon.dpop()["thumbprint"]
     process, start = start_login(daemon, "browser")
     url = authorization_url(start)
-    provider.add_redirect_uri(DPOP_CLIENT_ID, urllib.parse.parse_qs(urllib.parse.urlparse(url).query)["redirect_uri"][0])
+    query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
+    if pushed:
+        assert set(query) == {"client_id", "request_uri"}, url
+    else:
+        provider.add_redirect_uri(DPOP_CLIENT_ID, query["redirect_uri"][0])
     with urllib.request.urlopen(provider.authorize(url), timeout=10) as page:
         assert "Logged in" in page.read().decode()
     out, err = process.communicate(timeout=60)
     assert process.returncode == 0, (out, err, daemon.logs()[-3000:])
     dpop = daemon.dpop()
     assert dpop["binding"] == "verified" and provider.refresh_token_thumbprints()[0] == dpop["thumbprint"], dpop
-    assert daemon.refresh(1)["parameters"]["token"]["generation"] == 2
+    if pushed:
+        with provider.db() as db:
+            (bound,) = db.execute("select gpop_dpop_jkt from gpo_par order by gpop_id desc limit 1").fetchone()
+        assert bound == dpop["thumbprint"] != before  # the browser login's own key
+    generation = daemon.token()["generation"]
+    assert daemon.refresh(generation)["parameters"]["token"]["generation"] == generation + 1
 
 
 def test_two_hundred_askers_at_expiry_cause_one_refresh(short_provider, make_daemon):
