@@ -85,6 +85,8 @@ struct ShareService {
     let record: Shares.Record
     let shares: Shares
     let tools: Shares.Tools
+    /// False once the share has ended: calls already made on its connections are refused.
+    let isLive: @Sendable () -> Bool
 
     static let answered: Set<String> = ["GetToken", "Refresh", "GetProof", "Subscribe"]
 
@@ -116,7 +118,7 @@ struct ShareService {
     /// The call's parameters held to the share (its session, one of its
     /// resources, its scope), and the context it is made in: the creator's.
     func narrow(_ parameters: JSONObject, _ context: CallContext, method: String) throws -> (JSONObject, CallContext) {
-        guard shares.isLive(record.id) else { throw VarlinkError.permissionDenied }
+        guard isLive() else { throw VarlinkError.permissionDenied }
         func outside(_ what: String) -> VarlinkError {
             shares.logger.notice(
                 "share call refused", metadata: ["path": "\(record.path)", "method": "\(method)", "reason": "\(what)"])

@@ -98,7 +98,10 @@ final class Shares: Sendable {
         }
         if store { Notifier.store(fd, name: Self.storeName(record.id)) }
         let side = try server.serve(
-            listener: fd, service: ShareService(record: record, shares: self, tools: tools).service, person: record.creator.person,
+            listener: fd,
+            service: ShareService(record: record, shares: self, tools: tools) { [weak self] in self?.isLive(record.id) ?? false }
+                .service,
+            person: record.creator.person,
             limit: Self.connectionsPerPerson,
             limitError: VarlinkError(BrokerInterface.Error.tooManyShares, ["limit": .int(Self.connectionsPerPerson)]))
         let expiry = Task { [weak self] in
