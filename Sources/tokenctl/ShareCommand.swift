@@ -23,10 +23,10 @@ struct ShareCreateCommand: AsyncParsableCommand {
         commandName: "create",
         abstract: "Make a socket at PATH that answers token calls of one session, as you may have them, until --ttl.",
         discussion: """
-            Whoever can open PATH gets the session's tokens (only those named by --resource and --scope),
-            never more than you may have. ssh -R /remote/tokend.sock:PATH host, then TOKEND_SOCKET=/remote/tokend.sock
-            on the remote side; for a container, mount PATH's directory (a socket file bind-mounted alone dies
-            when the share is made again).
+            Whoever can open PATH gets the session's tokens (only those of --resource and --scope), never more \
+            than you may have. For a remote shell: ssh -R /tmp/tokend.sock:PATH host, and \
+            TOKEND_SOCKET=/tmp/tokend.sock there. For a container, mount PATH's directory (a socket file \
+            mounted alone is the old one once the share is made again).
             """)
     @OptionGroup var common: Common
     @Argument(help: "Where to make the socket; it must not exist (relative: to the current directory).")
@@ -35,9 +35,9 @@ struct ShareCreateCommand: AsyncParsableCommand {
     var resources: [String] = []
     @Option(help: "A narrower scope the share's tokens have.")
     var scope: String?
-    @Option(help: "How long the share lasts: seconds, or a number with s, m, h or d (at most 30d).")
+    @Option(help: "How long the share lasts: seconds, or a number with s, m, h or d; at most 30d.")
     var ttl: String = "1h"
-    @Option(help: "The socket file's mode, octal (default 0600: only you can connect).")
+    @Option(help: "The socket file's mode, octal; 0600 lets only you connect.")
     var mode: String = "0600"
 
     func validate() throws {
