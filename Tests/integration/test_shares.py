@@ -500,3 +500,31 @@ def test_without_systemd_a_restart_ends_every_share_cleanly(server, make_tokend,
             s.connect(path)
     with open(os.path.join(daemon.state, "shares.json")) as f:
         assert json.load(f) == [], "the records of the ended shares are gone too"
+
+
+def test_one_person_holds_at_most_16_shares_and_64_connections_through_them(server, make_tokend, workdir):
+    daemon = start(make_tokend, server, workdir)
+    directory = home(workdir, CREATOR)
+    for index in range(16):
+        made = ctl_as(CREATOR, daemon, "share", "create", os.path.join(directory, f"s{index}.sock"))
+        assert made.returncode == 0, made.stderr
+    refused = ctl_as(CREATOR, daemon, "share", "create", os.path.join(directory, "s16.sock"))
+    assert refused.returncode == 1 and "as many shares as one person may (16)" in refused.stderr, refused.stderr
+    assert not os.path.lexists(os.path.join(directory, "s16.sock"))
+    assert ctl_as(OTHER, daemon, "share", "create", os.path.join(home(workdir, OTHER), "o.sock")).returncode == 0, \
+        "another person's shares are counted apart"
+    # 64 connections through two of the creator's shares; the next one, through either, is refused.
+    held = [hold(os.path.join(directory, f"s{index % 2}.sock")) for index in range(64)]
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(os.path.join(directory, "s5.sock"))
+        s.sendall(json.dumps({"method": B + "GetToken", "parameters": {}}).encode() + b"\0")
+        reply = json.loads(read_frame(s))
+    assert reply == {"error": B + "TooManyShares", "parameters": {"limit": 64}}, reply
+    assert call_as(OTHER, os.path.join(home(workdir, OTHER), "o.sock"), "GetToken").get("error") is None, \
+        "another person's share still answers"
+    held.pop().close()
+    wait_for(lambda: sum(s["connections"] for s in listed(daemon, CREATOR)) == 63, 10, "a place freed")
+    again = hold(os.path.join(directory, "s5.sock"))
+    again.close()
+    for s in held:
+        s.close()
