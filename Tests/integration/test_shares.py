@@ -6,6 +6,7 @@ import array
 import json
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -528,3 +529,20 @@ def test_one_person_holds_at_most_16_shares_and_64_connections_through_them(serv
     again.close()
     for s in held:
         s.close()
+
+
+def test_a_share_answers_only_while_its_creator_may_read_the_session(server, make_tokend, workdir):
+    daemon = start(make_tokend, server, workdir)
+    path = os.path.join(home(workdir, CREATOR), "share.sock")
+    assert ctl_as(CREATOR, daemon, "share", "create", path, "--mode", "0666").returncode == 0
+    assert call_as(NOBODY, path, "GetToken").get("error") is None
+    # The policy reloaded without the creator: every call through its share is refused from then on.
+    with open(daemon.config) as f:
+        text = f.read()
+    with open(daemon.config, "w") as f:
+        f.write(text.replace(f'read-users = ["{CREATOR[0]}", "{OTHER[0]}"]', f'read-users = ["{OTHER[0]}"]'))
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reloaded" in daemon.logs(), 10, "reload")
+    assert call_as(NOBODY, path, "GetToken").get("error") == "org.varlink.service.PermissionDenied"
+    assert call_as(NOBODY, path, "Refresh", staleGeneration=0).get("error") == "org.varlink.service.PermissionDenied"
+    assert f"peer.uid={CREATOR[0]}" in daemon.logs().split("reloaded")[-1], "the refusal names the creator"
