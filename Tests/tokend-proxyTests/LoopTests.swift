@@ -34,7 +34,8 @@ import Glibc
         var fds: [CInt] = [0, 0]
         // Close-on-exec: a child another test spawns meanwhile must not hold the loop's end open.
         try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0)
-        _ = fcntl(fds[1], F_SETFL, 0)  // the test's end blocks
+        // The test's end does not block either: a test that blocks in read holds one of the few threads
+        // every test's tasks share (`received` waits without holding one).
         let recorder = Recorder()
         let loop = Self.loop
         let served = fds[0]
@@ -64,6 +65,28 @@ import Glibc
         return result.withLock { $0! }
     }
 
+    /// What the peer reads until `count` bytes came, or (`count` nil) until the end of the stream.
+    static func received(_ peer: CInt, count: Int? = nil, within seconds: Double = 5) async throws -> [UInt8] {
+        var received: [UInt8] = []
+        var ended = false
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        try await eventually(within: seconds) {
+            while count.map({ received.count < $0 }) ?? true {
+                let got = read(peer, &buffer, buffer.count)
+                if got > 0 {
+                    received += buffer[0..<got]
+                } else if got == 0 {
+                    ended = true
+                    break
+                } else {
+                    break  // EAGAIN: nothing more for now
+                }
+            }
+            return ended || count.map { received.count >= $0 } == true
+        }
+        return received
+    }
+
     /// Bytes the kernel holds unread for `fd`.
     static func unread(_ fd: CInt) -> CInt {
         var count: CInt = 0
@@ -83,13 +106,7 @@ import Glibc
             socket.flush()
         }
         try await eventually { recorder.state.withLock { $0.writabilityChanges == [false] } }
-        var received: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65_536)
-        while received.count < sent.count {
-            let count = read(peer, &buffer, buffer.count)
-            try #require(count > 0)
-            received += buffer[0..<count]
-        }
+        let received = try await Self.received(peer, count: sent.count)
         #expect(received == sent, "every byte, in order")
         try await eventually { recorder.state.withLock { $0.writabilityChanges == [false, true] } }
     }
@@ -104,13 +121,7 @@ import Glibc
             socket.write(ByteBuffer(string: "answer"))
             socket.closeAfterWriting()
         }
-        var buffer = [UInt8](repeating: 0, count: 64)
-        var received: [UInt8] = []
-        while true {
-            let count = read(peer, &buffer, buffer.count)
-            if count <= 0 { break }
-            received += buffer[0..<count]
-        }
+        let received = try await Self.received(peer)
         #expect(received == Array("answer".utf8), "the answer, then the end of the stream")
         // The peer sees the end when the descriptor is closed; the user is told just after, on the loop's thread.
         try await eventually { recorder.state.withLock { $0.closed } }
