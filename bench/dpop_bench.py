@@ -114,25 +114,32 @@ def main():
         # Interleaved rounds, so that the machine's other load falls on every kind alike.
         results = {}
         registered = "error" not in connection.call("GetProof", {"session": "state", "method": "GET", "url": url})
+        kinds = [
+            ("GetToken, Bearer session (cached)", "GetToken", "bearer", {}, args.calls),
+            ("GetToken, DPoP session, key in the state (cached)", "GetToken", "state", {}, args.calls),
+            ("GetToken, DPoP session, key in swtpm (cached)", "GetToken", "tpm", {}, args.calls),
+            ("GetProof, key in the state", "GetProof", "state", {"method": "GET", "url": url}, 40),
+            ("GetProof, key in swtpm", "GetProof", "tpm", {"method": "GET", "url": url}, 40),
+        ]
         for round_ in range(3):
-            for name, method, session, parameters, calls in (
-                ("GetToken, Bearer session (cached)", "GetToken", "bearer", {}, args.calls),
-                ("GetToken, DPoP session, key in the state (cached)", "GetToken", "state", {}, args.calls),
-                ("GetToken, DPoP session, key in swtpm (cached)", "GetToken", "tpm", {}, args.calls),
-                ("GetProof, key in the state", "GetProof", "state", {"method": "GET", "url": url}, 40),
-                ("GetProof, key in swtpm", "GetProof", "tpm", {"method": "GET", "url": url}, 40),
-            ):
+            # Each round starts with another kind: none is always the first (the coldest).
+            for name, method, session, parameters, calls in kinds[round_:] + kinds[:round_]:
                 if method == "GetProof" and not registered:
                     continue  # a build where GetProof is declared but not registered
                 if method == "GetProof":
                     time.sleep(2.1)  # the per-person bucket (burst 50) is full again
                 results.setdefault(name, []).append(timed(connection, calls, method, {"session": session, **parameters}))
-        for name, runs in results.items():
+        for name, *_ in kinds:
+            runs = results.get(name)
+            if not runs:
+                continue
             rows.append((name, statistics.median(r["p50_us"] for r in runs), statistics.median(r["p99_us"] for r in runs),
                          statistics.median(r["per_second"] for r in runs), runs[0]["calls"]))
         machine = f"{os.uname().nodename}, {os.cpu_count()} cores, {os.uname().release}"
+        commit = subprocess.run(["git", "-C", os.path.join(HERE, ".."), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip() or "?"
         lines = [f"# DPoP costs (make bench-dpop, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
-                 f"Machine: {machine}. Binaries: {args.bin_dir}. One Varlink connection, one call after another; "
+                 f"Machine: {machine}. Binaries: {args.bin_dir} (the work tree at {commit}). One Varlink connection, one call after another; "
                  "median of 3 interleaved rounds.", "",
                  "| call | calls per round | p50 | p99 | calls/s |", "| --- | ---: | ---: | ---: | ---: |"]
         for name, p50, p99, per_second, calls in rows:
