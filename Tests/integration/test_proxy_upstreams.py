@@ -453,6 +453,7 @@ def test_idle_upstream_connections_close_after_the_keepalive_timeout(server, mak
 def test_no_more_idle_upstream_connections_are_kept_than_keepalive_says(server, make_tokend, workdir):
     open_connections = set()
     lock = threading.Lock()
+    together = threading.Barrier(6)  # no request is answered before all six came: six connections at once
 
     def serve(connection, number):
         with connection:
@@ -463,7 +464,10 @@ def test_no_more_idle_upstream_connections_are_kept_than_keepalive_says(server, 
                 head, data = read_head(connection, data)
                 if head is None:
                     break
-                time.sleep(0.3)  # slow enough that the requests below overlap, each on its own connection
+                try:
+                    together.wait(30)
+                except threading.BrokenBarrierError:
+                    pass
                 connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             with lock:
                 open_connections.discard(number)
