@@ -16,13 +16,13 @@ extension TokendClient {
     /// its own copy of `listener` and closes it.
     public static func createShare(
         socket: String? = nil, listener: CInt, path: String, session: String? = nil, resources: [String]? = nil,
-        scope: String? = nil, ttl: Int? = nil, timeout: Duration = .seconds(30)
+        scope: String? = nil, ttl: Int? = nil, mode: Int? = nil, timeout: Duration = .seconds(30)
     ) throws(TokendClientError) -> Share {
         let socketPath = socketPath(socket)
         let parameters: JSONObject
         do {
             parameters = try BrokerInterface.CreateShare.In(
-                path: path, session: session, resources: resources, scope: scope, ttl: ttl
+                path: path, session: session, resources: resources, scope: scope, ttl: ttl, mode: mode
             ).parameters().filter { !$0.value.isNull }
         } catch {
             throw .malformedReply("CreateShare parameters")

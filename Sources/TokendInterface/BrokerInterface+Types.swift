@@ -348,12 +348,18 @@ extension BrokerInterface {
             public var resources: [String]?
             public var scope: String?
             public var ttl: Int?
-            public init(path: String, session: String? = nil, resources: [String]? = nil, scope: String? = nil, ttl: Int? = nil) {
+            /// The socket file's mode, as the caller made it.
+            public var mode: Int?
+            public init(
+                path: String, session: String? = nil, resources: [String]? = nil, scope: String? = nil, ttl: Int? = nil,
+                mode: Int? = nil
+            ) {
                 self.path = path
                 self.session = session
                 self.resources = resources
                 self.scope = scope
                 self.ttl = ttl
+                self.mode = mode
             }
         }
         public struct Out: Codable, Sendable {

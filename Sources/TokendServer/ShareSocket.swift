@@ -42,11 +42,11 @@ enum ShareSocket {
         }
     }
 
-    /// The socket file's mode, where tokend can see it (0 where it cannot: a
-    /// hardened unit does not see users' directories).
-    static func mode(at path: String) -> Int {
+    /// The socket file's mode, where tokend can see it; else the mode the
+    /// caller says it made (a hardened unit does not see users' directories).
+    static func mode(at path: String, made: Int? = nil) -> Int {
         var info = stat()
-        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFSOCK else { return 0 }
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFSOCK else { return (made ?? 0) & 0o777 }
         return Int(info.st_mode & 0o7777)
     }
 

@@ -70,7 +70,7 @@ extension Shares {
         }
         let record = Record(
             id: nextID.add(1, ordering: .relaxed).oldValue, path: call.path, session: session.name, resources: resources,
-            scope: call.scope, expiresAt: Int(Date().timeIntervalSince1970) + ttl, mode: ShareSocket.mode(at: call.path),
+            scope: call.scope, expiresAt: Int(Date().timeIntervalSince1970) + ttl, mode: ShareSocket.mode(at: call.path, made: call.mode),
             creator: creator)
         handed = true
         return I.CreateShare.Out(share: try start(record, listener: fd, ttl: ttl))

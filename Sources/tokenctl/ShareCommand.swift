@@ -65,7 +65,8 @@ struct ShareCreateCommand: AsyncParsableCommand {
             share = try await shareRun(common) {
                 try TokendClient.createShare(
                     socket: common.socket, listener: file.fd, path: path, session: common.session,
-                    resources: resources.isEmpty ? nil : resources, scope: scope, ttl: try ShareTTL.seconds(ttl))
+                    resources: resources.isEmpty ? nil : resources, scope: scope, ttl: try ShareTTL.seconds(ttl),
+                    mode: Int(mode))
             }
         } catch {
             file.remove()  // a share refused leaves nothing behind
