@@ -18,8 +18,16 @@
 //   "org.varlink.service.PermissionDenied", error.parameters.reason says why.
 // "refreshed" listeners hear the refreshes of the key they name (none: the session's own token).
 //
+// DPoP-bound tokens (RFC 9449): a token whose tokenType is "DPoP" goes with a proof for each request,
+// made by tokend for that method and URL (and the resource server's nonce, when it sent one):
+//   const { proof, token } = await tokend.getProof({ method: "GET", url: "https://api.example.com/me" });
+//   fetch(url, { headers: { Authorization: `DPoP ${token.accessToken}`, DPoP: proof } });
+// A page gets proofs only for URLs within the session's web-resources (same scheme, host and port, the
+// path under the resource's); others are refused with "org.varlink.service.PermissionDenied" and a
+// reason. tokend-fetch.js does the headers and the nonce retry.
+//
 // Wire format (usable without this file): the page posts
-// { tokend: "request", id, method: "GetToken" | "Refresh", parameters } to its own origin and gets
+// { tokend: "request", id, method: "GetToken" | "Refresh" | "GetProof", parameters } to its own origin and gets
 // { tokend: "response", id, parameters } or { tokend: "response", id, error, parameters }, and events
 // { tokend: "event", event, generation } ({ ..., resource, scope } for another key's refreshed event).
 "use strict";
@@ -69,6 +77,8 @@
   window.tokend = {
     getToken: (options = {}) => request("GetToken", options).then((answer) => answer.token),
     refresh: (options = {}) => request("Refresh", options).then((answer) => answer.token),
+    // { method, url, nonce?, resource? } -> { proof, token }
+    getProof: (options) => request("GetProof", options).then(({ proof, token }) => ({ proof, token })),
     on(event, listener, key = {}) {
       listeners.set(event, [...(listeners.get(event) ?? []), { listener, wanted: keyOf(key) }]);
     },

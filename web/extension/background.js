@@ -201,10 +201,11 @@ api.runtime.onMessage.addListener((message, sender, reply) => {
 
 async function answerPage(origin, message) {
   const session = [...sessions.values()].find((candidate) => candidate.origins.includes(origin));
-  if (!session || !["GetToken", "Refresh"].includes(message.method)) {
+  if (!session || !["GetToken", "Refresh", "GetProof"].includes(message.method)) {
     return { error: "io.tokend.Broker.PermissionDenied" };
   }
-  // resource and scope pass on: tokend-native-host refuses a resource outside the session's web-resources.
+  // resource and scope pass on: tokend-native-host refuses a resource outside the session's web-resources,
+  // and a GetProof whose url is not within them.
   const parameters = { ...(message.parameters ?? {}), session: session.name };
   const answer = await call(message.method, parameters, origin);
   if (answer.error) return { error: answer.error, parameters: answer.parameters };

@@ -1,0 +1,189 @@
+"""DPoP proofs for pages (RFC 9449): a page asks tokend for a proof through
+the browser bridge (headless Chromium, the extension, tokend-native-host) or
+through a web view's relay (tokend-webview under Xvfb), and opens Glewlwyd's
+userinfo endpoint with it. Glewlwyd runs with DPoP on and nonces mandatory
+(provider2.Glewlwyd(dpop=True)); the session's one resource, and its one
+web-resource, is that userinfo endpoint, so pages get proofs for it and for
+no other URL.
+
+The page is served by Glewlwyd itself (its static_files_path: the test's
+copy of the web app's driven page, with tokend-page.js and tokend-fetch.js),
+so the page and the API share an origin: Glewlwyd puts
+Access-Control-Expose-Headers on preflight answers only, so a page on another
+origin could never read the DPoP-Nonce a 401 carries (and Glewlwyd's resource
+server demands one). The page takes the test's commands from the web app's
+/command, which answers it with CORS allowed."""
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from browser import Browser
+from conftest import BIN, ROOT, wait_for
+from provider2 import Glewlwyd
+from test_dpop import DPoPTokend, device_login
+import webapp
+from webapp import WebApp
+
+B = "io.tokend.Broker."
+EXTENSION = os.path.join(ROOT, "web", "extension")
+
+
+@pytest.fixture
+def provider(workdir):
+    """Glewlwyd with DPoP required, also serving the page (Site) from its origin."""
+    instance = Glewlwyd(os.path.join(workdir, "g2"), dpop=True)
+    instance.stop()
+    instance.site = os.path.join(workdir, "site")
+    os.makedirs(instance.site)
+    with open(instance.config, "a") as f:
+        f.write(f'static_files_path="{instance.site}/"\n'
+                'static_files_mime_types = ({ extension = ".html"; mime_type = "text/html"; },\n'
+                '                           { extension = ".js"; mime_type = "text/javascript"; })\n')
+    instance.start()
+    yield instance
+    instance.stop()
+
+
+class CommandsWithCORS(webapp.Handler):
+    """The web app's handler, its answers readable from the page on Glewlwyd's origin."""
+
+    def end_headers(self):
+        self.send_header("Access-Control-Allow-Origin", "*")
+        super().end_headers()
+
+
+def write_site(directory, app):
+    """The web app's driven page (webapp.REMOTE) and the page helpers, as files Glewlwyd serves;
+    the page asks the web app (another origin) for its commands."""
+    page = webapp.REMOTE.decode().replace('src="/tokend-page.js"', 'src="tokend-page.js"')
+    page = page.replace("<body>", '<script src="tokend-fetch.js"></script><body>', 1)
+    for path in ("/ready?", "/command?"):
+        page = page.replace(f"`{path}", f"`{app.origin}{path}")
+    page = page.replace('fetch("/result"', f'fetch("{app.origin}/result"')
+    assert page.count(app.origin) == 3
+    with open(os.path.join(directory, "page.html"), "w") as f:
+        f.write(page)
+    for name in ("tokend-page.js", "tokend-fetch.js"):
+        shutil.copy(os.path.join(ROOT, "web", name), directory)
+
+
+def claims(jwt):
+    return json.loads(base64.urlsafe_b64decode(jwt.split(".")[1] + "=="))
+
+
+def ath(access_token):
+    return base64.urlsafe_b64encode(hashlib.sha256(access_token.encode()).digest()).rstrip(b"=").decode()
+
+
+class Page:
+    """A logged-in DPoP session whose web-origins is the test app and whose one
+    web-resource is Glewlwyd's userinfo endpoint, and the app's page open in
+    `kind`: "chromium" (the extension and tokend-native-host) or "webview"
+    (tokend-webview)."""
+
+    def __init__(self, kind, provider, workdir, display=None):
+        self.kind = kind
+        self.provider = provider
+        self.userinfo = provider.issuer + "/userinfo"
+        self.app = WebApp()
+        self.app.server.RequestHandlerClass = CommandsWithCORS
+        write_site(provider.site, self.app)
+        self.url = provider.base + "/page.html"
+        self.daemon = DPoPTokend(workdir, provider, **{
+            "web-origins": [provider.base], "resources": [self.userinfo], "web-resources": [self.userinfo]}).start()
+        device_login(self.daemon, provider)
+        self.browser = self.view = None
+        if kind == "chromium":
+            profile = os.path.join(workdir, "profile")
+            run = subprocess.run([os.path.join(BIN, "tokenctl"), "browser-bridge", "--user-data-dir", profile],
+                                 capture_output=True, text=True)
+            assert run.returncode == 0, run.stderr
+            self.browser = Browser(extension=EXTENSION, env={"TOKEND_SOCKET": self.daemon.socket}, profile=profile)
+            self.open_in_browser()
+        else:
+            from webview import WebView
+            self.view = WebView(display, self.daemon.socket, self.url, os.path.join(workdir, "webview.log"),
+                                os.path.join(workdir, "home"), session="g2")
+        wait_for(lambda: any(path == "/ready" for path, _ in self.app.requests), 30, "the page running")
+        assert self.js("typeof tokend.getProof + ' ' + typeof tokend.fetch") == "function function"
+
+    def open_in_browser(self):
+        """Opens the page, reloading until the extension's content script answers."""
+        for _ in range(60):
+            self.browser.get(self.url)
+            if self.browser.run("Promise.race([window.bridgeReady, new Promise(r => setTimeout(() => r(false), 500))])"):
+                return
+        raise AssertionError("the extension's content script never answered")
+
+    def js(self, expression):
+        """Evaluates a promise-returning expression in the page (driven through the web app's commands)."""
+        return self.app.run(expression)
+
+    def ask(self, call):
+        """A page API call; a refusal comes back as {error, parameters}."""
+        return self.js(f"{call}.catch(e => ({{error: e.name, parameters: e.parameters ?? null}}))")
+
+    def close(self):
+        if self.browser:
+            self.browser.close()
+        if self.view:
+            self.view.close()
+        self.daemon.stop()
+        self.app.stop()
+
+
+@pytest.fixture(scope="module")
+def display():
+    from webview import Display
+    instance = Display()
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture(params=["chromium", "webview"])
+def page(request, provider, workdir):
+    display = request.getfixturevalue("display") if request.param == "webview" else None
+    instance = Page(request.param, provider, workdir, display)
+    yield instance
+    instance.close()
+
+
+def test_a_page_gets_a_proof_and_opens_the_providers_userinfo(page):
+    answer = page.ask(f"tokend.getProof({{method: 'GET', url: {json.dumps(page.userinfo)}}})")
+    assert "error" not in answer, answer
+    token, proof = answer["token"], answer["proof"]
+    assert token["tokenType"] == "DPoP"
+    assert claims(proof)["htm"] == "GET" and claims(proof)["htu"] == page.userinfo
+    assert claims(proof)["ath"] == ath(token["accessToken"])
+    # The page sends the token without a proof: the provider refuses it (it is bound to the key).
+    alone = page.js(f"fetch({json.dumps(page.userinfo)}, {{headers: {{Authorization: 'DPoP ' + "
+                    f"{json.dumps(token['accessToken'])}}}}}).then(r => r.status)")
+    assert alone == 401
+    # tokend.fetch: a proof per request, the nonce retry when the provider asks for one.
+    opened = page.js(f"tokend.fetch({json.dumps(page.userinfo)}).then(async r => ({{status: r.status, "
+                     "body: await r.text(), nonce: r.headers.get('DPoP-Nonce')}))")
+    assert opened["status"] == 200, opened
+    assert json.loads(opened["body"])["email"] == "alice@example.test"
+
+
+def test_a_page_is_refused_proofs_for_urls_outside_its_web_resources(page):
+    outside = [
+        page.provider.token_url,  # the provider's token endpoint: not a web-resource
+        page.userinfo + "x",  # the resource's path continued, not a segment under it
+        page.userinfo + "/../token",  # a dot segment out of the resource
+        page.userinfo.replace("127.0.0.1", "localhost"),  # another host
+    ]
+    for url in outside:
+        answer = page.ask(f"tokend.getProof({{method: 'GET', url: {json.dumps(url)}}})")
+        assert answer.get("error") in ("org.varlink.service.PermissionDenied", B + "PermissionDenied"), (url, answer)
+        assert "proof" not in answer and "token" not in answer
+        assert "web-resources" in answer["parameters"]["reason"], answer
+    # The same page still gets proofs for its web-resource (the refusals were the URLs', not the page's).
+    allowed = page.ask(f"tokend.getProof({{method: 'GET', url: {json.dumps(page.userinfo + '?schema=openid')}}})")
+    assert claims(allowed["proof"])["htu"] == page.userinfo
+
