@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -97,17 +98,23 @@ class Page:
         self.daemon = DPoPTokend(workdir, provider, **{
             "web-origins": [provider.base], "resources": [self.userinfo], "web-resources": [self.userinfo]}).start()
         device_login(self.daemon, provider)
+        # The browser's host and the web view reach tokend through a relay that records what they ask.
+        self.capture = os.path.join(workdir, "asked")
+        socket = os.path.join(workdir, "spy")
+        self.spy = subprocess.Popen([sys.executable, os.path.join(ROOT, "Tests", "integration", "socketspy.py"),
+                                     socket, self.daemon.socket, self.capture])
+        wait_for(lambda: os.path.exists(socket), 10, "the relay listening")
         self.browser = self.view = None
         if kind == "chromium":
             profile = os.path.join(workdir, "profile")
             run = subprocess.run([os.path.join(BIN, "tokenctl"), "browser-bridge", "--user-data-dir", profile],
                                  capture_output=True, text=True)
             assert run.returncode == 0, run.stderr
-            self.browser = Browser(extension=EXTENSION, env={"TOKEND_SOCKET": self.daemon.socket}, profile=profile)
+            self.browser = Browser(extension=EXTENSION, env={"TOKEND_SOCKET": socket}, profile=profile)
             self.open_in_browser()
         else:
             from webview import WebView
-            self.view = WebView(display, self.daemon.socket, self.url, os.path.join(workdir, "webview.log"),
+            self.view = WebView(display, socket, self.url, os.path.join(workdir, "webview.log"),
                                 os.path.join(workdir, "home"), session="g2")
         wait_for(lambda: any(path == "/ready" for path, _ in self.app.requests), 30, "the page running")
         assert self.js("typeof tokend.getProof + ' ' + typeof tokend.fetch") == "function function"
@@ -128,7 +135,15 @@ class Page:
         """A page API call; a refusal comes back as {error, parameters}."""
         return self.js(f"{call}.catch(e => ({{error: e.name, parameters: e.parameters ?? null}}))")
 
+    def asked(self):
+        """The GetProof calls that reached tokend: their parameters."""
+        with open(self.capture, "rb") as f:
+            messages = [json.loads(m) for m in f.read().split(b"\0") if m.startswith(b"{")]
+        return [m["parameters"] for m in messages if m.get("method") == B + "GetProof"]
+
     def close(self):
+        self.spy.terminate()
+        self.spy.wait(10)
         if self.browser:
             self.browser.close()
         if self.view:
@@ -164,11 +179,18 @@ def test_a_page_gets_a_proof_and_opens_the_providers_userinfo(page):
     alone = page.js(f"fetch({json.dumps(page.userinfo)}, {{headers: {{Authorization: 'DPoP ' + "
                     f"{json.dumps(token['accessToken'])}}}}}).then(r => r.status)")
     assert alone == 401
-    # tokend.fetch: a proof per request, the nonce retry when the provider asks for one.
+    # tokend.fetch: a proof per request, and one more with the provider's nonce when it asks for one.
+    refused_nonces = page.provider.logs().count("oidc_verify_dpop_proof - Invalid nonce")
     opened = page.js(f"tokend.fetch({json.dumps(page.userinfo)}).then(async r => ({{status: r.status, "
                      "body: await r.text(), nonce: r.headers.get('DPoP-Nonce')}))")
     assert opened["status"] == 200, opened
     assert json.loads(opened["body"])["email"] == "alice@example.test"
+    assert page.provider.logs().count("oidc_verify_dpop_proof - Invalid nonce") == refused_nonces + 1
+    # The nonce is kept for the origin: the next request goes through with the first proof.
+    again = page.js(f"tokend.fetch({json.dumps(page.userinfo)}).then(r => r.status)")
+    assert again == 200
+    assert page.provider.logs().count("oidc_verify_dpop_proof - Invalid nonce") == refused_nonces + 1
+    assert [call["url"] for call in page.asked()] == [page.userinfo] * 4  # getProof, then 2 + 1 by tokend.fetch
 
 
 def test_a_page_is_refused_proofs_for_urls_outside_its_web_resources(page):
@@ -183,7 +205,15 @@ def test_a_page_is_refused_proofs_for_urls_outside_its_web_resources(page):
         assert answer.get("error") in ("org.varlink.service.PermissionDenied", B + "PermissionDenied"), (url, answer)
         assert "proof" not in answer and "token" not in answer
         assert "web-resources" in answer["parameters"]["reason"], answer
+    # Refused by the bridge: tokend was never asked.
+    assert page.asked() == []
+    elsewhere = page.ask(f"tokend.getProof({{method: 'GET', url: {json.dumps(page.userinfo)}, "
+                         "resource: 'https://elsewhere.example.test/'})")
+    assert elsewhere["parameters"]["resource"] == "https://elsewhere.example.test/", elsewhere
+    assert page.asked() == []
     # The same page still gets proofs for its web-resource (the refusals were the URLs', not the page's).
     allowed = page.ask(f"tokend.getProof({{method: 'GET', url: {json.dumps(page.userinfo + '?schema=openid')}}})")
     assert claims(allowed["proof"])["htu"] == page.userinfo
-
+    # That one reached tokend, marked as the page's (tokend applies the page audience rule to it).
+    assert page.asked() == [{"session": "g2", "method": "GET", "url": page.userinfo + "?schema=openid",
+                             "page": page.provider.base}]
