@@ -27,6 +27,7 @@ from browser import Browser
 from conftest import BIN, ROOT, wait_for
 from provider2 import Glewlwyd
 from test_dpop import DPoPTokend, device_login
+from test_provider2 import Tokend2
 import webapp
 from webapp import WebApp
 
@@ -87,7 +88,7 @@ class Page:
     `kind`: "chromium" (the extension and tokend-native-host) or "webview"
     (tokend-webview)."""
 
-    def __init__(self, kind, provider, workdir, display=None):
+    def __init__(self, kind, provider, workdir, display=None, dpop=True):
         self.kind = kind
         self.provider = provider
         self.userinfo = provider.issuer + "/userinfo"
@@ -95,7 +96,7 @@ class Page:
         self.app.server.RequestHandlerClass = CommandsWithCORS
         write_site(provider.site, self.app)
         self.url = provider.base + "/page.html"
-        self.daemon = DPoPTokend(workdir, provider, **{
+        self.daemon = (DPoPTokend if dpop else Tokend2)(workdir, provider, **{
             "web-origins": [provider.base], "resources": [self.userinfo], "web-resources": [self.userinfo]}).start()
         device_login(self.daemon, provider)
         # The browser's host and the web view reach tokend through a relay that records what they ask.
@@ -217,3 +218,20 @@ def test_a_page_is_refused_proofs_for_urls_outside_its_web_resources(page):
     # That one reached tokend, marked as the page's (tokend applies the page audience rule to it).
     assert page.asked() == [{"session": "g2", "method": "GET", "url": page.userinfo + "?schema=openid",
                              "page": page.provider.base}]
+
+
+def test_a_page_of_a_bearer_session_fetches_with_its_token_alone(provider, workdir):
+    """tokend.fetch on a session without dpop (Glewlwyd's ordinary client): no proof, Bearer."""
+    page = Page("chromium", provider, workdir, dpop=False)
+    try:
+        refused = page.ask(f"tokend.getProof({{method: 'GET', url: {json.dumps(page.userinfo)}}})")
+        assert refused["error"] == B + "ProofNotAvailable", refused
+        opened = page.js(f"tokend.fetch({json.dumps(page.userinfo)}).then(async r => ({{status: r.status, "
+                         "body: await r.text()}))")
+        assert opened["status"] == 200, opened
+        assert json.loads(opened["body"])["email"] == "alice@example.test"
+        token = page.daemon.token()
+        assert token["tokenType"].lower() == "bearer"
+        assert page.provider.logs().count("oidc_verify_dpop_proof") == 0
+    finally:
+        page.close()
