@@ -118,6 +118,8 @@ class Page:
             self.view = WebView(display, socket, self.url, os.path.join(workdir, "webview.log"),
                                 os.path.join(workdir, "home"), session="g2")
         wait_for(lambda: any(path == "/ready" for path, _ in self.app.requests), 30, "the page running")
+        # A web view answers pages only once tokend has named the session's origins to it.
+        wait_for(lambda: self.js("tokend.getToken().then(() => true, e => e.name)") is True, 30, "the page answered")
         assert self.js("typeof tokend.getProof + ' ' + typeof tokend.fetch") == "function function"
 
     def open_in_browser(self):
