@@ -33,7 +33,7 @@ extension Bridge {
             guard let origin else { throw Refusal() }
             let resource = parameters["resource"]
             if let resource, resource.stringValue == nil { throw Refusal() }
-            let url = parameters["url"]
+            let url = method == "GetProof" ? parameters["url"] : nil
             if method == "GetProof", url?.stringValue == nil { throw Refusal() }
             refusal = { access in
                 guard access.origins.contains(origin) else { return Refusal() }
