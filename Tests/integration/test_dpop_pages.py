@@ -1,7 +1,7 @@
 """DPoP proofs for pages (RFC 9449): a page asks tokend for a proof through
-the browser bridge (headless Chromium, the extension, tokend-native-host) or
-through a web view's relay (tokend-webview under Xvfb), and opens Glewlwyd's
-userinfo endpoint with it. Glewlwyd runs with DPoP on and nonces mandatory
+the browser bridge (headless Chromium and Firefox ESR, the extension,
+tokend-native-host) or through a web view's relay (tokend-webview under
+Xvfb), and opens Glewlwyd's userinfo endpoint with it. Glewlwyd runs with DPoP on and nonces mandatory
 (provider2.Glewlwyd(dpop=True)); the session's one resource, and its one
 web-resource, is that userinfo endpoint, so pages get proofs for it and for
 no other URL.
@@ -11,8 +11,9 @@ copy of the web app's driven page, with tokend-page.js and tokend-fetch.js),
 so the page and the API share an origin: Glewlwyd puts
 Access-Control-Expose-Headers on preflight answers only, so a page on another
 origin could never read the DPoP-Nonce a 401 carries (and Glewlwyd's resource
-server demands one). The page takes the test's commands from the web app's
-/command, which answers it with CORS allowed."""
+server demands one). Browsers run the test's expressions over WebDriver; the
+web view's page takes them from the web app's /command, which answers it
+with CORS allowed."""
 import base64
 import hashlib
 import json
@@ -24,6 +25,7 @@ import sys
 import pytest
 
 from browser import Browser
+from firefox import Firefox
 from conftest import BIN, ROOT, wait_for
 from provider2 import Glewlwyd
 from test_dpop import DPoPTokend, device_login
@@ -85,8 +87,8 @@ def ath(access_token):
 class Page:
     """A logged-in DPoP session whose web-origins is the test app and whose one
     web-resource is Glewlwyd's userinfo endpoint, and the app's page open in
-    `kind`: "chromium" (the extension and tokend-native-host) or "webview"
-    (tokend-webview)."""
+    `kind`: "chromium" or "firefox" (the extension and tokend-native-host) or
+    "webview" (tokend-webview)."""
 
     def __init__(self, kind, provider, workdir, display=None, dpop=True):
         self.kind = kind
@@ -106,12 +108,17 @@ class Page:
                                      socket, self.daemon.socket, self.capture])
         wait_for(lambda: os.path.exists(socket), 10, "the relay listening")
         self.browser = self.view = None
-        if kind == "chromium":
-            profile = os.path.join(workdir, "profile")
-            run = subprocess.run([os.path.join(BIN, "tokenctl"), "browser-bridge", "--user-data-dir", profile],
-                                 capture_output=True, text=True)
+        if kind in ("chromium", "firefox"):
+            profile, home = os.path.join(workdir, "profile"), os.path.join(workdir, "home")
+            register = ["--browser", "firefox"] if kind == "firefox" else ["--user-data-dir", profile]
+            run = subprocess.run([os.path.join(BIN, "tokenctl"), "browser-bridge", *register], capture_output=True,
+                                 text=True, env=dict(os.environ, HOME=home))
             assert run.returncode == 0, run.stderr
-            self.browser = Browser(extension=EXTENSION, env={"TOKEND_SOCKET": socket}, profile=profile)
+            if kind == "firefox":  # it finds the host under $HOME/.mozilla
+                self.browser = Firefox(extension=EXTENSION, env=dict(os.environ, HOME=home, TOKEND_SOCKET=socket),
+                                       profile=profile)
+            else:
+                self.browser = Browser(extension=EXTENSION, env={"TOKEND_SOCKET": socket}, profile=profile)
             self.open_in_browser()
         else:
             from webview import WebView
@@ -131,8 +138,9 @@ class Page:
         raise AssertionError("the extension's content script never answered")
 
     def js(self, expression):
-        """Evaluates a promise-returning expression in the page (driven through the web app's commands)."""
-        return self.app.run(expression)
+        """Evaluates a promise-returning expression in the page: through WebDriver in a browser, through
+        the web app's commands in a web view (it has no WebDriver)."""
+        return self.browser.run(expression) if self.browser else self.app.run(expression)
 
     def ask(self, call):
         """A page API call; a refusal comes back as {error, parameters}."""
@@ -163,7 +171,7 @@ def display():
     instance.stop()
 
 
-@pytest.fixture(params=["chromium", "webview"])
+@pytest.fixture(params=["chromium", "firefox", "webview"])
 def page(request, provider, workdir):
     display = request.getfixturevalue("display") if request.param == "webview" else None
     instance = Page(request.param, provider, workdir, display)
