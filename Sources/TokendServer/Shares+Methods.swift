@@ -25,10 +25,11 @@ extension Shares {
             "RevokeShare": .call { parameters, context in
                 let path = try parameters.decode(I.RevokeShare.In.self).path
                 guard let peer = context.peer else { throw VarlinkError.permissionDenied }
-                guard let record = self.visible(to: peer).first(where: { $0.0.path == path })?.0 else {
-                    throw VarlinkError(I.Error.noSuchShare, ["path": .string(path)])
-                }
-                self.end(record.id, because: "revoked by uid \(peer.uid)")
+                // Every share at the path ends: one whose file was removed is still live through its
+                // connections, and the file now at the path may be a newer one's.
+                let records = self.visible(to: peer).map(\.0).filter { $0.path == path }
+                guard !records.isEmpty else { throw VarlinkError(I.Error.noSuchShare, ["path": .string(path)]) }
+                for record in records { self.end(record.id, because: "revoked by uid \(peer.uid)") }
                 return [:]
             },
         ]
@@ -67,6 +68,13 @@ extension Shares {
         }
         guard held(by: creator.person) < Self.perPerson else {
             throw VarlinkError(I.Error.tooManyShares, ["limit": .int(Self.perPerson)])
+        }
+        // A share of the caller's at this path whose file was removed still serves its connections:
+        // a second one there would make `share revoke PATH` ambiguous.
+        if visible(to: creator).contains(where: { $0.0.path == call.path }) {
+            throw ShareSocket.refused(
+                call.path,
+                "a share of yours at this path is still live (its file was removed); `tokenctl share revoke \(call.path)` ends it")
         }
         let record = Record(
             id: nextID.add(1, ordering: .relaxed).oldValue, path: call.path, session: session.name, resources: resources,

@@ -105,7 +105,9 @@ extension ServerLoop {
                 refuse(fd, peer: peer, with: errors.overloaded, reason: "too many connections")
                 continue
             }
-            guard sidePerPerson[side.person, default: 0] < side.limit else {
+            // One share takes at most half of its creator's places, so that the far side of one (an
+            // `ssh -R` forward, a container) cannot lock the creator out of the others.
+            guard sidePerPerson[side.person, default: 0] < side.limit, side.connections < max(1, side.limit / 2) else {
                 metrics?.refused(.perUser)
                 refuse(fd, peer: peer, with: side.limitError, reason: "too many connections through shares", limit: side.limit)
                 continue

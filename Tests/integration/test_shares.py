@@ -176,6 +176,24 @@ def test_a_share_is_listed_and_revoke_ends_it_with_its_connections(server, make_
     assert again.returncode == 1 and "no share" in again.stderr
 
 
+
+def test_a_share_whose_file_was_removed_is_ended_by_revoke_and_not_shadowed(server, make_tokend, workdir):
+    """The outside review's case: a share's file removed (rm, a cleaner) while a connection holds it;
+    another share at the same path would make revoke end the wrong one."""
+    daemon = start(make_tokend, server, workdir)
+    path = os.path.join(home(workdir, CREATOR), "share.sock")
+    assert ctl_as(CREATOR, daemon, "share", "create", path).returncode == 0
+    held = hold(path)
+    os.unlink(path)
+    second = ctl_as(CREATOR, daemon, "share", "create", path)
+    assert second.returncode != 0 and "still live" in second.stderr, second.stderr
+    assert not os.path.lexists(path), "the refused share left no file"
+    revoked = ctl_as(CREATOR, daemon, "share", "revoke", path)
+    assert revoked.returncode == 0, revoked.stderr
+    assert closed_within(held, 5) < 1.0, "the share still in use ended with its connection"
+    assert listed(daemon, CREATOR) == []
+    assert ctl_as(CREATOR, daemon, "share", "create", path).returncode == 0, "the path is free again"
+
 def test_a_share_ends_at_its_ttl_with_its_connections(server, make_tokend, workdir):
     daemon = start(make_tokend, server, workdir)
     path = os.path.join(home(workdir, CREATOR), "share.sock")
