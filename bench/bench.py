@@ -89,7 +89,8 @@ def raise_nofile():
 
 
 class Daemon:
-    def __init__(self, bin_dir, directory, endpoint, key=None, env=None, max_connections=30000, default_keys=()):
+    def __init__(self, bin_dir, directory, endpoint, key=None, env=None, max_connections=30000, default_keys=(),
+                 sessions=()):
         self.socket = os.path.join(directory, "sock")
         self.log_path = os.path.join(directory, "tokend.log")
         lines = ["[daemon]", f'socket = "{self.socket}"', f'state-directory = "{directory}/state"',
@@ -100,7 +101,7 @@ class Daemon:
         lines += ["[sessions.default]", f'token-endpoint = "{endpoint.url}/fast/token"', 'client-id = "bench"',
                   'client-auth = "none"', *default_keys,
                   "[sessions.stampede]", f'token-endpoint = "{endpoint.url}/slow/token"', 'client-id = "bench"',
-                  'client-auth = "none"', "refresh-margin = 0", "min-valid = 5"]
+                  'client-auth = "none"', "refresh-margin = 0", "min-valid = 5", *sessions]
         config = os.path.join(directory, "tokend.toml")
         with open(config, "w") as f:
             f.write("\n".join(lines) + "\n")
@@ -112,7 +113,9 @@ class Daemon:
         while not os.path.exists(self.socket):
             assert time.time() < deadline and self.process.poll() is None, "tokend did not start"
             time.sleep(0.02)
-        for session in ("default", "stampede"):
+        names = ["default", "stampede"] + [line[len("[sessions."):-1] for line in sessions
+                                           if line.startswith("[sessions.") and "." not in line[len("[sessions."):-1]]
+        for session in names:
             subprocess.run([os.path.join(bin_dir, "tokenctl"), "login", "--socket", self.socket, "--session", session],
                            input="bench-refresh-token\n", text=True, check=True, capture_output=True)
 

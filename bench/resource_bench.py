@@ -22,16 +22,22 @@ from bench import Daemon, FakeEndpoint, machine, median_of, raise_nofile, socket
 
 RESOURCE = "https://api-a.example.com/"
 PLAIN = '{"method":"io.tokend.Broker.GetToken","parameters":{}}'
+GUARDED = '{"method":"io.tokend.Broker.GetToken","parameters":{"session":"guarded"}}'
 NAMED = json.dumps({"method": "io.tokend.Broker.GetToken", "parameters": {"resource": RESOURCE}},
                    separators=(",", ":"))
 
 
 def start(bin_dir, directory, endpoint):
-    """tokend with the default session serving two resources, both keys cached."""
-    daemon = Daemon(bin_dir, directory, endpoint, max_connections=1000,
-                    default_keys=[f'resources = ["{RESOURCE}", "https://api-b.example.com/"]'])
+    """tokend with the default session serving two resources, both keys cached; and a session "guarded"
+    like it with resource-access (the caller, root, admitted), so that every answer passes the audience
+    rule (security round four): its token's audience is not confirmed, so it covers both resources."""
+    resources = f'resources = ["{RESOURCE}", "https://api-b.example.com/"]'
+    daemon = Daemon(bin_dir, directory, endpoint, max_connections=1000, default_keys=[resources], sessions=[
+        "[sessions.guarded]", f'token-endpoint = "{endpoint.url}/fast/token"', 'client-id = "bench"',
+        'client-auth = "none"', resources,
+        '[sessions.guarded.resource-access]', '"https://api-b.example.com/" = { read-users = ["0"] }'])
     tokenctl = os.path.join(bin_dir, "tokenctl")
-    for extra in ([], ["--resource", RESOURCE]):
+    for extra in ([], ["--resource", RESOURCE], ["--session", "guarded"]):
         subprocess.run([tokenctl, "token", "--socket", daemon.socket, *extra], check=True, capture_output=True)
     return daemon
 
@@ -57,12 +63,13 @@ def main():
     limit = subprocess.Popen([args.limit_server, limit_socket, str(reply_bytes)], stdout=subprocess.PIPE, text=True)
     assert limit.stdout.readline().strip() == "ready"
     calls_before = endpoint.count("/fast/token")
-    rounds = {"limit": [], "no resource": [], "resource": []}
+    rounds = {"limit": [], "no resource": [], "resource": [], "guarded": []}
     try:
         for _ in range(args.rounds):
             rounds["limit"].append(socket_suite(args.load, limit_socket, PLAIN, limit.pid))
             rounds["no resource"].append(socket_suite(args.load, sock, PLAIN, process.pid))
             rounds["resource"].append(socket_suite(args.load, sock, NAMED, process.pid))
+            rounds["guarded"].append(socket_suite(args.load, sock, GUARDED, process.pid))
     finally:
         daemon.stop()
         limit.terminate()
@@ -75,9 +82,10 @@ def main():
              f"`python3 bench/resource_bench.py .build/release LOAD LIMIT_SERVER {args.results}`: "
              f"median of {args.rounds} interleaved rounds; both keys cached before the load "
              f"({refreshes} upstream calls during it).", "",
-             "| | limit server | GetToken | GetToken naming a resource |", "|---|---:|---:|---:|"]
+             "| | limit server | GetToken | GetToken naming a resource | GetToken under resource-access |",
+             "|---|---:|---:|---:|---:|"]
     for label, key, field in rows:
-        values = [median_of(rounds[target], key, field) for target in ("limit", "no resource", "resource")]
+        values = [median_of(rounds[target], key, field) for target in ("limit", "no resource", "resource", "guarded")]
         lines.append(f"| {label} | " + " | ".join(f"{v:,.1f}" for v in values) + " |")
     text = "\n".join(lines) + "\n"
     with open(args.results, "w") as f:
