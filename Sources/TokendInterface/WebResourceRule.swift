@@ -12,8 +12,9 @@ import Foundation
 ///   as written, percent-encoding included, and at a segment boundary: the
 ///   resource `https://api.example/mail` covers `/mail` and `/mail/inbox`, not
 ///   `/mailbox`; `https://api.example/mail/` covers `/mail/…`, not `/mail`;
-/// - its path has no "." or ".." segment (also percent-encoded): a server
-///   resolves `/mail/../admin` to `/admin`, outside the resource;
+/// - its path has no "." or ".." segment (also percent-encoded) and no
+///   encoded "/" or "\" (%2F, %5C): a server resolves `/mail/../admin` to
+///   `/admin`, outside the resource, and some decode those before resolving;
 /// - it carries no user name or password. Query and fragment are not compared.
 public struct WebResourceRule: Sendable, Equatable {
     /// The resources a URL may be within: (scheme, host, port, path).
@@ -32,7 +33,7 @@ public struct WebResourceRule: Sendable, Equatable {
 
     /// Whether `url` is within one of the resources.
     public func allows(url: String) -> Bool {
-        guard let target = Self.place(of: url), !Self.hasDotSegment(target.path) else { return false }
+        guard let target = Self.place(of: url), !Self.mayEscape(target.path) else { return false }
         return resources.contains { Self.contains($0, target) }
     }
 
@@ -54,8 +55,11 @@ public struct WebResourceRule: Sendable, Equatable {
         return Place(scheme: scheme, host: host, port: components.port ?? (scheme == "https" ? 443 : 80), path: path)
     }
 
-    static func hasDotSegment(_ path: String) -> Bool {
-        path.split(separator: "/", omittingEmptySubsequences: false).contains { segment in
+    /// Whether a server might resolve `path` to a place outside where it seems to be.
+    static func mayEscape(_ path: String) -> Bool {
+        let lowered = path.lowercased()
+        if lowered.contains("%2f") || lowered.contains("%5c") { return true }
+        return path.split(separator: "/", omittingEmptySubsequences: false).contains { segment in
             let plain = segment.lowercased().replacingOccurrences(of: "%2e", with: ".")
             return plain == "." || plain == ".."
         }
