@@ -103,6 +103,9 @@ final class Shares: Sendable {
                 .service,
             person: record.creator.person,
             limit: Self.connectionsPerPerson,
+            // One share takes at most half of its creator's places, so that the far side of one (an
+            // `ssh -R` forward, a container) cannot lock the creator out of the others.
+            ownLimit: Self.connectionsPerPerson / 2,
             limitError: VarlinkError(BrokerInterface.Error.tooManyShares, ["limit": .int(Self.connectionsPerPerson)]))
         let expiry = Task { [weak self] in
             try? await Task.sleep(for: .seconds(ttl))

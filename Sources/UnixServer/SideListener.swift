@@ -17,15 +17,18 @@ public final class SideListener: Sendable {
     let service: VarlinkService
     let person: UInt32
     let limit: Int
-    /// What a connection past `limit` is answered.
+    /// Connections through this one listener at most (at most `limit`).
+    let ownLimit: Int
+    /// What a connection past `limit` or `ownLimit` is answered.
     let limitError: VarlinkError
     private let open = Atomic(0)
 
-    init(fd: CInt, service: VarlinkService, person: UInt32, limit: Int, limitError: VarlinkError) {
+    init(fd: CInt, service: VarlinkService, person: UInt32, limit: Int, ownLimit: Int, limitError: VarlinkError) {
         self.fd = fd
         self.service = service
         self.person = person
         self.limit = limit
+        self.ownLimit = min(limit, ownLimit)
         self.limitError = limitError
     }
 
@@ -40,7 +43,8 @@ extension VarlinkServer {
     /// until `stopServing`. The loop owns `fd` from here on, even when this
     /// throws (the loop is not running): it is closed then.
     public func serve(
-        listener fd: CInt, service: VarlinkService, person: UInt32, limit: Int, limitError: VarlinkError
+        listener fd: CInt, service: VarlinkService, person: UInt32, limit: Int, ownLimit: Int? = nil,
+        limitError: VarlinkError
     ) throws -> SideListener {
         let flags = fcntl(fd, F_GETFL)
         guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0,
@@ -49,7 +53,8 @@ extension VarlinkServer {
             close(fd)
             throw ServerLoopFailed(reason: "not running")
         }
-        let side = SideListener(fd: fd, service: service, person: person, limit: limit, limitError: limitError)
+        let side = SideListener(
+            fd: fd, service: service, person: person, limit: limit, ownLimit: ownLimit ?? limit, limitError: limitError)
         guard loop.post(.addSide(side), fd: -1, connection: 0) else {
             close(fd)
             throw ServerLoopFailed(reason: "stopped")
@@ -105,9 +110,7 @@ extension ServerLoop {
                 refuse(fd, peer: peer, with: errors.overloaded, reason: "too many connections")
                 continue
             }
-            // One share takes at most half of its creator's places, so that the far side of one (an
-            // `ssh -R` forward, a container) cannot lock the creator out of the others.
-            guard sidePerPerson[side.person, default: 0] < side.limit, side.connections < max(1, side.limit / 2) else {
+            guard sidePerPerson[side.person, default: 0] < side.limit, side.connections < side.ownLimit else {
                 metrics?.refused(.perUser)
                 refuse(fd, peer: peer, with: side.limitError, reason: "too many connections through shares", limit: side.limit)
                 continue
