@@ -174,7 +174,7 @@ install: release
 	sed 's|@BINDIR@|$(PREFIX)/bin|' web/native-host/io.tokend.bridge.firefox.json > $(DESTDIR)/usr/lib/mozilla/native-messaging-hosts/io.tokend.bridge.json
 	install -d $(DESTDIR)$(PREFIX)/share/tokend/extension
 	install -m 0644 web/extension/* $(DESTDIR)$(PREFIX)/share/tokend/extension/
-	install -m 0644 web/tokend-page.js $(DESTDIR)$(PREFIX)/share/tokend/
+	install -m 0644 web/tokend-page.js web/tokend-fetch.js $(DESTDIR)$(PREFIX)/share/tokend/
 	# Manuals and shell completion.
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 0644 man/tokenctl.1 man/tokend-native-host.1 man/tokend-proxy.1 $(DESTDIR)$(PREFIX)/share/man/man1/

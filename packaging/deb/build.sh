@@ -48,7 +48,7 @@ sed 's|@BINDIR@|/usr/bin|' "$root/web/native-host/io.tokend.bridge.firefox.json"
 chmod 0644 "$pkg/etc/chromium/native-messaging-hosts/io.tokend.bridge.json" \
     "$pkg/usr/lib/mozilla/native-messaging-hosts/io.tokend.bridge.json"
 install -m 0644 "$root"/web/extension/* "$pkg/usr/share/tokend/extension/"
-install -m 0644 "$root/web/tokend-page.js" "$pkg/usr/share/tokend/"
+install -m 0644 "$root/web/tokend-page.js" "$root/web/tokend-fetch.js" "$pkg/usr/share/tokend/"
 
 # Manuals, completions, documentation.
 install -d "$pkg/usr/share/man/man1" "$pkg/usr/share/man/man5" "$pkg/usr/share/man/man8"
