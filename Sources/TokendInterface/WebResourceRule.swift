@@ -58,9 +58,14 @@ public struct WebResourceRule: Sendable, Equatable {
     /// Whether a server might resolve `path` to a place outside where it seems to be.
     static func mayEscape(_ path: String) -> Bool {
         let lowered = path.lowercased()
-        if lowered.contains("%2f") || lowered.contains("%5c") { return true }
+        // (The standard library's split, not Foundation's contains: web views link no Foundation.)
+        if ["%2f", "%5c"].contains(where: { lowered.split(separator: $0, omittingEmptySubsequences: false).count > 1 }) {
+            return true
+        }
+        // A dot segment, its dots written plainly or as %2e.
         return path.split(separator: "/", omittingEmptySubsequences: false).contains { segment in
-            let plain = segment.lowercased().replacingOccurrences(of: "%2e", with: ".")
+            let plain = segment.lowercased().split(separator: "%2e", omittingEmptySubsequences: false)
+                .joined(separator: ".")
             return plain == "." || plain == ".."
         }
     }
