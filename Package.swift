@@ -45,8 +45,12 @@ let package = Package(
         // A string type that never prints: tokens and client secrets.
         .target(name: "Secrets", swiftSettings: strict),
         .systemLibrary(name: "CLinux"),
+        // The one HTTP/1 head reader (strict, limits each listener passes) and the one web-page rule
+        // (Host, Origin, Sec-Fetch-Site): tokend-proxy, tokend's metrics listener, tokenctl's login listener.
+        // No Foundation, no NIO.
+        .target(name: "HTTPHead", swiftSettings: strict),
         // The Varlink server on a Unix socket: one epoll loop, framing, limits, peer credentials. No NIO.
-        .target(name: "UnixServer", dependencies: ["CLinux", "TokendMetrics", "Varlink", logging], swiftSettings: hooks),
+        .target(name: "UnixServer", dependencies: ["CLinux", "HTTPHead", "TokendMetrics", "Varlink", logging], swiftSettings: hooks),
         // The Varlink client (SwiftNIO): pipelined calls and `more` streams.
         .target(name: "VarlinkNIO", dependencies: ["Varlink", nio, nioPosix], swiftSettings: strict),
         // The io.tokend.Broker interface: its one declaration and its typed wire values.
@@ -88,17 +92,17 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .target(name: "Systemd", dependencies: ["CSystemd", logging], swiftSettings: strict),
         .target(name: "TokendServer", dependencies: [
-            "Broker", "Config", "CookieJar", "Deadline", "DPoP", "Fleet", "TPMKeys", "TokendMetrics", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "UnixServer",
+            "Broker", "Config", "CookieJar", "Deadline", "DPoP", "Fleet", "HTTPHead", "TPMKeys", "TokendMetrics", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "UnixServer",
             logging, lifecycle, .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ], swiftSettings: hooks),
         .executableTarget(name: "tokend", dependencies: [
             "TokendServer", "Systemd", "Config", "StateStore", argumentParser, logging, lifecycle,
         ], swiftSettings: strict),
         .target(name: "TokendClient", dependencies: ["Varlink", "VarlinkNIO", "TokendInterface", nio, nioPosix], swiftSettings: strict),
-        .executableTarget(name: "tokenctl", dependencies: ["Config", "CSystemd", "Loopback", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
+        .executableTarget(name: "tokenctl", dependencies: ["Config", "CSystemd", "HTTPHead", "Loopback", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
         // A local HTTP proxy that puts the session's token and cookies on requests to one upstream.
         .executableTarget(name: "tokend-proxy", dependencies: [
-            "CLinux", "Loopback", "TokendClient", argumentParser, logging, nio,
+            "CLinux", "HTTPHead", "Loopback", "TokendClient", argumentParser, logging, nio,
             .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ], swiftSettings: strict),
@@ -110,6 +114,7 @@ let package = Package(
         // What several test targets share: waiting for a condition, where a timeout is a failure.
         .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strict),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio], swiftSettings: strict),
+        .testTarget(name: "HTTPHeadTests", dependencies: ["HTTPHead"], swiftSettings: strict),
         .testTarget(name: "TokendInterfaceTests", dependencies: ["TokendInterface", "Varlink"], swiftSettings: strict),
         // The server loop over real sockets, and the reference Varlink certification suite against it.
         .testTarget(

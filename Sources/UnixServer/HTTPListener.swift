@@ -1,4 +1,5 @@
 import CLinux
+@_exported import HTTPHead
 
 #if canImport(Glibc)
 import Glibc
@@ -19,8 +20,9 @@ public struct HTTPListener: Sendable {
         self.answer = answer
     }
 
-    /// A request head larger than this is answered 431 and closed.
-    static let maximumHead = 8 * 1024
+    /// What a request head may take: a scraper's is a few lines. Past these it is answered 431 (414 for
+    /// its request line) and closed.
+    static let limits = HeadLimits(bytes: 8 * 1024, fields: 64, line: 8 * 1024)
     /// Connections served at once. When all are taken, the oldest one still
     /// sending its head is closed for the newcomer: a scraper sends its
     /// request at once, so idle holders cannot keep it out.
@@ -66,44 +68,6 @@ public struct HTTPListener: Sendable {
     }
 }
 
-/// What the loop read of a request: its line and its header fields.
-public struct HTTPRequestHead: Sendable, Equatable {
-    public var method: String
-    public var target: String
-    public var version: String
-    public var fields: [HTTPField]
-
-    public struct HTTPField: Sendable, Equatable {
-        public var name: String
-        public var value: String
-    }
-
-    /// Every value of a field, by its name in any case.
-    public func values(_ name: String) -> [String] {
-        fields.filter { $0.name.lowercased() == name.lowercased() }.map(\.value)
-    }
-
-    /// Parses a head (the bytes before the blank line); nil when it is not one.
-    public init?(_ bytes: some Collection<UInt8>) {
-        guard let text = String(validating: Array(bytes), as: UTF8.self) else { return nil }
-        var lines = text.split(separator: "\r\n", omittingEmptySubsequences: false)
-        guard !lines.isEmpty else { return nil }
-        let parts = lines.removeFirst().split(separator: " ", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[2].hasPrefix("HTTP/1.") else { return nil }
-        method = String(parts[0])
-        target = String(parts[1])
-        version = String(parts[2])
-        fields = []
-        for line in lines where !line.isEmpty {
-            guard let colon = line.firstIndex(of: ":"), colon != line.startIndex,
-                !line[..<colon].contains(where: { $0 == " " || $0 == "\t" })
-            else { return nil }
-            let value = line[line.index(after: colon)...].trimmingPrefix(while: { $0 == " " || $0 == "\t" })
-            fields.append(HTTPField(name: String(line[..<colon]), value: String(value.reversed().drop(while: { $0 == " " || $0 == "\t" }).reversed())))
-        }
-    }
-}
-
 /// What the loop writes back before it closes the connection.
 public struct HTTPAnswer: Sendable {
     public var status: Int
@@ -116,6 +80,11 @@ public struct HTTPAnswer: Sendable {
         self.reason = reason
         self.contentType = contentType
         self.body = body
+    }
+
+    /// A refusal with its status's reason phrase.
+    public init(status: Int, body: String) {
+        self.init(status: status, reason: ReasonPhrase.of(status), body: body)
     }
 
     var bytes: [UInt8] {
@@ -132,6 +101,7 @@ final class HTTPConnection {
     let fd: CInt
     let accepted: Int64
     var head: [UInt8] = []
+    var scanner = HeadScanner(limits: HTTPListener.limits)
     var reply: [UInt8] = []
     var written = 0
     var lastProgress: Int64
@@ -177,19 +147,20 @@ extension ServerLoop {
         if count < 0, errno == EAGAIN || errno == EINTR { return }
         guard count > 0 else { return httpClose(connection) }
         connection.head.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[0..<count]))
-        let end: [UInt8] = [13, 10, 13, 10]
-        guard let found = connection.head.firstRange(of: end) else {
-            if connection.head.count > HTTPListener.maximumHead {
-                httpRespond(connection, HTTPAnswer(status: 431, reason: "Request Header Fields Too Large", body: "request head too large\n"))
+        let found = connection.head.withUnsafeBytes { p in
+            Result { () throws(HeadError) -> HTTPRequestHead? in
+                guard let length = try connection.scanner.headLength(p) else { return nil }
+                return try HTTPRequestHead(Array(p[..<length]), limits: HTTPListener.limits)
             }
-            return
         }
-        guard found.lowerBound <= HTTPListener.maximumHead, let head = HTTPRequestHead(connection.head[..<found.lowerBound]),
-            let answer = http?.answer
-        else {
-            return httpRespond(connection, HTTPAnswer(status: 400, reason: "Bad Request", body: "not an HTTP/1 request\n"))
+        let request: HTTPRequestHead
+        switch found {
+        case .success(let head?): request = head
+        case .success(nil): return
+        case .failure(let error): return httpRespond(connection, HTTPAnswer(status: error.status, body: error.message + "\n"))
         }
-        httpRespond(connection, answer(head))
+        guard let answer = http?.answer else { return httpRespond(connection, HTTPAnswer(status: 404, body: "nothing is served here\n")) }
+        httpRespond(connection, answer(request))
     }
 
     func httpRespond(_ connection: HTTPConnection, _ answer: HTTPAnswer) {

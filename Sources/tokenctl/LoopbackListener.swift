@@ -1,4 +1,5 @@
 import Foundation
+import HTTPHead
 import Loopback
 
 #if canImport(Glibc)
@@ -16,7 +17,10 @@ import Glibc
 /// login, or complete it with a code of its own). The authorization URL
 /// (state, nonce, code challenge) never goes on a command line, where every
 /// user can read it: the browser is sent to `startURL`, a path with a random
-/// name on this listener, which redirects to it.
+/// name on this listener, which redirects to it. Its requests are read by
+/// the project's one head reader and held to its web-page rule: the Host must
+/// name this listener, and a request from another site must be the browser's
+/// own navigation (a page's fetch of the callback is refused).
 final class LoopbackListener: @unchecked Sendable {
     let port: UInt16
     /// As written in URLs: "127.0.0.1" or "[::1]".
@@ -26,6 +30,8 @@ final class LoopbackListener: @unchecked Sendable {
     /// What the callback URL starts with, as the redirect URI writes it (the provider compares it as text).
     let callbackOrigin: String
     let redirectURI: String
+    /// The Host names this listener; another site's page may only navigate here.
+    let pages: WebPageRule
     private let fd: Int32
     let startPath = "/start/" + (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
 
@@ -67,6 +73,7 @@ final class LoopbackListener: @unchecked Sendable {
         callbackPath = path
         callbackOrigin = origin ?? "http://\(address.host):\(port)"
         redirectURI = exact ?? "http://127.0.0.1:\(port)/callback"
+        pages = WebPageRule(listener: "tokenctl's login listener", ip: address.host, port: Int(port), allowsNavigations: true)
     }
 
     deinit { close(fd) }
@@ -98,15 +105,24 @@ final class LoopbackListener: @unchecked Sendable {
                     message: "This login belongs to another user of this computer.")
                 continue
             }
-            guard let target = Self.readRequestTarget(connection) else {
-                Self.respond(connection, status: "400 Bad Request", title: "Bad request", message: "")
+            let request: HTTPRequestHead
+            switch Self.readRequest(connection, pages: pages) {
+            case .success(let head):
+                request = head
+            case .failure(let refusal):
+                Self.respond(connection, status: "\(refusal.status) \(refusal.reason)", title: "Refused", message: refusal.message)
                 continue
             }
+            guard request.syntax.method == .get else {
+                Self.respond(connection, status: "405 Method Not Allowed", title: "Refused", message: "Only GET is answered here.")
+                continue
+            }
+            let target = request.target
             if target == startPath {
                 Self.redirect(connection, to: authorizationURL)
                 continue
             }
-            guard target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)[0] == callbackPath else {
+            guard request.path == callbackPath else {
                 Self.respond(connection, status: "404 Not Found", title: "Not found", message: "")
                 continue
             }
@@ -114,24 +130,34 @@ final class LoopbackListener: @unchecked Sendable {
         }
     }
 
-    /// The target of a GET request line, read within 5 s and 16 KiB.
-    static func readRequestTarget(_ connection: Int32) -> String? {
+    /// What a request head may take: a browser's, with a provider's code and state in its target.
+    static let limits = HeadLimits(bytes: 32 * 1024, fields: 100, line: 16 * 1024)
+
+    /// The request's head, read within 5 s and `limits`, and not refused by `pages`.
+    static func readRequest(_ connection: Int32, pages: WebPageRule) -> Result<HTTPRequestHead, HeadError> {
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var scanner = HeadScanner(limits: limits)
         var data = [UInt8]()
         var buffer = [UInt8](repeating: 0, count: 4096)
-        while data.count < 16384 {
+        while true {
             let count = read(connection, &buffer, buffer.count)
-            guard count > 0 else { return nil }
+            guard count > 0 else { return .failure(HeadError(status: 400, message: "The request did not come whole.")) }
             data += buffer[0..<count]
-            if let end = data.firstRange(of: Array("\r\n\r\n".utf8)) {
-                let head = String(decoding: data[..<end.lowerBound], as: UTF8.self)
-                let words = head.split(separator: "\r\n").first?.split(separator: " ") ?? []
-                guard words.count == 3, words[0] == "GET" else { return nil }
-                return String(words[1])
+            let found = data.withUnsafeBytes { p in
+                Result { () throws(HeadError) -> HTTPRequestHead? in
+                    guard let length = try scanner.headLength(p) else { return nil }
+                    return try HTTPRequestHead(Array(p[..<length]), limits: limits)
+                }
+            }
+            switch found {
+            case .success(let head?):
+                if let refusal = pages.refusal(for: head) { return .failure(HeadError(status: refusal.status, message: refusal.message)) }
+                return .success(head)
+            case .success(nil): continue
+            case .failure(let error): return .failure(error)
             }
         }
-        return nil
     }
 
     /// The uid owning the other end of an accepted loopback TCP connection:

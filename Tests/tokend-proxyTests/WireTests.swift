@@ -52,33 +52,15 @@ import Testing
         }
     }
 
+    /// The heads' vectors are HTTPHead's (RequestHeadTests): here, that their refusals reach the client
+    /// with their status through the decoder, and the bodies' own.
     @Test func ambiguousFramingIsRefused() {
         let refused: [(String, Int)] = [
             ("POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
-            ("POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400),
-            ("POST / HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\n", 400),
-            ("POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n", 400),
-            ("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
-            ("POST / HTTP/1.1\r\nContent-Length: 0x5\r\n\r\n", 400),
-            ("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", 400),
             ("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
-            ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
-            ("POST / HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n\r\n", 501),
-            ("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
-            ("POST / HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n", 400),
             ("POST / HTTP/1.1\r\nX: 1\r\n Transfer-Encoding: chunked\r\n\r\n", 400),
             ("GET / HTTP/1.1\nHost: x\r\n\r\n", 400),
-            ("GET / HTTP/1.1\r\nHost: x\n\r\n", 400),
-            ("GET / HTTP/1.1\r\nHost: a\rb\r\n\r\n", 400),
-            ("GET / HTTP/1.1\r\nHost: a\u{0}b\r\n\r\n", 400),
-            ("GET / HTTP/1.1\r\n: x\r\n\r\n", 400),
-            ("GET  / HTTP/1.1\r\n\r\n", 400),
-            ("GET / x HTTP/1.1\r\n\r\n", 400),
-            ("GET /\u{E9} HTTP/1.1\r\n\r\n", 400),
-            ("GET / HTTP/1.1 \r\n\r\n", 400),
             ("GET / HTTP/2.0\r\n\r\n", 505),
-            ("GET / HTTP/0.9\r\n\r\n", 505),
-            ("GET / HTTX/1.1\r\n\r\n", 400),
             ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n", 400),
             ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1000000000000000\r\n", 400),
             ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n", 400),

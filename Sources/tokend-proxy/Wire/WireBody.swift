@@ -14,11 +14,7 @@ enum BodyPiece {
 /// §7.1, trailers read and dropped) or everything until the connection closes.
 /// Data is passed on as slices of the bytes read, never copied.
 struct BodyReader {
-    enum Framing {
-        case length(Int)
-        case chunked
-        case untilClose
-    }
+    typealias Framing = BodyFraming
     private enum State {
         case length(remaining: Int)
         case chunkSize

@@ -4,8 +4,8 @@ import NIOCore
 /// after another; what the request and response decoders share.
 struct MessageReader {
     private var buffer = ByteBuffer()
-    /// Where the head being read has been searched to (`Wire.headLength`).
-    private var scanned = 0
+    /// Where the head being read ends, searched as its bytes come.
+    private var scanner = HeadScanner(limits: Wire.limits)
     /// The body being read; nil while a head is.
     var body: BodyReader?
 
@@ -35,22 +35,22 @@ struct MessageReader {
 
     /// RFC 9112 §2.2: empty lines before a request line are ignored.
     mutating func skipEmptyLines() {
-        while scanned == 0, buffer.readableBytes >= 2, buffer.getInteger(at: buffer.readerIndex, as: UInt16.self) == 0x0D0A {
+        while buffer.readableBytes >= 2, buffer.getInteger(at: buffer.readerIndex, as: UInt16.self) == 0x0D0A {
+            scanner.reset()
             buffer.moveReaderIndex(forwardBy: 2)
         }
     }
 
-    /// The next whole head, or nil while more bytes are needed; 431 past `Wire.maximumHead`.
+    /// The next whole head, or nil while more bytes are needed; 431 past `Wire.limits`.
     mutating func head() throws(WireError) -> ByteBuffer? {
         guard buffer.readableBytes > 0 else { return nil }
-        guard let length = try Wire.headLength(of: buffer, scanned: &scanned) else {
-            if buffer.readableBytes > Wire.maximumHead { throw Self.tooLong }
-            return nil
+        var scanner = self.scanner
+        let found = buffer.withUnsafeReadableBytes { p in Result { () throws(HeadError) in try scanner.headLength(p) } }
+        self.scanner = scanner
+        switch found {
+        case .success(let length?): return buffer.readSlice(length: length)!
+        case .success(nil): return nil
+        case .failure(let error): throw WireError(error)
         }
-        guard length <= Wire.maximumHead else { throw Self.tooLong }
-        scanned = 0
-        return buffer.readSlice(length: length)!
     }
-
-    private static let tooLong = WireError(status: .requestHeaderFieldsTooLarge, message: "the head is longer than 64 KiB")
 }

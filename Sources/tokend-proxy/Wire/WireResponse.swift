@@ -1,7 +1,8 @@
 import NIOCore
 import NIOHTTP1
 
-/// An upstream's response head (RFC 9112 §4), as the proxy needs it.
+/// An upstream's response head (RFC 9112 §4), as the proxy needs it:
+/// HTTPHead's reading of it, with the bytes it was read from.
 struct ResponseHead {
     let fields: HeadFields
     let status: Int
@@ -9,7 +10,7 @@ struct ResponseHead {
     /// The reason phrase's place in the head's bytes.
     let reason: Range<Int>
     /// How its body is framed; `.length(0)` when it has none (RFC 9112 §6.3).
-    let framing: BodyReader.Framing
+    let framing: BodyFraming
     /// The upstream keeps the connection open after this answer.
     let keepAlive: Bool
 
@@ -19,65 +20,20 @@ struct ResponseHead {
 
     /// A whole head; `toHead` says the request was HEAD, whose answer has no body whatever it says.
     init(_ bytes: ByteBuffer, toHead: Bool) throws(WireError) {
-        self = try bytes.withUnsafeReadableBytes { p in Result { () throws(WireError) in try Self.parse(bytes, p, toHead: toHead) } }.get()
-    }
-
-    private init(fields: HeadFields, status: Int, version: HTTPVersion, reason: Range<Int>, framing: BodyReader.Framing, keepAlive: Bool) {
-        self.fields = fields
-        self.status = status
-        self.version = version
-        self.reason = reason
-        self.framing = framing
-        self.keepAlive = keepAlive
-    }
-
-    private static func parse(_ bytes: ByteBuffer, _ p: UnsafeRawBufferPointer, toHead: Bool) throws(WireError) -> ResponseHead {
-        let refused = { (message: String) in WireError(status: .badGateway, message: "the upstream's answer: \(message)") }
-        // HTTP-version SP status-code SP [ reason-phrase ] CRLF
-        var at = 0
-        let version: HTTPVersion
-        do {
-            version = try Wire.version(p, at: &at)
-        } catch {
-            throw refused("its status line does not start with HTTP/1.0 or HTTP/1.1")
+        let read = bytes.withUnsafeReadableBytes { p in
+            Result { () throws(HeadError) in try ResponseHeadSyntax(p, toHead: toHead, limits: Wire.limits) }
         }
-        guard p[at] == 0x20, p.count - at > 4, p[at + 1...at + 3].allSatisfy({ (0x30...0x39).contains($0) }) else {
-            throw refused("its status line has no status code")
+        switch read {
+        case .success(let syntax):
+            fields = HeadFields(bytes: bytes, section: syntax.fields)
+            status = syntax.status
+            version = syntax.minorVersion == 0 ? .http1_0 : .http1_1
+            reason = syntax.reason
+            framing = syntax.framing
+            keepAlive = syntax.keepAlive
+        case .failure(let error):
+            throw ResponseDecoder.upstreams(error)
         }
-        let status = p[at + 1...at + 3].reduce(0) { $0 * 10 + Int($1 - 0x30) }
-        at += 4
-        var reasonStart = at
-        if p[at] == 0x20 {
-            reasonStart += 1
-            at += 1
-            while p[at] != 0x0D {
-                guard Wire.isValueByte(p[at]) else { throw refused("its reason phrase has a control character") }
-                at += 1
-            }
-        }
-        guard p[at] == 0x0D, p[at + 1] == 0x0A, status >= 100 else { throw refused("its status line is malformed") }
-        let list: [Field]
-        do {
-            list = try Wire.fields(p, from: at + 2)
-        } catch {
-            throw refused(error.message)
-        }
-        let fields = HeadFields(bytes: bytes, startLine: 0..<at + 2, list: list, p)
-        let given = try Wire.framing(fields, p, request: false)
-        let framing: BodyReader.Framing
-        if toHead || status < 200 || status == 204 || status == 304 {
-            framing = .length(0)
-        } else if given.chunked {
-            framing = .chunked
-        } else if let length = given.length {
-            framing = .length(length)
-        } else {
-            framing = .untilClose
-        }
-        let untilClose = if case .untilClose = framing { true } else { false }
-        let keepAlive = !untilClose && (version.minor == 1 ? !fields.close : fields.keepAlive && !fields.close)
-        return ResponseHead(
-            fields: fields, status: status, version: version, reason: reasonStart..<at, framing: framing, keepAlive: keepAlive)
     }
 }
 
@@ -98,6 +54,11 @@ struct ResponseDecoder {
     var hasBytes: Bool { reader.hasBytes }
 
     mutating func append(_ bytes: ByteBuffer) { reader.append(bytes) }
+
+    /// What cannot be read of an answer is the upstream's fault (502), and the message says whose.
+    static func upstreams(_ error: HeadError) -> WireError {
+        WireError(status: .badGateway, message: "the upstream's answer: \(error.message)")
+    }
 
     /// The next part, or nil while more bytes are needed; what cannot be read is the upstream's fault (502).
     mutating func next() throws(WireError) -> ResponsePart? {
