@@ -49,8 +49,11 @@ let package = Package(
         // (Host, Origin, Sec-Fetch-Site): tokend-proxy, tokend's metrics listener, tokenctl's login listener.
         // No Foundation, no NIO.
         .target(name: "HTTPHead", swiftSettings: strict),
+        // Who a uid is to a budget: the uids of someone's /etc/subuid range are that someone. tokend's
+        // socket and tokend-proxy's TCP slots count persons, not uids.
+        .target(name: "Persons", swiftSettings: strict),
         // The Varlink server on a Unix socket: one epoll loop, framing, limits, peer credentials. No NIO.
-        .target(name: "UnixServer", dependencies: ["CLinux", "HTTPHead", "TokendMetrics", "Varlink", logging], swiftSettings: hooks),
+        .target(name: "UnixServer", dependencies: ["CLinux", "HTTPHead", "Persons", "TokendMetrics", "Varlink", logging], swiftSettings: hooks),
         // The Varlink client (SwiftNIO): pipelined calls and `more` streams.
         .target(name: "VarlinkNIO", dependencies: ["Varlink", nio, nioPosix], swiftSettings: strict),
         // The io.tokend.Broker interface: its one declaration and its typed wire values.
@@ -102,7 +105,7 @@ let package = Package(
         .executableTarget(name: "tokenctl", dependencies: ["Config", "CSystemd", "HTTPHead", "Loopback", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
         // A local HTTP proxy that puts the session's token and cookies on requests to one upstream.
         .executableTarget(name: "tokend-proxy", dependencies: [
-            "CLinux", "HTTPHead", "Loopback", "TokendClient", argumentParser, logging, nio,
+            "CLinux", "HTTPHead", "Loopback", "Persons", "TokendClient", argumentParser, logging, nio,
             .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ], swiftSettings: strict),
@@ -118,7 +121,7 @@ let package = Package(
         .testTarget(name: "TokendInterfaceTests", dependencies: ["TokendInterface", "Varlink"], swiftSettings: strict),
         // The server loop over real sockets, and the reference Varlink certification suite against it.
         .testTarget(
-            name: "UnixServerTests", dependencies: ["TestSupport", "TokendMetrics", "UnixServer", "Varlink", logging],
+            name: "UnixServerTests", dependencies: ["Persons", "TestSupport", "TokendMetrics", "UnixServer", "Varlink", logging],
             resources: [.embedInCode("Resources/org.varlink.certification.varlink")], swiftSettings: strict),
         .testTarget(
             name: "TokendServerTests", dependencies: ["TestSupport", "TokendServer", "Broker", "Config", "UnixServer", "Varlink"],

@@ -1,6 +1,7 @@
 import Testing
 import Varlink
 
+@testable import Persons
 @testable import UnixServer
 
 #if canImport(Glibc)
