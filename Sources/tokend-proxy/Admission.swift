@@ -1,24 +1,30 @@
+import Persons
 import Synchronization
 
 /// At most `limit` connections are served at once, whichever loop serves
-/// them, and at most `perOwner` of them for one owner (on TCP, the uid of the
-/// peer's socket): a connection accepted once either is reached is refused (it
-/// gets 503 and is closed, and is not counted). So one local user who holds
-/// connections open cannot take every slot from another.
+/// them, and at most `perOwner` of them for one person (on TCP, the owner of
+/// the peer's socket; the uids of someone's /etc/subuid range are that
+/// someone, as on tokend's own socket): a connection accepted once either is
+/// reached is refused (it gets 503 and is closed, and is not counted). So one
+/// local user who holds connections open, from as many uids as their user
+/// namespaces give them, cannot take every slot from another.
 final class Admission: Sendable {
     private let limit: Int
     private let perOwner: Int
+    private let persons: SubordinateIDs
     private let open = Atomic(0)
     private let owners = Mutex<[UInt32: Int]>([:])
 
-    init(limit: Int, perOwner: Int? = nil) {
+    init(limit: Int, perOwner: Int? = nil, persons: SubordinateIDs = SubordinateIDs()) {
         self.limit = limit
         self.perOwner = perOwner ?? limit
+        self.persons = persons
     }
 
-    /// A connection just accepted, of `owner` (nil: not counted per owner): whether it is served (and
-    /// counted until `leave`).
-    func admit(owner: UInt32? = nil) -> Bool {
+    /// A connection just accepted, of the uid `owner` (nil: not counted per owner): whether it is served
+    /// (and counted until `leave`, which is given the same uid).
+    func admit(owner uid: UInt32? = nil) -> Bool {
+        let owner = uid.map(persons.person(of:))
         if let owner {
             let taken = owners.withLock { owners in
                 guard owners[owner, default: 0] < perOwner else { return false }
@@ -37,10 +43,10 @@ final class Admission: Sendable {
         return false
     }
 
-    /// An admitted connection closed.
-    func leave(owner: UInt32? = nil) {
+    /// An admitted connection of the uid `owner` closed.
+    func leave(owner uid: UInt32? = nil) {
         open.subtract(1, ordering: .relaxed)
-        if let owner { release(owner) }
+        if let uid { release(persons.person(of: uid)) }
     }
 
     private func release(_ owner: UInt32) {
@@ -53,6 +59,6 @@ final class Admission: Sendable {
     /// Admitted and not yet left.
     var count: Int { open.load(ordering: .relaxed) }
 
-    /// Whether `owner` has all its slots.
-    func isFull(owner: UInt32) -> Bool { owners.withLock { $0[owner, default: 0] >= perOwner } }
+    /// Whether the person of the uid `owner` has all its slots.
+    func isFull(owner uid: UInt32) -> Bool { owners.withLock { $0[persons.person(of: uid), default: 0] >= perOwner } }
 }

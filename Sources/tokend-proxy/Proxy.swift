@@ -4,6 +4,7 @@ import Logging
 import Loopback
 import NIOCore
 import NIOSSL
+import Persons
 
 #if canImport(Glibc)
 import Glibc
@@ -48,7 +49,12 @@ final class Proxy: Sendable {
         self.bodyTimeout = bodyTimeout
         self.headerTimeout = headerTimeout
         self.maxConnections = maxConnections
-        admission = Admission(limit: maxConnections, perOwner: maxConnectionsPerUser ?? maxConnections)
+        // Who is whom on TCP: read once, at start (a range added later counts after a restart).
+        let persons = SubordinateIDs.load()
+        for problem in persons.problems {
+            logger.warning("subordinate uid table", metadata: ["problem": "\(problem)"])
+        }
+        admission = Admission(limit: maxConnections, perOwner: maxConnectionsPerUser ?? maxConnections, persons: persons)
         self.timeout = timeout
         self.logger = logger
     }
