@@ -1,4 +1,5 @@
 import TokendInterface
+import Varlink
 
 extension TokendClient {
     /// A DPoP proof (RFC 9449) for one request to a resource server, and the
@@ -24,4 +25,32 @@ extension AccessToken {
     /// The provider bound this token to tokend's DPoP key: it is useless
     /// without a proof of that key on each request (GetProof).
     public var isDPoPBound: Bool { tokenType.caseInsensitiveCompare("DPoP") == .orderedSame }
+}
+
+/// GetProof's own refusals: the session makes no proofs (ProofNotAvailable),
+/// or its key cannot sign here (KeyUnavailable); `reason` says why and what to do.
+public struct ProofRefusal: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        case notAvailable
+        case keyUnavailable
+    }
+
+    public let kind: Kind
+    public let session: String
+    public let reason: String
+}
+
+extension TokendClientError {
+    /// GetProof's own refusal, when this is one.
+    public var proofRefusal: ProofRefusal? {
+        guard case .failed(let error) = self else { return nil }
+        let kind: ProofRefusal.Kind
+        switch error.name {
+        case BrokerInterface.Error.proofNotAvailable: kind = .notAvailable
+        case BrokerInterface.Error.keyUnavailable: kind = .keyUnavailable
+        default: return nil
+        }
+        return ProofRefusal(
+            kind: kind, session: error.parameters["session"]?.stringValue ?? "", reason: error.parameters["reason"]?.stringValue ?? "")
+    }
 }

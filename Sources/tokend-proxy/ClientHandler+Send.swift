@@ -2,39 +2,62 @@ import NIOCore
 
 /// A request on its way upstream: tokend's answers for it, an upstream connection, the request written.
 extension ClientHandler {
-    /// The body is whole or streams: tokend's answers from the cache, else from tokend.
+    /// The body is whole or streams: tokend's answers from the cache, else from tokend. A DPoP-bound
+    /// token goes with a proof of this request, which only tokend makes (GetProof).
     func obtainCredentials(for exchange: Exchange) {
         if exchange.streaming { pause() }
         if let cached = settings.credentials.cached(path: exchange.path) {
-            return send(exchange, credentials: cached)
+            guard cached.bound else { return send(exchange, credentials: cached) }
+            let target = exchange.proofTarget
+            let cookies = cached.cookies
+            return ask(for: exchange) { try await $0.prove(target, cookies: cookies) }
         }
-        let credentials = settings.credentials
         let url = exchange.url
         let path = exchange.path
+        let target = exchange.proofTarget
+        ask(for: exchange) { try await $0.fetch(url: url, path: path, target: target) }
+    }
+
+    /// tokend's answers for `exchange`, from `call` off the loop; then `credentialsArrived` on it.
+    func ask(
+        for exchange: Exchange, fresh: Bool = false, _ call: @escaping @Sendable (Credentials) async throws -> RequestCredentials
+    ) {
+        let credentials = settings.credentials
         let loop = pool.loop
         let bound = LoopBound((self, exchange), on: loop)
         Task {
             let result: Result<RequestCredentials, any Error>
             do {
-                result = .success(try await credentials.fetch(url: url, path: path))
+                result = .success(try await call(credentials))
             } catch {
                 result = .failure(error)
             }
             loop.execute {
                 let (handler, exchange) = bound.value
-                handler.credentialsArrived(result, for: exchange)
+                handler.credentialsArrived(result, for: exchange, fresh: fresh)
             }
         }
     }
 
-    func credentialsArrived(_ result: Result<RequestCredentials, any Error>, for exchange: Exchange) {
+    /// The request goes upstream with tokend's answers (on a new connection when `fresh`), or the client
+    /// gets why there are none. A kind of refusal of proofs is logged at most once a minute.
+    func credentialsArrived(_ result: Result<RequestCredentials, any Error>, for exchange: Exchange, fresh: Bool = false) {
         guard case .exchange(let current) = phase, current === exchange else { return }
         switch result {
         case .success(let credentials):
-            send(exchange, credentials: credentials)
+            send(exchange, credentials: credentials, fresh: fresh)
         case .failure(let error):
-            settings.logger.error("no token from tokend", metadata: ["problem": "\(error)"])
-            let answer = Answer.tokendFailed(error)
+            let answer: Answer
+            if let refused = error as? ProofRefused {
+                if let refusals = settings.credentials.proofs.toLog(refused.kind, now: Double(NIODeadline.now().uptimeNanoseconds) / 1e9) {
+                    settings.logger.error(
+                        "no DPoP proof from tokend", metadata: ["problem": "\(refused)", "status": "\(refused.answer.status.code)", "refusals": "\(refusals)"])
+                }
+                answer = refused.answer
+            } else {
+                settings.logger.error("no token from tokend", metadata: ["problem": "\(error)"])
+                answer = Answer.tokendFailed(error)
+            }
             release(exchange)
             if exchange.bodyDone {
                 phase = .idle
@@ -66,6 +89,10 @@ extension ClientHandler {
 
     /// The lines tokend's answers make, kept while they stay the same (as they do from one request to the next).
     func credentialLines(for credentials: RequestCredentials) -> ByteBuffer {
+        if let proof = credentials.proof {  // a proof is for one request: nothing to keep
+            return Wire.credentialLines(
+                host: settings.upstream.authority, authorization: credentials.authorization, proof: proof.jwt, cookies: credentials.cookies)
+        }
         if let kept = keptCredentialLines, kept.authorization == credentials.authorization, kept.cookies == credentials.cookies {
             return kept.lines
         }

@@ -23,7 +23,17 @@ extension ClientHandler: UpstreamUser {
         switch part {
         case .head(let head):
             exchange.upstreamKeepAlive = head.keepAlive
-            if head.status == 401, !exchange.streaming, !exchange.retried, let credentials = exchange.credentials {
+            var refreshes = true
+            if let proof = exchange.credentials?.proof {
+                switch proofStep(head, proof: proof, of: exchange) {
+                case .retry(let nonce):
+                    hold(head, of: exchange)
+                    return retry(exchange, nonce: nonce, setCookie: head.values(.setCookie))
+                case .relay: refreshes = false
+                case .usual: break
+                }
+            }
+            if refreshes, head.status == 401, !exchange.streaming, !exchange.retried, let credentials = exchange.credentials {
                 hold(head, of: exchange)
                 return refresh(exchange, after: credentials.token, setCookie: head.values(.setCookie))
             }
@@ -100,7 +110,10 @@ extension ClientHandler: UpstreamUser {
             exchange.head.method.isIdempotent, let credentials = exchange.credentials
         {
             exchange.reconnected = true
-            return send(exchange, credentials: credentials, fresh: true)
+            guard let proof = credentials.proof else { return send(exchange, credentials: credentials, fresh: true) }
+            // A proof is for one request: the request again gets one of its own.
+            let (target, cookies) = (exchange.proofTarget, credentials.cookies)
+            return ask(for: exchange, fresh: true) { try await $0.prove(target, cookies: cookies, nonceRetry: proof.nonceRetry) }
         }
         fail(exchange, error)
     }
@@ -134,36 +147,60 @@ extension ClientHandler: UpstreamUser {
     }
 
     /// The answer waits for tokend (a refresh, its cookies): the upstream is not read, nor timed, meanwhile.
-    private func hold(_ head: ResponseHead, of exchange: Exchange) {
+    func hold(_ head: ResponseHead, of exchange: Exchange) {
         exchange.held = [.head(head)]
         exchange.upstream?.pauseReading()
         upstreamDeadline = nil
     }
 
-    /// A 401 to the token sent: one compare-and-refresh, then the request again, or the 401 as it came.
-    /// The 401's own Set-Cookie reaches tokend too, whether the request is retried or the 401 goes back.
+    /// A 401 to the token sent: one compare-and-refresh, then the request again (with a new proof of it
+    /// for a DPoP-bound token), or the 401 as it came. The 401's own Set-Cookie reaches tokend too, whether
+    /// the request is retried or the 401 goes back.
     private func refresh(_ exchange: Exchange, after stale: AccessToken, setCookie: [String]) {
+        guard let old = exchange.credentials else { return }
         let credentials = settings.credentials
         let loop = pool.loop
         let url = exchange.url
+        let target = exchange.proofTarget
         let bound = LoopBound((self, exchange), on: loop)
         Task {
-            let fresh = await credentials.refresh(after: stale)
+            let next: Result<RequestCredentials, any Error>?
+            if let fresh = await credentials.refresh(after: stale) {
+                if RequestCredentials.authorization(fresh).bound {
+                    do {
+                        next = .success(try await credentials.prove(target, cookies: old.cookies, nonceRetry: old.proof?.nonceRetry ?? false))
+                    } catch {
+                        next = .failure(error)
+                    }
+                } else {
+                    next = RequestCredentials(token: fresh, cookies: old.cookies).map { .success($0) } ?? .failure(UnusableCredentials())
+                }
+            } else {
+                next = nil
+            }
             let inJar = !setCookie.isEmpty && credentials.cookieRule == .toJar ? await credentials.importCookies(setCookie, from: url) : false
             loop.execute {
                 let (handler, exchange) = bound.value
                 exchange.cookiesInJar = inJar
-                handler.refreshed(fresh, for: exchange)
+                handler.refreshed(next, for: exchange)
             }
         }
     }
 
-    private func refreshed(_ fresh: AccessToken?, for exchange: Exchange) {
-        guard case .exchange(let current) = phase, current === exchange, let old = exchange.credentials else { return }
-        guard let fresh else { return release(held: exchange) }  // the 401 goes to the client as it came
-        settings.logger.info("retried after a 401 with a refreshed token", metadata: ["generation": "\(fresh.generation)"])
+    private func refreshed(_ next: Result<RequestCredentials, any Error>?, for exchange: Exchange) {
+        guard case .exchange(let current) = phase, current === exchange else { return }
+        guard let next else { return release(held: exchange) }  // the 401 goes to the client as it came
+        if case .success(let credentials) = next {
+            settings.logger.info("retried after a 401 with a refreshed token", metadata: ["generation": "\(credentials.token.generation)"])
+        }
         exchange.retried = true
         exchange.cookiesInJar = false  // the answer to the retry brings its own
+        resend(exchange, next)
+    }
+
+    /// The held answer is dropped (its connection kept if it came whole), and the request goes again with
+    /// `next`, or the client gets why it cannot.
+    func resend(_ exchange: Exchange, _ next: Result<RequestCredentials, any Error>) {
         let whole = exchange.held?.last.map { if case .end = $0 { true } else { false } } ?? false
         exchange.held = nil
         if let upstream = exchange.upstream {
@@ -171,8 +208,7 @@ extension ClientHandler: UpstreamUser {
             pool.release(upstream, reusable: whole && exchange.upstreamKeepAlive)
         }
         exchange.upstreamKeepAlive = true
-        let credentials = RequestCredentials(checked: fresh, authorization: fresh.authorizationHeaderValue, cookies: old.cookies)
-        send(exchange, credentials: credentials)
+        credentialsArrived(next, for: exchange)
     }
 
     /// The answer's Set-Cookie headers reach tokend's jar before the client has the answer.

@@ -3,29 +3,54 @@ import Logging
 import Synchronization
 import TokendClient
 
-/// What a request gets from tokend: the Authorization and Cookie header values.
+/// What a request gets from tokend: the Authorization and Cookie header values, and for a DPoP-bound
+/// token the proof of that very request.
 struct RequestCredentials: Sendable {
     let token: AccessToken
     let authorization: String
     let cookies: String
+    /// The token is DPoP-bound (RFC 9449): it goes with a proof of each request.
+    let bound: Bool
+    /// The proof this request carries (nil for a Bearer token).
+    let proof: RequestProof?
 
     /// Nil when a value could not be a header's (a CR or LF in it would add headers of its own).
-    init?(token: AccessToken, cookies: String) {
-        let authorization = token.authorizationHeaderValue
-        guard Headers.isFieldValue(authorization), Headers.isFieldValue(cookies) else { return nil }
+    init?(token: AccessToken, cookies: String, proof: RequestProof? = nil) {
+        let (authorization, bound) = Self.authorization(token)
+        guard Headers.isFieldValue(authorization), Headers.isFieldValue(cookies), proof.map({ Headers.isFieldValue($0.jwt) }) ?? true
+        else { return nil }
         self.token = token
         self.authorization = authorization
         self.cookies = cookies
+        self.bound = bound
+        self.proof = bound ? proof : nil
     }
 }
 
 extension RequestCredentials {
+    /// The Authorization value of `token` (`DPoP <token>` for a DPoP-bound one, whatever the case tokend
+    /// gave its type in), and whether it is bound.
+    static func authorization(_ token: AccessToken) -> (String, bound: Bool) {
+        token.isDPoPBound ? ("DPoP \(token.accessToken)", true) : (token.authorizationHeaderValue, false)
+    }
+
     /// Values checked when tokend gave them.
-    init(checked token: AccessToken, authorization: String, cookies: String) {
+    init(checked token: AccessToken, authorization: String, cookies: String, bound: Bool = false) {
         self.token = token
         self.authorization = authorization
         self.cookies = cookies
+        self.bound = bound
+        proof = nil
     }
+}
+
+/// A DPoP proof of one request, as tokend made it (GetProof).
+struct RequestProof: Sendable {
+    let jwt: String
+    /// The upstream's nonce it carries.
+    let nonce: String?
+    /// It was made after the upstream asked for a nonce (use_dpop_nonce): the request is not sent again for another.
+    let nonceRetry: Bool
 }
 
 /// tokend gave a token or cookies no header can carry.
@@ -47,6 +72,7 @@ final class Credentials: Sendable {
     private struct Cached {
         var token: AccessToken
         var authorization: String
+        var bound: Bool
         var until: Double
     }
     private struct CookieHeader {
@@ -76,6 +102,8 @@ final class Credentials: Sendable {
     let logger: Logger
     private let state = Mutex(State())
     private let tokend = Mutex<TokendClient?>(nil)
+    /// DPoP: whether the tokens are bound, the upstream's nonce, the refusals logged.
+    let proofs = ProofState()
     /// --pass-cookies: the upstream's Set-Cookie goes to the client and not to tokend.
     let passCookies: Bool
     /// tokend refused ImportCookies (the user may not write cookies): Set-Cookie passes through from then on.
@@ -107,19 +135,41 @@ final class Credentials: Sendable {
             guard state.live, let token = state.token, token.until > now, token.token.generation >= state.generation,
                 let cookies = state.cookies[String(path)], cookies.version == state.version, cookies.until > now
             else { return nil }
-            return RequestCredentials(checked: token.token, authorization: token.authorization, cookies: cookies.header)
+            return RequestCredentials(checked: token.token, authorization: token.authorization, cookies: cookies.header, bound: token.bound)
         }
     }
 
-    /// tokend's token (GetToken) and the Cookie header for `url` (GetCookies), remembered for `path`.
-    func fetch(url: String, path: Substring) async throws -> RequestCredentials {
+    /// tokend's token (GetToken) and the Cookie header for `url` (GetCookies), remembered for `path`. A
+    /// DPoP-bound token comes with a proof of `target` (GetProof, which gives the token too: once the
+    /// tokens are known to be bound, it takes GetToken's place).
+    func fetch(url: String, path: Substring, target: ProofTarget) async throws -> RequestCredentials {
         let asked = Date().timeIntervalSince1970
+        if proofs.bound {
+            do {
+                let cookies = try await withTokend { client in try await client.cookies(session: self.session, url: url) }
+                let answer = try await prove(target, cookies: cookies.header)
+                remember(cookies, for: path)
+                return answer
+            } catch let refused as ProofRefused where refused.notDPoP {
+                proofs.bound = false  // the session's tokens are no longer bound: GetToken again
+            }
+        }
         let (token, cookies) = try await withTokend { client in
             let token = try await client.token(session: self.session, resource: self.resource, scope: self.scope)
             return (token, try await client.cookies(session: self.session, url: url))
         }
-        guard let answer = RequestCredentials(token: token, cookies: cookies.header) else { throw UnusableCredentials() }
-        remember(token, authorization: answer.authorization, at: asked)
+        guard var answer = RequestCredentials(token: token, cookies: cookies.header) else { throw UnusableCredentials() }
+        remember(token, at: asked)
+        remember(cookies, for: path)
+        if answer.bound {
+            proofs.bound = true
+            answer = try await prove(target, cookies: cookies.header)
+        }
+        return answer
+    }
+
+    /// The Cookie header tokend gave for `path`, while the jar stays at its version and its cookies live.
+    private func remember(_ cookies: CookieSet, for path: Substring) {
         let until = cookies.cookies.compactMap(\.expiresAt).min().map(Double.init) ?? .infinity
         state.withLock { state in
             guard state.live, cookies.version >= state.version else { return }
@@ -127,7 +177,6 @@ final class Credentials: Sendable {
             if state.cookies.count >= Self.cookiePaths { state.cookies.removeAll(keepingCapacity: true) }
             state.cookies[String(path)] = CookieHeader(header: cookies.header, version: cookies.version, until: until)
         }
-        return answer
     }
 
     /// Compare-and-refresh after a 401 to `stale`: the newer token, or nil when tokend has none to give.
@@ -139,7 +188,7 @@ final class Credentials: Sendable {
                     session: self.session, staleGeneration: stale.generation, resource: self.resource, scope: self.scope)
             }), fresh.accessToken != stale.accessToken, Headers.isFieldValue(fresh.authorizationHeaderValue)
         else { return nil }
-        remember(fresh, authorization: fresh.authorizationHeaderValue, at: asked)
+        remember(fresh, at: asked)
         return fresh
     }
 
@@ -169,13 +218,15 @@ final class Credentials: Sendable {
         }
     }
 
-    private func remember(_ token: AccessToken, authorization: String, at asked: Double) {
+    /// The token tokend gave (asked for at `asked`), for the requests after this one.
+    func remember(_ token: AccessToken, at asked: Double) {
         let expires = Double(token.expiresAt)
         let until = min(asked + (expires - asked) / 2, expires - 30)
+        let (authorization, bound) = RequestCredentials.authorization(token)
         state.withLock { state in
             guard state.live, token.generation >= state.generation else { return }
             if let cached = state.token, cached.token.generation > token.generation { return }
-            state.token = Cached(token: token, authorization: authorization, until: until)
+            state.token = Cached(token: token, authorization: authorization, bound: bound, until: until)
         }
     }
 

@@ -5,7 +5,7 @@ import NIOHTTP1
 /// that cross copied as they came, its own lines after them.
 extension ByteBuffer {
     /// What the upstream gets of the client's head: its method, `uri` (the path under the upstream's
-    /// prefix), the end-to-end fields but the client's Host, credentials and framing; then
+    /// prefix), the end-to-end fields but the client's Host, credentials (DPoP included) and framing; then
     /// `credentialLines` (the upstream's Host, tokend's Authorization and Cookie) and the body's
     /// framing (`length`, or chunks with `chunked`, or none). A request line that would be written as it
     /// came is copied with the lines after it.
@@ -18,7 +18,7 @@ extension ByteBuffer {
                 writeString(uri)
                 writeStaticString(" HTTP/1.1\r\n")
             }
-            writeLines(head.fields, p, from: asItCame ? head.fields.startLine : nil, dropping: Wire.requestDrops)
+            writeLines(head.fields, p, from: asItCame ? head.fields.startLine : nil, dropping: Wire.requestDrops, droppingNamed: "dpop")
         }
         writeImmutableBuffer(credentialLines)
         if let length {
@@ -65,12 +65,16 @@ extension ByteBuffer {
     }
 
     /// The header lines that cross, as they came: lines next to each other (and to `start`, the start
-    /// line) in one copy.
+    /// line) in one copy. `droppingNamed`: a field the parser has no kind for that stays too (lowercase).
     private mutating func writeLines(
-        _ fields: HeadFields, _ p: UnsafeRawBufferPointer, from start: Range<Int>?, dropping dropped: (FieldKind) -> Bool
+        _ fields: HeadFields, _ p: UnsafeRawBufferPointer, from start: Range<Int>?, dropping dropped: (FieldKind) -> Bool,
+        droppingNamed named: StaticString? = nil
     ) {
         var run = start
         for field in fields.list where fields.passes(field, dropping: dropped) {
+            if let named, field.kind == .other, field.name.count == named.utf8CodeUnitCount, HeadSyntax.equalsLowercase(p, field.name, named) {
+                continue
+            }
             if let current = run, current.upperBound == field.line.lowerBound {
                 run = current.lowerBound..<field.line.upperBound
             } else {
@@ -113,15 +117,21 @@ extension Wire {
         }
     }
 
-    /// The upstream's Host, tokend's Authorization and the Cookie header (when there are cookies), as lines.
-    static func credentialLines(host: String, authorization: String, cookies: String) -> ByteBuffer {
+    /// The upstream's Host, tokend's Authorization, its DPoP proof (for a DPoP-bound token) and the Cookie
+    /// header (when there are cookies), as lines.
+    static func credentialLines(host: String, authorization: String, proof: String? = nil, cookies: String) -> ByteBuffer {
         var lines = ByteBuffer()
-        lines.reserveCapacity(host.utf8.count + authorization.utf8.count + cookies.utf8.count + 40)
+        lines.reserveCapacity(host.utf8.count + authorization.utf8.count + (proof?.utf8.count ?? 0) + cookies.utf8.count + 48)
         lines.writeStaticString("Host: ")
         lines.writeString(host)
         lines.writeStaticString("\r\nAuthorization: ")
         lines.writeString(authorization)
         lines.writeStaticString("\r\n")
+        if let proof {
+            lines.writeStaticString("DPoP: ")
+            lines.writeString(proof)
+            lines.writeStaticString("\r\n")
+        }
         if !cookies.isEmpty {
             lines.writeStaticString("Cookie: ")
             lines.writeString(cookies)
