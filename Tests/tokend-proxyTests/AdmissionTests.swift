@@ -1,4 +1,5 @@
 import CLinux
+import Persons
 import Testing
 
 #if canImport(Glibc)
@@ -20,6 +21,18 @@ import Glibc
         admission.leave(owner: 65534)
         #expect(admission.admit(owner: 1001))
         #expect(admission.count == 8)
+    }
+
+    @Test func theUidsOfOnePersonsRangeShareThatPersonsShare() {
+        let persons = SubordinateIDs(parsing: "alice:100000:65536\n", resolve: { $0 == "alice" ? 1000 : nil })
+        let admission = Admission(limit: 16, perOwner: 4, persons: persons)
+        let inner = [1000, 100_000, 100_001, 165_535].map { admission.admit(owner: $0) }
+        #expect(inner == [true, true, true, true])
+        #expect(!admission.admit(owner: 100_002), "a fifth uid of alice's range is alice, who has her four")
+        #expect(admission.isFull(owner: 100_500) && admission.isFull(owner: 1000))
+        #expect(admission.admit(owner: 165_536), "the first uid past the range is someone else")
+        admission.leave(owner: 100_001)
+        #expect(admission.admit(owner: 100_003), "a slot one of her uids freed is hers again")
     }
 
     @Test func withoutAnOwnerOnlyTheTotalCounts() {
