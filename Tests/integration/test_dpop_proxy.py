@@ -19,7 +19,7 @@ import pytest
 
 from conftest import free_port, wait_for
 from provider2 import Agent
-from test_dpop import device_login, make_daemon, provider  # noqa: F401 (fixtures)
+from test_dpop import device_login, make_daemon, provider, swtpm  # noqa: F401 (fixtures)
 from test_provider2 import Tokend2
 from test_proxy import ProxyProcess
 
@@ -42,6 +42,9 @@ class ResourceServer:
         self.thumbprint = thumbprint
         self.dpop = dpop
         self.nonce = "n-1"
+        # Tokens answered 401 invalid_token (as if revoked), and whether proofs are refused outright.
+        self.stale_tokens = set()
+        self.refuse_proofs = False
         self.seen = []  # (method, path, headers, body) of every request, in order
         self.refusals = []
         self.jtis = set()
@@ -90,6 +93,10 @@ class ResourceServer:
             return 401, {"WWW-Authenticate": 'DPoP algs="ES256", error="use_dpop_nonce", '
                                              'error_description="Resource server requires nonce in DPoP proof"',
                          "DPoP-Nonce": self.nonce}, {"error": "use_dpop_nonce"}
+        if self.refuse_proofs:
+            return self.refuse("invalid_dpop_proof", "this server refuses every proof now")
+        if token in self.stale_tokens:
+            return 401, {"WWW-Authenticate": 'DPoP error="invalid_token"'}, {"error": "invalid_token"}
         key = jwk.JWK(**header["jwk"])
         checked = jws.JWS()
         checked.deserialize(proof)
@@ -107,7 +114,7 @@ class ResourceServer:
         self.jtis.add(claims.get("jti"))
         if problems:
             return self.refuse("invalid_dpop_proof", f"{problems}: {claims} (htu expected {expected_htu})")
-        return 200, {}, {"ok": True, "htu": claims["htu"], "body": body.decode()}
+        return 200, {}, {"ok": True, "htu": claims["htu"], "ath": claims["ath"], "body": body.decode()}
 
     def refuse(self, error, why):
         self.refusals.append(why)
@@ -236,6 +243,60 @@ def test_the_proxy_never_retries_for_a_nonce_more_than_once(provider, make_daemo
     assert len(rs.requests()) == 2
     assert daemon.status()["refreshes"] == refreshes
     wait_for(lambda: "cannot send again" in proxy.logs(), 10, "the proxy's warning")
+
+
+def test_a_401_invalid_token_refreshes_once_and_retries_with_a_new_proof(provider, make_daemon, resource_server, proxies):
+    daemon = make_daemon(provider).start()
+    device_login(daemon, provider)
+    rs = resource_server(thumbprint=daemon.dpop()["thumbprint"])
+    proxy = proxies(daemon, rs.url)
+    assert through(proxy, "GET", "/data")[0] == 200  # the nonce is known from here on
+    old = daemon.token()
+    rs.stale_tokens.add(old["accessToken"])
+    before, seen = daemon.status()["refreshes"], len(rs.requests())
+    status, body = through(proxy, "GET", "/data")
+    assert status == 200, (status, body, rs.refusals, proxy.logs()[-2000:])
+    new = daemon.token()
+    # One refresh (DPoP-bound, at Glewlwyd), and the retry's proof is bound to the new token.
+    assert new["generation"] == old["generation"] + 1 and new["accessToken"] != old["accessToken"]
+    assert daemon.status()["refreshes"] == before + 1
+    assert json.loads(body)["ath"] == ath(new["accessToken"])
+    assert len(rs.requests()) == seen + 2 and rs.refusals == []
+
+
+def test_a_refused_proof_goes_to_the_client_without_a_refresh(provider, make_daemon, resource_server, proxies):
+    """401 invalid_dpop_proof: a refresh would not mend a proof; the client gets the 401 as it came."""
+    daemon = make_daemon(provider).start()
+    device_login(daemon, provider)
+    rs = resource_server(thumbprint=daemon.dpop()["thumbprint"])
+    proxy = proxies(daemon, rs.url)
+    assert through(proxy, "GET", "/data")[0] == 200
+    rs.refuse_proofs = True
+    before, seen = daemon.status()["refreshes"], len(rs.requests())
+    status, body = through(proxy, "GET", "/data")
+    assert status == 401 and json.loads(body)["error"] == "invalid_dpop_proof", (status, body)
+    assert len(rs.requests()) == seen + 1
+    assert daemon.status()["refreshes"] == before
+    wait_for(lambda: "the upstream refused the DPoP proof" in proxy.logs(), 10, "the proxy's warning")
+
+
+def test_a_key_the_tpm_cannot_reach_is_a_503_that_says_why(provider, make_daemon, swtpm, resource_server, proxies):
+    tpm = swtpm()
+    daemon = make_daemon(provider, dpop_key="tpm", tpm=tpm.tcti).start()
+    device_login(daemon, provider)
+    rs = resource_server(thumbprint=daemon.dpop()["thumbprint"])
+    proxy = proxies(daemon, rs.url)
+    assert through(proxy, "GET", "/data")[0] == 200
+    seen = len(rs.requests())
+    tpm.stop()
+    for _ in range(3):
+        status, body = through(proxy, "GET", "/data")
+        assert status == 503 and "DPoP key cannot sign" in body and "TPM" in body, (status, body)
+    # Nothing went upstream without a proof, and the log said it once.
+    assert len(rs.requests()) == seen
+    assert proxy.logs().count("no DPoP proof from tokend") == 1, proxy.logs()[-2000:]
+    tpm.start()
+    wait_for(lambda: through(proxy, "GET", "/data")[0] == 200, 30, "a proof once the TPM answers")
 
 
 def test_a_bearer_session_through_the_proxy_sends_bearer_and_no_proof(provider, resource_server, proxies, workdir):
