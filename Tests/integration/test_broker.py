@@ -2,7 +2,9 @@
 protection on, grace 0), over the real socket."""
 import json
 import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 
@@ -35,15 +37,43 @@ def get_token_burst(path, count):
     return results
 
 
+def waiting_requests(port):
+    """Connections to 127.0.0.1:`port` holding a request the server has not read (ss: Recv-Q above 0)."""
+    listed = subprocess.run(["ss", "-tnH", "state", "established", f"( sport = :{port} )"],
+                            capture_output=True, text=True, check=True).stdout
+    return sum(1 for line in listed.splitlines() if line.split() and int(line.split()[0]) > 0)
+
+
+def status_of(daemon):
+    return daemon.call("io.tokend.Broker.GetStatus")[1]["parameters"]["status"]
+
+
 def test_500_concurrent_callers_at_expiry_cause_one_refresh(short_server, make_tokend):
     # refresh-margin 0: no proactive refresh before expiry, so inside the
-    # min-valid window every one of the 500 callers needs a refresh.
-    daemon = make_tokend(short_server, **{"refresh-margin": 0, "min-valid": 4}).start()
+    # min-valid window every one of the 500 callers needs a refresh. The
+    # upstream timeout outlasts the time the server is held below.
+    daemon = make_tokend(short_server, **{"refresh-margin": 0, "min-valid": 4, "upstream-timeout": 120}).start()
     login(daemon, short_server)
-    status = daemon.call("io.tokend.Broker.GetStatus")[1]["parameters"]["status"]
+    status = status_of(daemon)
     wait_for(lambda: time.time() >= status["expiresAt"] - 3, 20, "token inside its min-valid window")
     before = len(short_server.grants("refresh_token"))
-    results = get_token_burst(daemon.socket, 500)
+    # The authorization server is held (stopped) until every caller has asked:
+    # the first caller's refresh is surely in flight while the other 499 come.
+    bursts = []
+    os.killpg(short_server.process.pid, signal.SIGSTOP)
+    try:
+        burst = threading.Thread(target=lambda: bursts.append(get_token_burst(daemon.socket, 500)))
+        burst.start()
+        wait_for(lambda: waiting_requests(short_server.port), 60, "the refresh to wait at the held server")
+        wait_for(lambda: status_of(daemon)["coalesced"] - status["coalesced"] >= 499, 120,
+                 "the other 499 callers to join the refresh in flight")
+        held = status_of(daemon)
+        assert len(short_server.grants("refresh_token")) == before and held["generation"] == status["generation"]
+    finally:
+        os.killpg(short_server.process.pid, signal.SIGCONT)
+    burst.join(120)
+    assert bursts, "the callers were not all answered"
+    results = bursts[0]
     grants = short_server.grants("refresh_token")[before:]
     assert all("error" not in r[1] for r in results), [r for r in results if "error" in r[1]][:1]
     tokens = {r[1]["parameters"]["token"]["accessToken"] for r in results}
@@ -51,9 +81,10 @@ def test_500_concurrent_callers_at_expiry_cause_one_refresh(short_server, make_t
     assert len(grants) == 1, f"server saw {len(grants)} refresh grants for one expiry"
     assert grants[0]["status"] == 200
     assert len(tokens) == 1 and generations == {status["generation"] + 1}, "all callers got the same new token"
-    after = daemon.call("io.tokend.Broker.GetStatus")[1]["parameters"]["status"]
+    after = status_of(daemon)
     assert after["refreshes"] == status["refreshes"] + 1
-    assert after["coalesced"] > status["coalesced"], "callers joined the one refresh"
+    # Every caller but the one whose call started the refresh joined it.
+    assert after["coalesced"] - status["coalesced"] == 499, (status["coalesced"], after["coalesced"])
     # The session survives: the next refresh works.
     raw, reply = daemon.call("io.tokend.Broker.Refresh")
     assert "error" not in reply, reply
