@@ -33,7 +33,7 @@ extension HTTPTokenEndpoint {
             signed.headers.append(("DPoP", try await proof(key, htu: htu, origin: origin, nonce: nonce)))
             let sentAt = Date().timeIntervalSince1970
             let answer = try await post(signed, to: url)
-            learn(from: answer, origin: origin, sentAt: sentAt)
+            learn(from: answer, origin: origin, sentAt: sentAt, receivedAt: Date().timeIntervalSince1970)
             // One retry, and only with a nonce this request did not carry: a
             // server that keeps asking is answered with its refusal.
             if !retried, answer.asksForNonce, let fresh = answer.dpopNonce, fresh != nonce {
@@ -45,9 +45,9 @@ extension HTTPTokenEndpoint {
         }
     }
 
-    /// A proof for a POST to `htu`, `iat` on the server's clock.
+    /// A proof for a POST to `htu`, `iat` on the server's clock, set back by `iatSetBack`.
     func proof(_ key: any ProofKey, htu: String, origin: String, nonce: String?) async throws(TokenEndpointError) -> String {
-        let now = proofServers.serverTime(for: origin, localTime: Date().timeIntervalSince1970)
+        let now = proofServers.serverTime(for: origin, localTime: Date().timeIntervalSince1970) - Self.iatSetBack
         do {
             return try await DPoPProof.make(key: key, method: "POST", url: htu, nonce: nonce, now: now)
         } catch {
@@ -58,11 +58,29 @@ extension HTTPTokenEndpoint {
     }
 
     /// What every answer teaches: the server's next nonce and its clock.
-    func learn(from answer: HTTPAnswer, origin: String, sentAt: Double) {
+    func learn(from answer: HTTPAnswer, origin: String, sentAt: Double, receivedAt: Double) {
         if let nonce = answer.dpopNonce { proofServers.keep(nonce: nonce, for: origin) }
         if let date = answer.date, let serverTime = TokenResponse.imfFixdate(date) {
-            proofServers.observe(serverTime: serverTime, localTime: sentAt, for: origin)
+            let skew = Self.skew(shownBy: serverTime, sentAt: sentAt, receivedAt: receivedAt)
+            proofServers.observe(serverTime: receivedAt + skew, localTime: receivedAt, for: origin)
         }
+    }
+
+    /// The clock skew an answer's Date header shows (seconds the server is
+    /// ahead; negative: behind). The server stamped its answer at some moment
+    /// between `sentAt` and `receivedAt` on this host's clock, and its Date
+    /// drops the fraction of a second: a Date within that span shows no skew,
+    /// however slow the answer was. Outside it, the skew is read at
+    /// `receivedAt`, the reading that puts the server's clock least far ahead:
+    /// `iat` then errs to the past, which servers take for a while, never to
+    /// their future, which some refuse outright (Glewlwyd: 403
+    /// invalid_dpop_proof). Read against `sentAt` alone, a provider that
+    /// takes 3 s to answer would seem 3 s ahead, and the next proof would be
+    /// refused.
+    static func skew(shownBy serverTime: Double, sentAt: Double, receivedAt: Double) -> Double {
+        guard serverTime.isFinite, sentAt.isFinite, receivedAt.isFinite else { return 0 }
+        if serverTime + 1 >= sentAt, serverTime <= max(receivedAt, sentAt) { return 0 }
+        return serverTime - max(receivedAt, sentAt)
     }
 
     /// Names the clock when the provider refused a proof: a refusal for its time is told with the skew.
@@ -76,6 +94,17 @@ extension HTTPTokenEndpoint {
             "\(Self.proofRefusedReason) (\(error.reason))\(clock); the refresh token is kept",
             code: error.code, retryAfter: error.retryAfter))
     }
+
+    /// Seconds every proof's `iat` is set back. A server may take no `iat`
+    /// from its future, not even a part of a second (Glewlwyd), while its
+    /// clock reads a little behind this host's: skews within
+    /// ProofServers.tolerance are not corrected, and a server that reads the
+    /// coarse clock (glibc's time(), as Glewlwyd does) is still in the last
+    /// second for some milliseconds after this host's clock has turned: a
+    /// proof signed then with this second's iat is refused (403
+    /// invalid_dpop_proof). Servers take proofs some seconds old (RFC 9449
+    /// §11.1; Glewlwyd as tested, 60 s).
+    static let iatSetBack = ProofServers.tolerance
 
     /// How a refusal of a proof begins (status shows it as the DPoP problem).
     public static let proofRefusedReason = "the provider refused the DPoP proof"

@@ -20,6 +20,7 @@ import pytest
 
 from conftest import BIN, free_port, varlink_call, wait_for
 from provider2 import CLIENT_SECRET, DPOP_CLIENT_ID, Glewlwyd
+from test_broker import waiting_requests
 from test_login import authorization_url
 from test_provider2 import B, Tokend2, start_login
 
@@ -241,6 +242,33 @@ def test_two_hundred_askers_at_expiry_cause_one_refresh(short_provider, make_dae
     generations = {r["parameters"]["token"]["generation"] for r in replies}
     assert len(replies) == 200 and generations == {2}, [r for r in replies if "parameters" not in r][:3]
     assert provider.refresh_grants() == 1
+
+
+def test_a_slow_answer_is_not_taken_for_the_providers_clock(provider, make_daemon):
+    """A provider slow to answer (Glewlwyd stopped for 3 s while a refresh waits at it) stamps its
+    Date header 3 s after the request left, on a clock no different from tokend's. The next proof's
+    iat must stay on that clock: Glewlwyd takes no iat from its future ("Invalid iat", 403
+    invalid_dpop_proof), so a delay read as skew costs the next refresh."""
+    daemon = make_daemon(provider).start()
+    device_login(daemon, provider)
+    os.kill(provider.process.pid, signal.SIGSTOP)
+    answered = []
+    try:
+        slow = threading.Thread(target=lambda: answered.append(daemon.refresh(1)))
+        slow.start()
+        wait_for(lambda: waiting_requests(provider.port), 20, "the refresh to wait at the stopped provider")
+        time.sleep(3)  # how slow the provider is: the situation, not a wait for it
+    finally:
+        os.kill(provider.process.pid, signal.SIGCONT)
+    slow.join(30)
+    assert answered and "error" not in answered[0], (answered, daemon.logs()[-2000:])
+    assert provider.refresh_grants() == 1
+    for generation in (2, 3):
+        reply = daemon.refresh(generation)
+        assert "error" not in reply, (reply, provider.logs().count("oidc_verify_dpop_proof - Invalid iat"))
+        assert reply["parameters"]["token"]["generation"] == generation + 1
+    assert provider.logs().count("oidc_verify_dpop_proof - Invalid iat") == 0
+    assert daemon.dpop().get("problem") is None
 
 
 FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"

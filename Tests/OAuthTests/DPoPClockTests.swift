@@ -1,0 +1,89 @@
+import DPoP
+import Foundation
+import Testing
+@testable import OAuth
+
+/// How a token endpoint's Date header sets the clock proofs' `iat` follows
+/// (RFC 9449 §11.1): a slow answer is no skew, and a skew is never read as
+/// further ahead than the answer shows.
+@Suite struct DPoPClockTests {
+    let endpoint = HTTPTokenEndpoint(
+        endpoints: ProviderEndpoints(), credentials: ClientCredentials(clientID: "c", secret: nil, authentication: .none),
+        scope: nil, timeout: .seconds(1))
+
+    /// An answer's Date: the server's clock at the moment it stamped the answer, its fraction dropped.
+    static func date(stampedAt local: Double, serverAhead skew: Double) -> Double {
+        (local + skew).rounded(.down)
+    }
+
+    @Test(arguments: [0.01, 0.4, 2.5, 3.0, 9.0])
+    func aSlowAnswerOnTheSameClockShowsNoSkew(_ delay: Double) {
+        for sentAt in [1_000.0, 1_000.3, 1_000.99] {
+            let receivedAt = sentAt + delay
+            // Stamped on arrival, at the end of the wait, or anywhere between.
+            for stamped in [sentAt, sentAt + delay / 2, receivedAt] {
+                let date = Self.date(stampedAt: stamped, serverAhead: 0)
+                #expect(HTTPTokenEndpoint.skew(shownBy: date, sentAt: sentAt, receivedAt: receivedAt) == 0)
+            }
+        }
+    }
+
+    /// A skew the answer shows is read never ahead of the server's real one
+    /// (no proof is post-dated), and off by at most the round trip and the
+    /// Date's lost fraction; one larger than those is always seen.
+    @Test(arguments: [-600.0, -30.0, -4.5, 3.5, 30.0, 300.0])
+    func aSkewIsReadNoFurtherAheadThanItIs(_ skew: Double) {
+        for delay in [0.01, 0.5, 3.0, 9.0] {
+            for sentAt in [1_000.0, 1_000.6] {
+                let receivedAt = sentAt + delay
+                for stamped in [sentAt, receivedAt] {
+                    let date = Self.date(stampedAt: stamped, serverAhead: skew)
+                    let read = HTTPTokenEndpoint.skew(shownBy: date, sentAt: sentAt, receivedAt: receivedAt)
+                    #expect(abs(read - skew) <= delay + 1, "skew \(skew), delay \(delay): read \(read)")
+                    if read != 0 { #expect(read <= skew, "skew \(skew), delay \(delay): read \(read)") }
+                    if abs(skew) > delay + 1 { #expect(read != 0, "skew \(skew), delay \(delay) went unseen") }
+                }
+            }
+        }
+    }
+
+    @Test func aClockTooFarFromTheAnswerIsNotReadAtAll() {
+        #expect(HTTPTokenEndpoint.skew(shownBy: .nan, sentAt: 1_000, receivedAt: 1_001) == 0)
+        #expect(HTTPTokenEndpoint.skew(shownBy: 1_300, sentAt: 1_000, receivedAt: .infinity) == 0)
+    }
+
+    /// The endpoint's reading of an answer: Glewlwyd stopped 3 s with a
+    /// refresh waiting, on this host's clock; then the same server 5 minutes ahead.
+    @Test func theEndpointKeepsTheClockAnAnswerShows() throws {
+        let origin = "https://clock-\(UUID().uuidString.lowercased()).example"
+        let header = "Sun, 29 Nov 2026 02:13:34 GMT"
+        let stamped = try #require(TokenResponse.imfFixdate(header))
+        let slow = HTTPTokenEndpoint.HTTPAnswer(status: 200, retryAfter: nil, setCookie: [], body: [], date: header)
+        endpoint.learn(from: slow, origin: origin, sentAt: stamped - 2.8, receivedAt: stamped + 0.3)
+        #expect(endpoint.proofServers.serverTime(for: origin, localTime: stamped + 10) == stamped + 10)
+
+        let ahead = HTTPTokenEndpoint.HTTPAnswer(status: 403, retryAfter: nil, setCookie: [], body: [], date: header)
+        endpoint.learn(from: ahead, origin: origin, sentAt: stamped - 300.2, receivedAt: stamped - 299.9)
+        let read = endpoint.proofServers.serverTime(for: origin, localTime: stamped - 290) - (stamped - 290)
+        // Read at the answer's arrival: 299.9 s, under the 300 s the server was ahead (up to its Date's lost fraction).
+        #expect(abs(read - 299.9) < 0.001)
+    }
+
+    /// A server whose clock reads up to the tolerance behind this host's (a
+    /// skew tokend does not correct), or reads it coarsely, is never handed an
+    /// iat from its future.
+    @Test func proofsAreSetBackByTheSkewLeftUncorrected() async throws {
+        let origin = "https://set-back-\(UUID().uuidString.lowercased()).example"
+        let before = Date().timeIntervalSince1970
+        let proof = try await endpoint.proof(StateProofKey(), htu: origin + "/token", origin: origin, nonce: nil)
+        let after = Date().timeIntervalSince1970
+        let payload = try #require(Base64URL.decode(String(proof.split(separator: ".")[1])))
+        let claims = try JSONDecoder().decode(DPoPProof.Claims.self, from: Data(payload))
+        for behind in [0.0, 0.004, 1.0, ProofServers.tolerance] {
+            #expect(Double(claims.iat) <= (before - behind).rounded(.down), "a server \(behind) s behind")
+        }
+        // And no older than the set-back needs: a second for the iat's lost fraction.
+        #expect(Double(claims.iat) >= (before - HTTPTokenEndpoint.iatSetBack - 1).rounded(.down))
+        #expect(Double(claims.iat) <= after)
+    }
+}
