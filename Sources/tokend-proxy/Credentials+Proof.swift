@@ -15,7 +15,12 @@ extension Credentials {
                 try await client.proof(session: self.session, resource: self.resource, method: target.method, url: target.htu, nonce: nonce)
             }
         } catch let error as TokendClientError {
-            throw ProofRefused(error)
+            let refused = ProofRefused(error)
+            if refused.notDPoP {  // the session makes no proofs (any more): the next request asks GetToken
+                proofs.bound = false
+                forgetToken()
+            }
+            throw refused
         }
         remember(made.token, at: asked)
         let proof = RequestProof(jwt: made.proof, nonce: nonce, nonceRetry: nonceRetry)

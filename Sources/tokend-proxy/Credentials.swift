@@ -230,6 +230,11 @@ final class Credentials: Sendable {
         }
     }
 
+    /// The cached token serves no more requests: the next one asks tokend.
+    func forgetToken() {
+        state.withLock { $0.token = nil }
+    }
+
     /// Follows the session's events until the task is cancelled, again a second after the stream ends.
     func follow() async {
         while !Task.isCancelled {
