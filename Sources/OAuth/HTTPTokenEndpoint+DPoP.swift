@@ -103,8 +103,8 @@ extension HTTPTokenEndpoint {
     /// second for some milliseconds after this host's clock has turned: a
     /// proof signed then with this second's iat is refused (403
     /// invalid_dpop_proof). Servers take proofs some seconds old (RFC 9449
-    /// §11.1; Glewlwyd as tested, 60 s).
-    static let iatSetBack = ProofServers.tolerance
+    /// §11.1; Glewlwyd as tested, 60 s). Proofs for resource servers need the same.
+    public static let iatSetBack = ProofServers.tolerance
 
     /// How a refusal of a proof begins (status shows it as the DPoP problem).
     public static let proofRefusedReason = "the provider refused the DPoP proof"
