@@ -25,7 +25,7 @@ extension ClientHandler {
             guard let nonce, DPoP.isNonce(nonce), nonce != proof.nonce, !proof.nonceRetry, !exchange.streaming else {
                 settings.logger.warning(
                     "the upstream asks a DPoP nonce the proxy cannot send again",
-                    metadata: ["target": "\(exchange.url)", "reason": "\(Self.noRetry(nonce: nonce, proof: proof, streaming: exchange.streaming))"])
+                    metadata: ["target": "\(exchange.url)", "reason": "\(Self.noRetry(nonce: nonce, proof: proof))"])
                 return .relay
             }
             return .retry(nonce: nonce)
@@ -37,11 +37,12 @@ extension ClientHandler {
         }
     }
 
-    static func noRetry(nonce: String?, proof: RequestProof, streaming: Bool) -> String {
+    /// Why a use_dpop_nonce is not answered with the request again.
+    static func noRetry(nonce: String?, proof: RequestProof) -> String {
         guard let nonce, DPoP.isNonce(nonce) else { return "no usable DPoP-Nonce in its answer" }
         if nonce == proof.nonce { return "the proof carried that nonce already" }
         if proof.nonceRetry { return "the request was sent again for a nonce once already" }
-        return streaming ? "the body streamed through and is not kept" : "unknown"
+        return "the body streamed through and is not kept"
     }
 
     /// The 401 use_dpop_nonce is held while tokend makes a proof with the nonce; then the request goes
