@@ -67,7 +67,8 @@ struct UnusableCredentials: Error, CustomStringConvertible {
 /// at and none of its cookies has expired. Nothing is cached while the stream
 /// is down: each request then asks tokend, as it would without a cache.
 ///
-/// Every call to tokend for a token is made here, in `fetch` and `refresh`.
+/// Every call to tokend for a token is made here, in `fetch`, `refresh` and `prove` (a DPoP proof per
+/// request, Credentials+Proof.swift).
 final class Credentials: Sendable {
     private struct Cached {
         var token: AccessToken
