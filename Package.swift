@@ -117,7 +117,7 @@ let package = Package(
         // What several test targets share: waiting for a condition, where a timeout is a failure.
         .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strict),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio], swiftSettings: strict),
-        .testTarget(name: "HTTPHeadTests", dependencies: ["HTTPHead"], swiftSettings: strict),
+        .testTarget(name: "HTTPHeadTests", dependencies: ["HTTPHead", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "TokendInterfaceTests", dependencies: ["TokendInterface", "Varlink"], swiftSettings: strict),
         // The server loop over real sockets, and the reference Varlink certification suite against it.
         .testTarget(

@@ -28,6 +28,9 @@ public struct HeaderSection: Sendable {
         while at < end {
             let lineEnd = UnsafeRawPointer(memchr(p.baseAddress! + at, 0x0A, p.count - at)!) - p.baseAddress! + 1
             let contentEnd = lineEnd - 2
+            // What HeadScanner checks as the bytes come, checked again of a head handed over whole.
+            guard p[contentEnd] == 0x0D else { throw .bad("a line ends in LF without CR") }
+            guard lineEnd - at <= limits.line else { throw HeadError(status: 431, message: "a header line is longer than \(limits.line) bytes") }
             if HeadSyntax.isSpace(p[at]) { throw .bad("a header line is folded (obs-fold)") }
             var colon = at
             while colon < contentEnd, HeadSyntax.isTokenByte(p[colon]) { colon += 1 }
@@ -107,11 +110,11 @@ public struct HeaderSection: Sendable {
 
     /// Content-Length and Transfer-Encoding (RFC 9112 §6): one length, however often it is given, or
     /// chunked alone; both at once is how messages are smuggled past a proxy, and is refused (400; a
-    /// coding other than chunked, 501). Of an answer, every such error is 502: its sender is a server.
-    func framing(_ p: UnsafeRawBufferPointer, request: Bool) throws(HeadError) -> (length: Int?, chunked: Bool) {
+    /// coding other than chunked, 501).
+    func framing(_ p: UnsafeRawBufferPointer) throws(HeadError) -> (length: Int?, chunked: Bool) {
         var length: Int?
         var chunked = false
-        let refused = { (message: String) in HeadError(status: request ? 400 : 502, message: message) }
+        let refused = { (message: String) in HeadError(status: 400, message: message) }
         for field in list {
             switch field.kind {
             case .contentLength:
@@ -138,7 +141,7 @@ public struct HeaderSection: Sendable {
                 }
             case .transferEncoding:
                 guard !chunked, HeadSyntax.equalsLowercase(p, field.value, "chunked") else {
-                    throw HeadError(status: request ? 501 : 502, message: "a Transfer-Encoding other than chunked is not supported")
+                    throw HeadError(status: 501, message: "a Transfer-Encoding other than chunked is not supported")
                 }
                 chunked = true
             default:

@@ -59,7 +59,7 @@ public struct RequestHeadSyntax: Sendable {
 
     /// `p` is a whole head, from its request line through its empty line (what `HeadScanner` found).
     public init(_ p: UnsafeRawBufferPointer, limits: HeadLimits) throws(HeadError) {
-        try Self.checkWhole(p)
+        try Self.checkWhole(p, limits: limits)
         // method SP request-target SP HTTP-version CRLF
         var at = 0
         while HeadSyntax.isTokenByte(p[at]) { at += 1 }
@@ -73,8 +73,9 @@ public struct RequestHeadSyntax: Sendable {
         at += 1
         minorVersion = try Self.version(p, at: &at)
         guard p[at] == 0x0D, p[at + 1] == 0x0A else { throw .bad("the request line has more after its HTTP version") }
+        guard at + 2 <= limits.line else { throw HeadError(status: 414, message: "the request line is longer than \(limits.line) bytes") }
         fields = try HeaderSection(p, startLine: 0..<at + 2, limits: limits)
-        let framing = try fields.framing(p, request: true)
+        let framing = try fields.framing(p)
         if framing.chunked && minorVersion == 0 { throw .bad("HTTP/1.0 has no Transfer-Encoding") }
         contentLength = framing.length
         chunked = framing.chunked
@@ -84,11 +85,13 @@ public struct RequestHeadSyntax: Sendable {
         expectsContinue = minorVersion == 1 && fields.list.contains { $0.kind == .expect && HeadSyntax.equalsLowercase(p, $0.value, "100-continue") }
     }
 
-    /// A whole head ends in CRLF CRLF (its start line's and the empty line); the parsers read up to it unchecked.
-    static func checkWhole(_ p: UnsafeRawBufferPointer) throws(HeadError) {
+    /// A whole head ends in CRLF CRLF (its start line's and the empty line): the parsers read up to it
+    /// without checking each index. It is within the head's limit (HeadScanner's, checked again).
+    static func checkWhole(_ p: UnsafeRawBufferPointer, limits: HeadLimits) throws(HeadError) {
         guard p.count >= 4, p[p.count - 4] == 0x0D, p[p.count - 3] == 0x0A, p[p.count - 2] == 0x0D, p[p.count - 1] == 0x0A else {
             throw .bad("the head does not end with an empty line")
         }
+        guard p.count <= limits.bytes else { throw HeadError(status: 431, message: "the head is longer than \(limits.bytes) bytes") }
     }
 
     /// "HTTP/1.0" or "HTTP/1.1" at `at`, as its minor version; another version is refused with 505.

@@ -6,8 +6,7 @@ public enum BodyFraming: Sendable {
 }
 
 /// An answer's head (RFC 9112 §4), read with the requests' tokenizer and as
-/// strictly; what a proxy reads of its upstream. Every error is 502: the
-/// sender is a server whose answer cannot be passed on.
+/// strictly; what a proxy reads of its upstream.
 public struct ResponseHeadSyntax: Sendable {
     public let fields: HeaderSection
     public let status: Int
@@ -21,16 +20,9 @@ public struct ResponseHeadSyntax: Sendable {
     public let keepAlive: Bool
 
     /// `p` is a whole head; `toHead` says the request was HEAD, whose answer has no body whatever it says.
+    /// Its errors have the status a request's would; a relay answers its own client 502 whatever they say.
     public init(_ p: UnsafeRawBufferPointer, toHead: Bool, limits: HeadLimits) throws(HeadError) {
-        do {
-            try self.init(parsing: p, toHead: toHead, limits: limits)
-        } catch {
-            throw HeadError(status: 502, message: error.message)
-        }
-    }
-
-    private init(parsing p: UnsafeRawBufferPointer, toHead: Bool, limits: HeadLimits) throws(HeadError) {
-        try RequestHeadSyntax.checkWhole(p)
+        try RequestHeadSyntax.checkWhole(p, limits: limits)
         // HTTP-version SP status-code SP [ reason-phrase ] CRLF
         var at = 0
         do {
@@ -55,7 +47,7 @@ public struct ResponseHeadSyntax: Sendable {
         guard p[at] == 0x0D, p[at + 1] == 0x0A, status >= 100 else { throw .bad("its status line is malformed") }
         reason = reasonStart..<at
         fields = try HeaderSection(p, startLine: 0..<at + 2, limits: limits)
-        let given = try fields.framing(p, request: false)
+        let given = try fields.framing(p)
         if toHead || status < 200 || status == 204 || status == 304 {
             framing = .length(0)
         } else if given.chunked {

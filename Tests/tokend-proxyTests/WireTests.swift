@@ -1,5 +1,6 @@
 import NIOCore
 import NIOHTTP1
+import TestSupport
 import Testing
 
 @testable import tokend_proxy

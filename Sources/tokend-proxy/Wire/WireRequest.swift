@@ -27,26 +27,26 @@ struct RequestHead {
 
     /// A whole head, from its start line through its empty line.
     init(_ bytes: ByteBuffer) throws(WireError) {
-        let read = bytes.withUnsafeReadableBytes { p in
-            Result { () throws(HeadError) in
-                let syntax = try RequestHeadSyntax(p, limits: Wire.limits)
-                return (syntax, HeadSyntax.string(p, syntax.target))
-            }
-        }
-        switch read {
-        case .success(let (syntax, target)):
-            fields = HeadFields(bytes: bytes, section: syntax.fields)
-            method = syntax.method
-            methodBytes = syntax.methodBytes
-            self.target = target
-            version = syntax.minorVersion == 0 ? .http1_0 : .http1_1
-            contentLength = syntax.contentLength
-            chunked = syntax.chunked
-            keepAlive = syntax.keepAlive
-            expectsContinue = syntax.expectsContinue
-        case .failure(let error):
+        self = try bytes.withUnsafeReadableBytes { p in Result { () throws(WireError) in try Self(bytes, p) } }.get()
+    }
+
+    /// Read where it lies: the syntax's parts are taken, not copied (a copy is a retain per reference in it).
+    private init(_ bytes: ByteBuffer, _ p: UnsafeRawBufferPointer) throws(WireError) {
+        let syntax: RequestHeadSyntax
+        do {
+            syntax = try RequestHeadSyntax(p, limits: Wire.limits)
+        } catch {
             throw WireError(error)
         }
+        method = syntax.method
+        methodBytes = syntax.methodBytes
+        target = HeadSyntax.string(p, syntax.target)
+        version = syntax.minorVersion == 0 ? .http1_0 : .http1_1
+        contentLength = syntax.contentLength
+        chunked = syntax.chunked
+        keepAlive = syntax.keepAlive
+        expectsContinue = syntax.expectsContinue
+        fields = HeadFields(bytes: bytes, section: (consume syntax).fields)
     }
 }
 

@@ -20,20 +20,22 @@ struct ResponseHead {
 
     /// A whole head; `toHead` says the request was HEAD, whose answer has no body whatever it says.
     init(_ bytes: ByteBuffer, toHead: Bool) throws(WireError) {
-        let read = bytes.withUnsafeReadableBytes { p in
-            Result { () throws(HeadError) in try ResponseHeadSyntax(p, toHead: toHead, limits: Wire.limits) }
-        }
-        switch read {
-        case .success(let syntax):
-            fields = HeadFields(bytes: bytes, section: syntax.fields)
-            status = syntax.status
-            version = syntax.minorVersion == 0 ? .http1_0 : .http1_1
-            reason = syntax.reason
-            framing = syntax.framing
-            keepAlive = syntax.keepAlive
-        case .failure(let error):
+        self = try bytes.withUnsafeReadableBytes { p in Result { () throws(WireError) in try Self(bytes, p, toHead: toHead) } }.get()
+    }
+
+    private init(_ bytes: ByteBuffer, _ p: UnsafeRawBufferPointer, toHead: Bool) throws(WireError) {
+        let syntax: ResponseHeadSyntax
+        do {
+            syntax = try ResponseHeadSyntax(p, toHead: toHead, limits: Wire.limits)
+        } catch {
             throw ResponseDecoder.upstreams(error)
         }
+        status = syntax.status
+        version = syntax.minorVersion == 0 ? .http1_0 : .http1_1
+        reason = syntax.reason
+        framing = syntax.framing
+        keepAlive = syntax.keepAlive
+        fields = HeadFields(bytes: bytes, section: (consume syntax).fields)
     }
 }
 
