@@ -1,6 +1,7 @@
 import Broker
 import DPoP
 import Foundation
+import OAuth
 import Synchronization
 import TokendInterface
 import Varlink
@@ -42,7 +43,9 @@ func proofMethod(
             throw VarlinkError(I.Error.rateLimited, ["session": .string(session.name), "retryAfter": .int(wait)])
         }
         let token = try await authorizedToken(context, session, call.resource, call.page)
-        let now = servers.serverTime(for: TargetURI.origin(ofHTU: htu), localTime: Date().timeIntervalSince1970)
+        // iat on the resource server's clock where its Date showed skew, and set back as the token
+        // endpoint's proofs are: a server on a coarse clock (Glewlwyd's userinfo) takes none from its future.
+        let now = servers.serverTime(for: TargetURI.origin(ofHTU: htu), localTime: Date().timeIntervalSince1970) - HTTPTokenEndpoint.iatSetBack
         let proof: String
         do throws(ProofError) {
             proof = try await DPoPProof.make(
