@@ -7,6 +7,8 @@ BENCH_EXTRA += bench-dpop
 .PHONY: bench-dpop
 
 # What DPoP costs: a cached GetToken on a DPoP session against a Bearer one
-# (same run), GetProof with a key in the state and in swtpm: bench/DPOP.md.
+# (same run), GetProof with a key in the state and in swtpm, then a request
+# through tokend-proxy on each kind of session (its section of bench/DPOP.md).
 bench-dpop: venv release
 	$(PY) bench/dpop_bench.py .build/release bench/DPOP.md
+	$(PY) bench/dpop_proxy_bench.py .build/release bench/DPOP.md
