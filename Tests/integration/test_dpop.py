@@ -226,16 +226,30 @@ def test_two_hundred_askers_at_expiry_cause_one_refresh(short_provider, make_dae
     daemon = make_daemon(provider, **{"refresh-margin": 0, "min-valid": 0}).start()
     device_login(daemon, provider)
     first = daemon.token()
-    # The token has expired: every asker needs a new one at once.
-    wait_for(lambda: time.time() > first["expiresAt"] + 0.5, 20, "the access token to expire")
+    coalesced = daemon.status()["coalesced"]
+    # Glewlwyd is held (stopped) from just before the token expires until every
+    # asker has asked: the refresh (the one at expiry, or the first asker's) is
+    # surely in flight while they come, and its new token cannot expire before
+    # they are answered.
+    wait_for(lambda: time.time() > first["expiresAt"] - 2, 20, "the access token's last seconds")
+    os.kill(provider.process.pid, signal.SIGSTOP)
     replies = []
 
     def ask():
         replies.append(daemon.call(B + "GetToken", session="g2")[1])
 
     threads = [threading.Thread(target=ask) for _ in range(200)]
-    for thread in threads:
-        thread.start()
+    try:
+        # The token has expired: every asker needs a new one at once.
+        wait_for(lambda: time.time() > first["expiresAt"] + 0.5, 20, "the access token to expire")
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: waiting_requests(provider.port), 60, "the refresh to wait at the held provider")
+        wait_for(lambda: daemon.status()["coalesced"] - coalesced >= 199, 60,
+                 "the askers to join the refresh in flight")
+        assert not replies, replies[:3]
+    finally:
+        os.kill(provider.process.pid, signal.SIGCONT)
     for thread in threads:
         thread.join(60)
     errors = [r for r in replies if "error" in r]
@@ -243,6 +257,10 @@ def test_two_hundred_askers_at_expiry_cause_one_refresh(short_provider, make_dae
     generations = {r["parameters"]["token"]["generation"] for r in replies}
     assert len(replies) == 200 and generations == {2}, [r for r in replies if "parameters" not in r][:3]
     assert provider.refresh_grants() == 1
+    # Every asker joined the one refresh, but the first when it was the one to start it.
+    joined = daemon.status()["coalesced"] - coalesced
+    assert joined in (199, 200), joined
+    print(f"200 askers at expiry: 1 refresh, {joined} askers joined it in flight")
 
 
 def test_a_slow_answer_is_not_taken_for_the_providers_clock(provider, make_daemon):
