@@ -264,10 +264,11 @@ def test_two_hundred_askers_at_expiry_cause_one_refresh(short_provider, make_dae
 
 
 def test_a_slow_answer_is_not_taken_for_the_providers_clock(provider, make_daemon):
-    """A provider slow to answer (Glewlwyd stopped for 3 s while a refresh waits at it) stamps its
-    Date header 3 s after the request left, on a clock no different from tokend's. The next proof's
+    """A provider slow to answer (Glewlwyd stopped for 5 s while a refresh waits at it) stamps its
+    Date header 5 s after the request left, on a clock no different from tokend's. The next proof's
     iat must stay on that clock: Glewlwyd takes no iat from its future ("Invalid iat", 403
-    invalid_dpop_proof), so a delay read as skew costs the next refresh."""
+    invalid_dpop_proof), so a delay read as skew (more than the 2 s every iat is set back) costs
+    the next refresh."""
     daemon = make_daemon(provider).start()
     device_login(daemon, provider)
     os.kill(provider.process.pid, signal.SIGSTOP)
@@ -276,7 +277,7 @@ def test_a_slow_answer_is_not_taken_for_the_providers_clock(provider, make_daemo
         slow = threading.Thread(target=lambda: answered.append(daemon.refresh(1)))
         slow.start()
         wait_for(lambda: waiting_requests(provider.port), 20, "the refresh to wait at the stopped provider")
-        time.sleep(3)  # how slow the provider is: the situation, not a wait for it
+        time.sleep(5)  # how slow the provider is: the situation, not a wait for it
     finally:
         os.kill(provider.process.pid, signal.SIGCONT)
     slow.join(30)
