@@ -31,12 +31,17 @@ extension SessionActor {
 
     /// Forgets the session locally (always) and revokes the refresh token at
     /// the server when asked and configured. The local wipe comes first, so it
-    /// happens even when the server is unreachable.
+    /// happens even when the server is unreachable. A DPoP session whose key
+    /// cannot sign here (a copy of the state on another machine, a TPM that
+    /// does not answer) is forgotten without revoking: the grant may be another
+    /// host's, alive there, and a revocation here would end it for that host.
     public func logout(revoke: Bool) async throws {
         await settle()
+        let keyProblem = revoke ? await proofKeyUnusableHere() : nil
+        let reason = keyProblem.map { Self.notRevokedReason + " (\($0))" } ?? "logged out"
         let (refreshToken, cookieChanges) = try await withRefreshTurn { try await fleetExclusive("logout") {
             let refreshToken = record.refreshToken
-            record = SessionRecord(phase: .loggedOut, reason: "logged out", generation: record.generation)
+            record = SessionRecord(phase: .loggedOut, reason: reason, generation: record.generation)
             backoff.reset()
             lastError = nil
             reschedule()
@@ -45,8 +50,14 @@ extension SessionActor {
             await persist(what: "logout")
             return (refreshToken, cookieChanges)
         } }
-        logger.notice("logged out", metadata: ["revoke": "\(revoke)"])
+        logger.notice("logged out", metadata: ["revoke": "\(revoke && keyProblem == nil)"])
         await publish(endingEvents(.loggedOut, cookieChanges: cookieChanges), waitForDelivery: true)
+        if let keyProblem {
+            logger.warning(
+                "refresh token not revoked: the session's DPoP key is not usable here, so the provider still holds the grant",
+                metadata: ["problem": "\(keyProblem)"])
+            return
+        }
         guard revoke, let refreshToken else { return }
         do {
             try await endpoint.revoke(token: refreshToken)
@@ -54,6 +65,10 @@ extension SessionActor {
             logger.warning("revocation failed", metadata: ["reason": "\(error)"])
         }
     }
+
+    /// What a logout that was asked to revoke but did not says (status's lastError, tokenctl).
+    public static let notRevokedReason =
+        "logged out here, not revoked: the session's DPoP key is not usable on this machine, so the provider still holds the grant"
 
     /// Runs `body` while no refresh of any key can be on its way (a login or
     /// logout replaces the refresh token a refresh would otherwise rotate).

@@ -1,3 +1,4 @@
+import Deadline
 import DPoP
 import OAuth
 import Secrets
@@ -35,14 +36,27 @@ struct WatchedProofKey: ProofKey {
     var storage: KeyStorage { inner.storage }
     var stored: [UInt8] { inner.stored }
 
+    /// The most a TPM signature may take: a TPM that does not answer (hung,
+    /// stopped) is reported unreachable after this, not waited for.
+    static let signingDeadline: Duration = .seconds(5)
+
     func sign(_ message: [UInt8]) async throws(ProofKeyError) -> [UInt8] {
+        let inner = self.inner
         do {
-            let signature = try await inner.sign(message)
+            let signed = try await within(Self.signingDeadline) { try await inner.sign(message) }
+            guard let signed else {
+                throw ProofKeyError(
+                    .unreachable, "the TPM did not answer within \(Self.signingDeadline): tokend tries again later")
+            }
             outcome(nil)
-            return signature
-        } catch {
+            return signed
+        } catch let error as ProofKeyError {
             outcome(error)
             throw error
+        } catch {
+            let failed = ProofKeyError(.failed, "the DPoP key cannot sign: \(error)")
+            outcome(failed)
+            throw failed
         }
     }
 }
@@ -160,6 +174,20 @@ extension SessionActor {
         logger.error("DPoP key cannot sign", metadata: ["problem": "\(error.description)"])
         dpopProblem = problem
         updateSnapshot()
+    }
+
+    /// Why the session's DPoP key cannot sign here now (nil: it can, or the
+    /// session has none): a key in the TPM is asked for one signature.
+    func proofKeyUnusableHere() async -> String? {
+        guard dpop != nil, record.dpopKey != nil, let key = proofKeyInUse else { return nil }
+        if proofKeyGone { return ProofKeyError.notInThisTPMReason }
+        guard key.storage == .tpm || key is UnusableProofKey else { return nil }
+        do {
+            _ = try await key.sign(Array("tokend probe".utf8))
+            return nil
+        } catch {
+            return error.kind == .notInThisTPM ? ProofKeyError.notInThisTPMReason : error.description
+        }
     }
 
     /// A session whose key is gone makes no upstream call and hands out no

@@ -136,7 +136,10 @@ static inline void tokend_tpm_close(tokend_tpm *tpm) {
 /// The owner hierarchy's ECC P-256 storage key, from the template tpm2-tools
 /// also uses by default (`tpm2_createprimary -C o -g sha256 -G ecc256:aes128cfb`):
 /// the same TPM makes the same key from it every time; another TPM cannot.
-static inline TSS2_RC tokend_tpm_primary(ESYS_CONTEXT *esys, ESYS_TR *primary) {
+/// With `noda` it is exempt from dictionary-attack lockout (its auth is empty,
+/// so there is nothing to guess); the template is part of what the key is made
+/// from, so keys made under the older template without it load under that one.
+static inline TSS2_RC tokend_tpm_primary(ESYS_CONTEXT *esys, int noda, ESYS_TR *primary) {
     TPM2B_SENSITIVE_CREATE sensitive;
     TPM2B_PUBLIC template;
     TPM2B_DATA outside;
@@ -148,7 +151,8 @@ static inline TSS2_RC tokend_tpm_primary(ESYS_CONTEXT *esys, ESYS_TR *primary) {
     template.publicArea.type = TPM2_ALG_ECC;
     template.publicArea.nameAlg = TPM2_ALG_SHA256;
     template.publicArea.objectAttributes = TPMA_OBJECT_RESTRICTED | TPMA_OBJECT_DECRYPT | TPMA_OBJECT_FIXEDTPM
-        | TPMA_OBJECT_FIXEDPARENT | TPMA_OBJECT_SENSITIVEDATAORIGIN | TPMA_OBJECT_USERWITHAUTH;
+        | TPMA_OBJECT_FIXEDPARENT | TPMA_OBJECT_SENSITIVEDATAORIGIN | TPMA_OBJECT_USERWITHAUTH
+        | (noda ? TPMA_OBJECT_NODA : 0);
     template.publicArea.parameters.eccDetail.symmetric.algorithm = TPM2_ALG_AES;
     template.publicArea.parameters.eccDetail.symmetric.keyBits.aes = 128;
     template.publicArea.parameters.eccDetail.symmetric.mode.aes = TPM2_ALG_CFB;
@@ -168,8 +172,9 @@ static inline int tokend_tpm_p256(const TPM2B_ECC_PARAMETER *parameter, uint8_t 
 }
 
 /// Makes a P-256 signing key under the owner's primary key: fixedTPM,
-/// fixedParent, sensitiveDataOrigin (made inside, never leaves), ECDSA with
-/// SHA-256 only. Writes its blob (for the state file) and its public point (x || y).
+/// fixedParent, sensitiveDataOrigin (made inside, never leaves), noDA (its
+/// auth is empty: a TPM in lockout still signs with it), ECDSA with SHA-256
+/// only. Writes its blob (for the state file) and its public point (x || y).
 static inline TSS2_RC tokend_tpm_make_key(const char *tcti, uint8_t *blob, size_t *blob_size, uint8_t point[64],
                                           int *step) {
     tokend_tpm tpm;
@@ -180,7 +185,7 @@ static inline TSS2_RC tokend_tpm_make_key(const char *tcti, uint8_t *blob, size_
     TSS2_RC rc = tokend_tpm_open(tcti, &tpm);
     if (rc != TSS2_RC_SUCCESS) return rc;
     *step = TOKEND_TPM_PRIMARY;
-    rc = tokend_tpm_primary(tpm.esys, &primary);
+    rc = tokend_tpm_primary(tpm.esys, 1, &primary);
     if (rc == TSS2_RC_SUCCESS) {
         TPM2B_SENSITIVE_CREATE sensitive;
         TPM2B_PUBLIC template;
@@ -193,7 +198,7 @@ static inline TSS2_RC tokend_tpm_make_key(const char *tcti, uint8_t *blob, size_
         template.publicArea.type = TPM2_ALG_ECC;
         template.publicArea.nameAlg = TPM2_ALG_SHA256;
         template.publicArea.objectAttributes = TPMA_OBJECT_FIXEDTPM | TPMA_OBJECT_FIXEDPARENT
-            | TPMA_OBJECT_SENSITIVEDATAORIGIN | TPMA_OBJECT_USERWITHAUTH | TPMA_OBJECT_SIGN_ENCRYPT;
+            | TPMA_OBJECT_SENSITIVEDATAORIGIN | TPMA_OBJECT_USERWITHAUTH | TPMA_OBJECT_SIGN_ENCRYPT | TPMA_OBJECT_NODA;
         template.publicArea.parameters.eccDetail.symmetric.algorithm = TPM2_ALG_NULL;
         template.publicArea.parameters.eccDetail.scheme.scheme = TPM2_ALG_ECDSA;
         template.publicArea.parameters.eccDetail.scheme.details.ecdsa.hashAlg = TPM2_ALG_SHA256;
@@ -243,7 +248,8 @@ static inline TSS2_RC tokend_tpm_sign(const char *tcti, const uint8_t *blob, siz
     if (rc != TSS2_RC_SUCCESS) return rc;
     ESYS_TR primary = ESYS_TR_NONE, key = ESYS_TR_NONE;
     *step = TOKEND_TPM_PRIMARY;
-    rc = tokend_tpm_primary(tpm.esys, &primary);
+    // A key with noDA was made under the primary with noDA (both came in together).
+    rc = tokend_tpm_primary(tpm.esys, (public_part.publicArea.objectAttributes & TPMA_OBJECT_NODA) != 0, &primary);
     if (rc == TSS2_RC_SUCCESS) {
         *step = TOKEND_TPM_LOAD;
         rc = tokend_tss2()->Load(tpm.esys, primary, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &private_part, &public_part, &key);
@@ -275,6 +281,14 @@ static inline TSS2_RC tokend_tpm_sign(const char *tcti, const uint8_t *blob, siz
     }
     tokend_tpm_close(&tpm);
     return rc;
+}
+
+/// Whether a TPM response code is a warning (TPM2_RC_WARN: lockout, retry,
+/// testing, yielded, out of memory...): the TPM is busy now, not refusing the key.
+static inline int tokend_tpm_rc_is_warning(TSS2_RC rc) {
+    if ((rc & 0xFF0000) != 0) return 0;  // from a TSS layer, not the TPM
+    if ((rc & TPM2_RC_FMT1) != 0) return 0;
+    return (rc & 0xF00) == TPM2_RC_WARN;
 }
 
 /// The public point (x || y) a blob carries, read without the TPM.

@@ -2,6 +2,7 @@ import CTSS2
 import Crypto
 import DPoP
 import Dispatch
+import Synchronization
 
 /// DPoP keys in a TPM 2.0 (dpop-key = "tpm"), through tpm2-tss ESAPI: made
 /// inside the TPM as non-exportable P-256 signing keys under the owner
@@ -19,7 +20,7 @@ public struct TPMKeyStore: ProofKeyStore {
 
     public func makeKey() async throws(ProofKeyError) -> any ProofKey {
         let tcti = self.tcti
-        let made: Result<([UInt8], [UInt8]), ProofKeyError> = await TPMThread.shared.run {
+        let made: Result<([UInt8], [UInt8]), ProofKeyError> = await TPMThread.shared.run(tcti: tcti) {
             var blob = [UInt8](repeating: 0, count: TPMThread.blobLimit)
             var size = blob.count
             var point = [UInt8](repeating: 0, count: 64)
@@ -57,7 +58,7 @@ public struct TPMProofKey: ProofKey {
     public func sign(_ message: [UInt8]) async throws(ProofKeyError) -> [UInt8] {
         let digest = Array(SHA256.hash(data: message))
         let (tcti, blob) = (self.tcti, self.blob)
-        let signed: Result<[UInt8], ProofKeyError> = await TPMThread.shared.run {
+        let signed: Result<[UInt8], ProofKeyError> = await TPMThread.shared.run(tcti: tcti) {
             var signature = [UInt8](repeating: 0, count: 64)
             var step: Int32 = 0
             let rc = tokend_tpm_sign(tcti, blob, blob.count, digest, &signature, &step)
@@ -70,10 +71,17 @@ public struct TPMProofKey: ProofKey {
 
 /// ESAPI calls block (milliseconds on a real chip, longer when it is busy):
 /// they run one at a time on a thread of their own, never on a server loop
-/// or an actor's executor.
+/// or an actor's executor. A TPM that never answers holds that thread until
+/// it does (a blocked read cannot be taken back); meanwhile every call that
+/// would queue behind it fails at once as unreachable instead of waiting,
+/// and the callers' own deadline (the session's) bounds the one that hangs.
 final class TPMThread: Sendable {
     static let shared = TPMThread()
     let queue = DispatchQueue(label: "tokend.tpm")
+    /// When the call on the thread began; nil when none runs.
+    let running = Mutex<ContinuousClock.Instant?>(nil)
+    /// A call that has not come back within this is taken for a TPM that does not answer.
+    static let stuckAfter: Duration = .seconds(5)
 
     static let blobLimit = MemoryLayout<TPM2B_PUBLIC>.size + MemoryLayout<TPM2B_PRIVATE>.size
 
@@ -85,14 +93,26 @@ final class TPMThread: Sendable {
             "tpm2-tss is not installed (\(String(cString: missing)) is missing; Debian: libtss2-esys-3.0.2-0, libtss2-tctildr0, libtss2-mu0, libtss2-rc0)")
     }
 
-    func run<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-        await withCheckedContinuation { continuation in
-            queue.async { continuation.resume(returning: body()) }
+    func run<T: Sendable>(
+        tcti: String, _ body: @escaping @Sendable () -> Result<T, ProofKeyError>
+    ) async -> Result<T, ProofKeyError> {
+        if let began = running.withLock({ $0 }), ContinuousClock.now - began > Self.stuckAfter {
+            return .failure(ProofKeyError(
+                .unreachable, "the TPM (\(tcti)) has not answered for \(ContinuousClock.now - began): tokend tries again later"))
+        }
+        return await withCheckedContinuation { continuation in
+            queue.async {
+                self.running.withLock { $0 = ContinuousClock.now }
+                let result = body()
+                self.running.withLock { $0 = nil }
+                continuation.resume(returning: result)
+            }
         }
     }
 
     /// What a failed step means: a TPM that refuses to load the blob did not
-    /// make it (the state was copied elsewhere, or the TPM was cleared).
+    /// make it (the state was copied elsewhere, or the TPM was cleared); a TPM
+    /// that warns (TPM2_RC_WARN) is unreachable for now, whatever the step.
     static func error(_ rc: TSS2_RC, step: Int32, tcti: String) -> ProofKeyError {
         if let missing = missingLibrary { return missing }
         let said = String(cString: tokend_tss2_decode(rc))
@@ -100,6 +120,10 @@ final class TPMThread: Sendable {
         switch UInt32(step) {
         case TOKEND_TPM_CONNECT.rawValue:
             return ProofKeyError(.unreachable, "the TPM (\(tcti)) cannot be reached: \(said)")
+        case _ where tokend_tpm_rc_is_warning(rc) != 0:
+            // Lockout, retry, self-test, out of memory: the TPM says "not now", not "not this key".
+            let why = rc == 0x921 /* TPM2_RC_LOCKOUT */ ? "is in dictionary-attack lockout" : "is busy"
+            return ProofKeyError(.unreachable, "the TPM (\(tcti)) \(why): \(said); tokend tries again later")
         case TOKEND_TPM_LOAD.rawValue where fromTPM:
             return ProofKeyError(.notInThisTPM, "the TPM (\(tcti)) refused to load the key: \(said)")
         case TOKEND_TPM_BLOB.rawValue:

@@ -146,7 +146,12 @@ struct LogoutCommand: AsyncParsableCommand {
     func run() async throws {
         let client = try await common.connect()
         try await common.run { try await client.logout(session: common.session, revoke: !noRevoke) }
-        print("logged out")
+        // A DPoP session whose key cannot sign here is forgotten without revoking (the reason is in its status).
+        if !noRevoke, let reason = try? await client.status(session: common.session).lastError, reason.contains("not revoked") {
+            print(reason)
+        } else {
+            print("logged out")
+        }
     }
 }
 
