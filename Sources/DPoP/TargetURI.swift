@@ -25,6 +25,56 @@ public enum TargetURI {
         return "\(scheme)://\(host)\(port.map { ":\($0)" } ?? "")\(path)"
     }
 
+    /// A form of `url` in which every spelling a server may take for the same
+    /// resource is one: the `htu` (scheme and host in lower case, no default
+    /// port), the host's trailing dot dropped, `%`-encoded unreserved
+    /// characters decoded, other escapes in upper case, `;` parameters and
+    /// empty segments left out, dot segments resolved (RFC 3986 §5.2.4), no
+    /// trailing slash, the path in lower case. Two URLs with the same form may
+    /// name one resource; ones that differ cannot be told to be the same. Used
+    /// to refuse proofs for a provider's own endpoints, where a wider match
+    /// only refuses more.
+    public static func comparable(_ url: String) throws(ProofError) -> String {
+        let htu = try htu(url)
+        let origin = Self.origin(ofHTU: htu)
+        var host = origin.replacingOccurrences(of: ".:", with: ":")
+        if host.hasSuffix(".") { host.removeLast() }
+        var segments: [String] = []
+        for raw in htu.dropFirst(origin.count).split(separator: "/", omittingEmptySubsequences: true) {
+            let segment = decodingUnreserved(raw.prefix { $0 != ";" })
+            switch segment {
+            case "", ".": continue
+            case "..": _ = segments.popLast()
+            default: segments.append(segment.lowercased())
+            }
+        }
+        return host + "/" + segments.joined(separator: "/")
+    }
+
+    /// `text` with its `%`-escapes of unreserved characters (RFC 3986 §2.3)
+    /// decoded and its other escapes' hex digits in upper case.
+    static func decodingUnreserved(_ text: Substring) -> String {
+        var bytes = Array(text.utf8)[...]
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        while let byte = bytes.popFirst() {
+            guard byte == 0x25, bytes.prefix(2).count == 2, bytes.prefix(2).allSatisfy({ Character(Unicode.Scalar($0)).isHexDigit }),
+                let value = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16)
+            else {
+                out.append(byte)
+                continue
+            }
+            bytes = bytes.dropFirst(2)
+            let character = Character(Unicode.Scalar(value))
+            if character.isASCII, character.isLetter || character.isNumber || "-._~".contains(character) {
+                out.append(value)
+            } else {
+                out.append(contentsOf: Array(String(format: "%%%02X", value).utf8))
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
     /// The origin (scheme://host[:port]) of an `htu`: what a DPoP nonce is kept for.
     public static func origin(ofHTU htu: String) -> String {
         guard let schemeEnd = htu.range(of: "://") else { return htu }

@@ -11,8 +11,10 @@ import Varlink
 ///
 /// `authorizedToken` applies every access and audience rule of GetToken and
 /// returns the token handed out; the proof is signed for exactly that token.
-/// Proofs are limited per person and session (ProofLimiter): with a key in a
-/// TPM each one is a TPM2_Sign, and one person must not take the chip for all.
+/// No proof is made for the provider's own endpoints (providerEndpointRefusal).
+/// Proofs are limited per person and session, and with a key in a TPM per
+/// TPM too (ProofLimiter, ProofBound): each one is then a TPM2_Sign, and one
+/// person must not take the chip for all.
 func proofMethod(
     _ broker: Broker,
     authorizedToken: @escaping @Sendable (CallContext, SessionActor, _ resource: String?, _ page: String?) async throws -> Token,
@@ -39,10 +41,14 @@ func proofMethod(
         }
         guard makes(nil) else { throw VarlinkError.invalidParameter("method") }
         guard makes(call.nonce) else { throw VarlinkError.invalidParameter("nonce") }
-        if let wait = limiter.take(for: context.peer, session: session.name) {
+        if let reason = providerEndpointRefusal(htu, of: session) {
+            throw VarlinkError("org.varlink.service.InvalidParameter", ["parameter": .string("url"), "reason": .string(reason)])
+        }
+        // Access first: a caller refused the token spends none of the proof budget.
+        let token = try await authorizedToken(context, session, call.resource, call.page)
+        if let wait = limiter.take(for: context.peer, session: session.name, storage: key.storage) {
             throw VarlinkError(I.Error.rateLimited, ["session": .string(session.name), "retryAfter": .int(wait)])
         }
-        let token = try await authorizedToken(context, session, call.resource, call.page)
         // iat on the resource server's clock where its Date showed skew, and set back as the token
         // endpoint's proofs are: a server on a coarse clock (Glewlwyd's userinfo) takes none from its future.
         let now = servers.serverTime(for: TargetURI.origin(ofHTU: htu), localTime: Date().timeIntervalSince1970) - HTTPTokenEndpoint.iatSetBack
@@ -58,41 +64,97 @@ func proofMethod(
     }
 }
 
-/// Proofs per person and session: a token bucket of `burst` proofs refilled
-/// at `perSecond`. The figure, 20 a second with bursts of 50, is well above
-/// what one client's requests need and well below what a TPM signs (tens a
-/// second): one person cannot keep the chip from everyone else.
+/// Why no proof is made for `htu`: it is one of the provider's own endpoints
+/// for the session (token, PAR, revocation, device authorization,
+/// introspection, authorization), in any spelling the provider may take for
+/// it. A proof for those would let whoever holds a copy of the refresh token
+/// use it with the session's key, which is what binding it is to prevent.
+/// nil: the URL is not one of them.
+func providerEndpointRefusal(_ htu: String, of session: SessionActor) -> String? {
+    guard let endpoints = session.providerEndpointURLs else {
+        return "the provider's endpoints are not known yet, so no proof is made (try again once the session has refreshed)"
+    }
+    guard let asked = try? TargetURI.comparable(htu) else { return "the URL cannot be compared with the provider's endpoints" }
+    guard endpoints.contains(where: { (try? TargetURI.comparable($0.absoluteString)) == asked }) else { return nil }
+    return "the URL is one of the provider's own endpoints for session \(session.name): only tokend makes proofs for those"
+}
+
+/// Token buckets for proofs: `burst` proofs refilled at `perSecond`.
+struct ProofBound: Sendable, Equatable {
+    var perSecond: Double
+    var burst: Double
+
+    /// Per person and session, key in the state file: signing costs about
+    /// 0.3 ms of CPU, so the bound is set by what a busy client (tokend-proxy
+    /// with one proof per request) needs, not by the key.
+    static let stateKey = ProofBound(perSecond: 200, burst: 400)
+    /// Per person and session, key in a TPM: each proof is a TPM2_Sign, and a
+    /// TPM signs tens a second.
+    static let tpmKey = ProofBound(perSecond: 20, burst: 50)
+    /// Every GetProof with a TPM key, all persons and sessions together: the
+    /// chip keeps time for the sessions' own refresh proofs, whoever asks.
+    static let tpm = ProofBound(perSecond: 50, burst: 100)
+}
+
+/// Proofs per person and session (ProofBound.stateKey or .tpmKey, by where
+/// the session's key lives), and for TPM keys also per TPM (ProofBound.tpm):
+/// one person cannot keep the chip from everyone else.
 final class ProofLimiter: Sendable {
     struct Key: Hashable {
         var person: UInt32
         var session: String
+        var storage: KeyStorage
+    }
+    private struct Bucket {
+        var tokens: Double
+        var at: Double
+        mutating func refill(_ bound: ProofBound, at time: Double) {
+            tokens = min(bound.burst, tokens + max(0, time - at) * bound.perSecond)
+            at = time
+        }
+        func wait(_ bound: ProofBound) -> Int { max(1, Int(((1 - tokens) / bound.perSecond).rounded(.up))) }
     }
 
-    let perSecond: Double
-    let burst: Double
-    private let buckets = Mutex<[Key: (tokens: Double, at: Double)]>([:])
+    let bounds: [KeyStorage: ProofBound]
+    let tpm: ProofBound
+    private let buckets = Mutex<(persons: [Key: Bucket], tpm: Bucket?)>(([:], nil))
     private let now: @Sendable () -> Double
 
-    init(perSecond: Double = 20, burst: Double = 50, now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) {
-        self.perSecond = perSecond
-        self.burst = burst
+    init(
+        bounds: [KeyStorage: ProofBound] = [.state: .stateKey, .tpm: .tpmKey], tpm: ProofBound = .tpm,
+        now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }
+    ) {
+        self.bounds = bounds
+        self.tpm = tpm
         self.now = now
     }
 
     /// nil when allowed (and counted); else the seconds until the next proof is.
-    func take(for peer: PeerCredentials?, session: String) -> Int? {
-        let key = Key(person: peer?.person ?? UInt32.max, session: session)
+    func take(for peer: PeerCredentials?, session: String, storage: KeyStorage) -> Int? {
+        let key = Key(person: peer?.person ?? UInt32.max, session: session, storage: storage)
+        let bound = bounds[storage] ?? .tpmKey
         let time = now()
-        let (rate, capacity) = (perSecond, burst)
+        let chip = tpm
         return buckets.withLock { buckets in
-            var bucket = buckets[key] ?? (capacity, time)
-            bucket.tokens = min(capacity, bucket.tokens + max(0, time - bucket.at) * rate)
-            bucket.at = time
+            var bucket = buckets.persons[key] ?? Bucket(tokens: bound.burst, at: time)
+            bucket.refill(bound, at: time)
+            var shared = buckets.tpm ?? Bucket(tokens: chip.burst, at: time)
+            if storage == .tpm { shared.refill(chip, at: time) }
             defer {
-                buckets[key] = bucket
-                if buckets.count > 4096 { buckets = buckets.filter { $0.value.tokens + (time - $0.value.at) * rate < capacity } }
+                buckets.persons[key] = bucket
+                if storage == .tpm { buckets.tpm = shared }
+                if buckets.persons.count > 4096 {
+                    buckets.persons = buckets.persons.filter { entry in
+                        let full = self.bounds[entry.key.storage] ?? .tpmKey
+                        return entry.value.tokens + (time - entry.value.at) * full.perSecond < full.burst
+                    }
+                }
             }
-            guard bucket.tokens >= 1 else { return max(1, Int(((1 - bucket.tokens) / rate).rounded(.up))) }
+            guard bucket.tokens >= 1 else { return bucket.wait(bound) }
+            if storage == .tpm {
+                guard shared.tokens >= 1 else { return shared.wait(chip) }
+                shared.tokens -= 1
+            }
             bucket.tokens -= 1
             return nil
         }
