@@ -51,7 +51,7 @@ public enum DPoPProof {
         guard !method.isEmpty, method.utf8.count <= 32, method.allSatisfy(isTokenCharacter) else {
             throw ProofError("\"\(method.prefix(40))\" is not an HTTP method")
         }
-        if let nonce, nonce.isEmpty || nonce.utf8.count > 1024 || !nonce.allSatisfy(isNonceCharacter) {
+        if let nonce, nonce.isEmpty || nonce.utf8.count > maximumNonce || !nonce.allSatisfy(isNonceCharacter) {
             throw ProofError("the DPoP nonce is not a token the proof can carry")
         }
         guard now.isFinite, now > 0, now < 253_402_300_800 else { throw ProofError("the clock reads no usable time") }
@@ -59,6 +59,11 @@ public enum DPoPProof {
             jti: jti, htm: method, htu: try TargetURI.htu(url), iat: Int(now), nonce: nonce,
             ath: accessToken.map { Base64URL.encode(SHA256.hash(data: Data($0.utf8))) })
     }
+
+    /// The longest nonce (bytes) a proof carries, and so the longest one kept
+    /// from a server: a nonce no proof can carry would only be refused.
+    /// tokend-proxy keeps to the same figure (GetProof's).
+    public static let maximumNonce = 1024
 
     /// 16 random bytes, base64url: unique per proof.
     public static func randomJTI() -> String {

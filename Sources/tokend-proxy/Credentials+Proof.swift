@@ -7,12 +7,19 @@ extension Credentials {
     func prove(_ target: ProofTarget, cookies: String, nonce: String? = nil, nonceRetry: Bool = false) async throws -> RequestCredentials {
         // GetProof has no scope: its token is the session's (or the resource's), never a narrower one.
         if scope != nil { throw ProofRefused.scoped(session: session ?? "default") }
-        let nonce = nonce ?? proofs.nonce
         let asked = Date().timeIntervalSince1970
         let made: (proof: String, token: AccessToken)
+        let kept = nonce == nil ? proofs.nonce : nil
+        var nonce = nonce ?? kept
         do {
-            made = try await withTokend { client in
-                try await client.proof(session: self.session, resource: self.resource, method: target.method, url: target.htu, nonce: nonce)
+            do {
+                made = try await proof(target, nonce: nonce)
+            } catch TokendClientError.invalidParameter("nonce") where kept != nil {
+                // A kept nonce tokend will not sign is forgotten, and this request goes without one: the
+                // upstream answers it with a nonce of its own rather than every request failing on the old.
+                if let kept { proofs.forget(nonce: kept) }
+                nonce = nil
+                made = try await proof(target, nonce: nil)
             }
         } catch let error as TokendClientError {
             let refused = ProofRefused(error)
@@ -27,6 +34,15 @@ extension Credentials {
         guard let answer = RequestCredentials(token: made.token, cookies: cookies, proof: proof) else { throw UnusableCredentials() }
         proofs.bound = answer.bound
         return answer
+    }
+}
+
+extension Credentials {
+    /// GetProof for `target` with `nonce`.
+    private func proof(_ target: ProofTarget, nonce: String?) async throws -> (proof: String, token: AccessToken) {
+        try await withTokend { client in
+            try await client.proof(session: self.session, resource: self.resource, method: target.method, url: target.htu, nonce: nonce)
+        }
     }
 }
 
@@ -72,7 +88,10 @@ struct ProofRefused: Error, CustomStringConvertible {
         case .invalidParameter(let name):
             self.init(
                 kind: "InvalidParameter \(name)",
-                answer: .badRequest("tokend makes no DPoP proof for this request: its \(name == "url" ? "URL" : name) cannot be named in one"))
+                answer: .badRequest(
+                    name == "url"
+                        ? "tokend makes no DPoP proof for this request: its URL cannot be named in one, or is one of the provider's own endpoints (which only tokend uses)"
+                        : "tokend makes no DPoP proof for this request: its \(name) cannot be named in one"))
         default:
             self.init(kind: "\(error)", answer: .tokendFailed(error))
         }

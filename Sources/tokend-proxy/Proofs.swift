@@ -15,7 +15,9 @@ enum DPoP {
             && value.utf8.allSatisfy { $0 == 0x21 || (0x23...0x5B).contains($0) || (0x5D...0x7E).contains($0) }
     }
 
-    static let maximumNonce = 2048
+    /// GetProof's limit (DPoPProof.maximumNonce in tokend, which the proxy does not link): a longer nonce
+    /// is one tokend would refuse to put in a proof, so it is never kept.
+    static let maximumNonce = 1024
 
     /// The `error` of the DPoP challenge in a 401's WWW-Authenticate values (RFC 9449 §7.1, RFC 9110
     /// §11.6.1), or nil when none of them is a DPoP challenge with an error.
@@ -141,6 +143,12 @@ final class ProofState: Sendable {
     func keep(nonce: String) {
         guard DPoP.isNonce(nonce) else { return }
         state.withLock { $0.nonce = nonce }
+    }
+
+    /// tokend refused `nonce` for a proof: it is forgotten if it is still the one kept, so the next
+    /// request goes without one and the upstream can give a new one.
+    func forget(nonce: String) {
+        state.withLock { if $0.nonce == nonce { $0.nonce = nil } }
     }
 
     /// A refusal of `kind` at `now`: the refusals of that kind since it was last logged (this one

@@ -321,10 +321,12 @@ def test_a_bearer_session_through_the_proxy_sends_bearer_and_no_proof(provider, 
         daemon.stop(signal.SIGKILL)
 
 
-def test_a_refused_proof_is_a_clear_status_logged_once(provider, make_daemon, resource_server, proxies):
+def test_a_refused_proof_is_a_clear_status_logged_once(provider, make_daemon, swtpm, resource_server, proxies):
     """Over tokend's rate bound on proofs (GetProof, per person and session) the proxy answers 503 with
-    Retry-After and says why; its log says it once, not once per request."""
-    daemon = make_daemon(provider).start()
+    Retry-After and says why; its log says it once, not once per request. The key is in a TPM, where the
+    bound (a burst of 50) is below these 120 requests; a key in the state allows bursts of 400."""
+    tpm = swtpm()
+    daemon = make_daemon(provider, dpop_key="tpm", tpm=tpm.tcti).start()
     device_login(daemon, provider)
     rs = resource_server(thumbprint=daemon.dpop()["thumbprint"])
     proxy = proxies(daemon, rs.url)
@@ -345,3 +347,29 @@ def test_a_refused_proof_is_a_clear_status_logged_once(provider, make_daemon, re
                for body, headers in limited), limited[:2]
     assert rs.refusals == []
     assert proxy.logs().count("no DPoP proof from tokend") == 1, proxy.logs()[-3000:]
+
+
+def test_a_nonce_longer_than_a_proof_takes_does_not_wedge_the_proxy(provider, make_daemon, resource_server, proxies):
+    """A resource server's nonce over GetProof's limit (1024 bytes) is not kept: the request that met it
+    gets the server's 401, and the next ones reach the server again, which can give a short nonce. (The
+    proxy used to keep nonces up to 2048 bytes and send every later request to GetProof with it, which
+    refused it: 400 for every request, none reaching the server again.)"""
+    daemon = make_daemon(provider).start()
+    device_login(daemon, provider)
+    rs = resource_server(thumbprint=daemon.dpop()["thumbprint"])
+    proxy = proxies(daemon, rs.url)
+    assert through(proxy, "GET", "/data")[0] == 200
+    rs.nonce = "n" * 1500  # visible ASCII: a legal NQCHAR string, over GetProof's 1024 bytes
+    seen = len(rs.requests())
+    status, body = through(proxy, "GET", "/data")
+    assert status == 401 and json.loads(body)["error"] == "use_dpop_nonce", (status, body)
+    assert len(rs.requests()) == seen + 1
+    wait_for(lambda: "cannot send again" in proxy.logs(), 10, "the proxy's warning")
+    rs.nonce = "n-3"
+    seen = len(rs.requests())
+    for _ in range(3):
+        status, body = through(proxy, "GET", "/data")
+        assert status == 200, (status, body, rs.refusals, proxy.logs()[-2000:])
+    # The first met the server's new nonce (401, then once more with it), the next two carried it.
+    assert len(rs.requests()) == seen + 4, rs.requests()[seen:]
+    assert rs.refusals == [], rs.refusals

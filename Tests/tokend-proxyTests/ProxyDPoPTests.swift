@@ -51,6 +51,22 @@ import TokendClient
         }
     }
 
+    /// The proxy keeps no nonce GetProof would refuse (1024 bytes: DPoPProof.maximumNonce in tokend), and
+    /// a kept one tokend refuses all the same is forgotten, unless another came meanwhile.
+    @Test func noNonceIsKeptThatAProofCannotCarry() {
+        let state = ProofState()
+        #expect(DPoP.maximumNonce == 1024)
+        let longest = String(repeating: "n", count: DPoP.maximumNonce)
+        state.keep(nonce: longest)
+        #expect(state.nonce == longest)
+        state.keep(nonce: longest + "n")
+        #expect(state.nonce == longest)
+        state.forget(nonce: "other")
+        #expect(state.nonce == longest)
+        state.forget(nonce: longest)
+        #expect(state.nonce == nil)
+    }
+
     @Test func aKindOfRefusalIsLoggedOnceAMinute() {
         let state = ProofState()
         #expect(state.toLog("RateLimited", now: 100) == 1)
