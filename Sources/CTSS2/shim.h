@@ -134,7 +134,8 @@ static inline void tokend_tpm_close(tokend_tpm *tpm) {
 }
 
 /// The owner hierarchy's ECC P-256 storage key, from the template tpm2-tools
-/// also uses by default (`tpm2_createprimary -C o -g sha256 -G ecc256:aes128cfb`):
+/// also uses by default (`tpm2_createprimary -C o -g sha256 -G ecc256:aes128cfb`,
+/// with `-a ...|noda` when `noda`):
 /// the same TPM makes the same key from it every time; another TPM cannot.
 /// With `noda` it is exempt from dictionary-attack lockout (its auth is empty,
 /// so there is nothing to guess); the template is part of what the key is made

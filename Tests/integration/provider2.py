@@ -99,16 +99,78 @@ def _run(command: list[str], **kwargs: Any) -> None:
     subprocess.run(command, check=True, capture_output=True, **kwargs)
 
 
+class CountingFront:
+    """An HTTP front on its own loopback port that forwards every request to
+    Glewlwyd on `backend` as it came (no redirect followed) and records each
+    one's method and path before forwarding it."""
+
+    def __init__(self, backend: int) -> None:
+        import http.client
+        import http.server
+        import threading
+
+        self.backend = backend
+        self.lock = threading.Lock()
+        self.recorded: list[tuple[str, str]] = []
+        front = self
+
+        class Forward(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def forward(self) -> None:
+                with front.lock:
+                    front.recorded.append((self.command, self.path))
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
+                upstream = http.client.HTTPConnection("127.0.0.1", front.backend, timeout=60)
+                try:
+                    upstream.request(self.command, self.path, body=body, headers=headers)
+                    answer = upstream.getresponse()
+                    data = answer.read()
+                    self.send_response(answer.status, answer.reason)
+                    for key, value in answer.getheaders():
+                        if key.lower() not in ("transfer-encoding", "content-length", "connection", "keep-alive"):
+                            self.send_header(key, value)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                finally:
+                    upstream.close()
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_OPTIONS = do_PATCH = forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+        self.server.daemon_threads = True
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def seen(self) -> list[tuple[str, str]]:
+        with self.lock:
+            return list(self.recorded)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 class Glewlwyd:
     """One Glewlwyd instance in `directory` on 127.0.0.1:`port`."""
 
     def __init__(self, directory: str, access_ttl: int = 3600, port: int | None = None, keys: bool = False,
-                 dpop: bool = False) -> None:
+                 dpop: bool = False, counted: bool = False) -> None:
         """`keys`: also accept client assertions (private_key_jwt) and register
         KEY_CLIENT_ID with the public key in `client_key_path`. `dpop`: turn
         DPoP on with nonces mandatory, and register DPOP_CLIENT_ID, a client
-        whose every token request must carry a proof."""
+        whose every token request must carry a proof. `counted`: every request
+        reaches Glewlwyd through a `CountingFront`, whose address is the
+        provider's (issuer, endpoints, DPoP htu), so `requests()` is every
+        request the provider received, answered or refused."""
         self.dpop = dpop
+        self.front: CountingFront | None = None
         # The environment the server runs in (None: the test's own); see test_dpop's clock test.
         self.environment: dict | None = None
         assert os.path.exists(GLEWLWYD), "Debian's glewlwyd package is not installed (make deps installs it)"
@@ -121,6 +183,9 @@ class Glewlwyd:
                 port = int(next(line for line in f if line.startswith("port="))[5:])
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        if counted:
+            self.front = CountingFront(self.port)
+            self.base = self.front.base
         self.access_ttl = access_ttl
         self.db_path = os.path.join(directory, "glewlwyd.sqlite3")
         self.log_path = os.path.join(directory, "glewlwyd.log")
@@ -189,7 +254,16 @@ class Glewlwyd:
                 time.sleep(0.1)
         raise AssertionError("glewlwyd did not answer")
 
+    def requests(self, *paths: str) -> list[tuple[str, str]]:
+        """(method, path) of every request that reached the provider at the
+        issuer's `paths` ("token", "revoke"); needs `counted`."""
+        assert self.front, "Glewlwyd(counted=True) counts requests"
+        wanted = {f"/api/{PLUGIN}/{path}" for path in paths}
+        return [(method, path) for method, path in self.front.seen() if path.split("?")[0].rstrip("/") in wanted]
+
     def stop(self) -> None:
+        if self.front:
+            self.front.stop()
         if self.process and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:

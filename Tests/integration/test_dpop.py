@@ -108,6 +108,14 @@ def short_provider(workdir):
 
 
 @pytest.fixture
+def counted_provider(workdir):
+    """Glewlwyd behind a CountingFront: `requests("token", "revoke")` is every request it received there."""
+    instance = Glewlwyd(os.path.join(workdir, "g2"), dpop=True, counted=True)
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture
 def swtpm(workdir):
     started = []
 
@@ -415,7 +423,8 @@ def test_tpm_key_is_made_in_the_tpm_and_cannot_leave_it(provider, make_daemon, s
         f.write(blob[2 + size:])
     # tpm2-tools load it under the owner's primary key, made from the same template, and read it back.
     # (swtpm has no resource manager: transient objects are flushed after each tool, as tokend does.)
-    for command in (["tpm2_createprimary", "-C", "o", "-g", "sha256", "-G", "ecc256:aes128cfb", "-c", "primary.ctx"],
+    for command in (["tpm2_createprimary", "-C", "o", "-g", "sha256", "-G", "ecc256:aes128cfb", "-c", "primary.ctx",
+                     "-a", "restricted|decrypt|fixedtpm|fixedparent|sensitivedataorigin|userwithauth|noda"],
                     ["tpm2_load", "-C", "primary.ctx", "-u", "key.pub", "-r", "key.priv", "-c", "key.ctx"]):
         result = tpm.tools(*command, cwd=probe)
         assert result.returncode == 0, (command, result.stderr)
@@ -425,7 +434,8 @@ def test_tpm_key_is_made_in_the_tpm_and_cannot_leave_it(provider, make_daemon, s
     attributes = public.stdout.split("\nattributes:\n", 1)[1].splitlines()[0]
     assert attributes.strip().startswith("value:"), public.stdout
     flags = set(attributes.split(":", 1)[1].strip().split("|"))
-    assert {"fixedtpm", "fixedparent", "sensitivedataorigin", "sign"} <= flags, public.stdout
+    # noda: its auth is empty, so a TPM in dictionary-attack lockout (caused by anything else) still signs with it.
+    assert {"fixedtpm", "fixedparent", "sensitivedataorigin", "sign", "noda"} <= flags, public.stdout
     assert "decrypt" not in flags and "restricted" not in flags, public.stdout
     # The key the TPM holds is the one the provider bound the grant to.
     text = public.stdout
@@ -436,15 +446,20 @@ def test_tpm_key_is_made_in_the_tpm_and_cannot_leave_it(provider, make_daemon, s
     assert b64(hashlib.sha256(canonical.encode()).digest()) == dpop["thumbprint"]
 
 
-def test_a_tpm_that_stops_answering_costs_no_upstream_call_and_its_return_heals(provider, make_daemon, swtpm):
+def test_a_tpm_that_stops_answering_costs_no_upstream_call_and_its_return_heals(counted_provider, make_daemon, swtpm):
+    provider = counted_provider
     tpm = swtpm()
     daemon = make_daemon(provider, dpop_key="tpm", tpm=tpm.tcti).start()
     device_login(daemon, provider)
     grants = provider.refresh_grants()
+    sent = provider.requests("token", "revoke")
+    assert sent, "the front saw the login's token requests"
     tpm.stop()
     reply = daemon.refresh(1)
     assert reply.get("error") == B + "UpstreamUnavailable" and "TPM" in json.dumps(reply), reply
     wait_for(lambda: "cannot be reached" in (daemon.dpop().get("problem") or ""), 10, "status to name the TPM")
+    # Not one request reached the token or revocation endpoint, answered or refused.
+    assert provider.requests("token", "revoke") == sent
     assert provider.refresh_grants() == grants
     # The cached token is still handed out: the key is not gone, only out of reach.
     assert daemon.token()["generation"] == 1
@@ -454,7 +469,8 @@ def test_a_tpm_that_stops_answering_costs_no_upstream_call_and_its_return_heals(
     assert daemon.dpop().get("problem") is None
 
 
-def test_a_copy_of_the_state_on_another_tpm_cannot_refresh(provider, make_daemon, swtpm, workdir):
+def test_a_copy_of_the_state_on_another_tpm_cannot_refresh(counted_provider, make_daemon, swtpm, workdir):
+    provider = counted_provider
     home = swtpm("home")
     # The state sealed with a state key: the thief copies both.
     key_file = os.path.join(workdir, "state.key")
@@ -472,6 +488,7 @@ def test_a_copy_of_the_state_on_another_tpm_cannot_refresh(provider, make_daemon
     copy_dir = os.path.join(workdir, "copy")
     os.makedirs(copy_dir)
     shutil.copytree(daemon.state, os.path.join(copy_dir, "state"))
+    sent = provider.requests("token", "revoke")
     copy = make_daemon(provider, directory=copy_dir, dpop_key="tpm", tpm=elsewhere.tcti, daemon_lines=sealed).start()
     wait_for(lambda: copy.dpop().get("problem"), 20, "the copy to find its key missing")
     assert copy.dpop()["problem"] == "this session's key is not in this machine's TPM — log in again"
@@ -483,7 +500,15 @@ def test_a_copy_of_the_state_on_another_tpm_cannot_refresh(provider, make_daemon
     assert "not in this machine's TPM" in json.dumps(reply)
     forced = copy.refresh(None)
     assert "error" in forced, forced
-    # The copy sent nothing to the provider, and the home host's session is unharmed.
+    # The user of the copy, told to log in again, logs out (revoking is the default): the copy forgets the
+    # session and says it did not revoke, since the grant may be alive where the key is.
+    out = copy.ctl("logout", "--session", "g2")
+    assert out.returncode == 0, out.stderr
+    assert "not revoked" in out.stdout and "provider still holds the grant" in out.stdout, out.stdout
+    assert copy.status()["state"] == "loggedOut"
+    wait_for(lambda: "refresh token not revoked" in copy.logs(), 10, "the copy's journal to say it did not revoke")
+    # The copy sent nothing to the provider's token or revocation endpoint, and the home host's session is unharmed.
+    assert provider.requests("token", "revoke") == sent
     assert provider.refresh_grants() == grants
     reply = daemon.refresh(1)
     assert "error" not in reply, (reply, daemon.logs()[-2000:])
