@@ -87,12 +87,22 @@ extension HTTPTokenEndpoint {
     func explainingProof(_ result: Result<TokenResponse, TokenEndpointError>, url: URL) -> Result<TokenResponse, TokenEndpointError> {
         guard case .failure(let error) = result, error.code == "invalid_dpop_proof" else { return result }
         let origin = (try? TargetURI.htu(url.absoluteString)).map(TargetURI.origin(ofHTU:)) ?? ""
-        let skew = Int(proofServers.skew(for: origin).rounded())
-        let clock = skew == 0
-            ? "" : "; the provider's clock is \(abs(skew)) s \(skew > 0 ? "ahead of" : "behind") this host's (its Date header), which the next proof's iat follows"
         return .failure(.transient(
-            "\(Self.proofRefusedReason) (\(error.reason))\(clock); the refresh token is kept",
+            "\(Self.proofRefusedReason) (\(error.reason))\(clockNote(origin)); the refresh token is kept",
             code: error.code, retryAfter: error.retryAfter))
+    }
+
+    /// What the server's clock has to do with a refused proof: the skew its
+    /// Date showed, followed by the next proof's iat, or too large to follow.
+    func clockNote(_ origin: String) -> String {
+        if let unfollowed = proofServers.unfollowedSkew(for: origin) {
+            let skew = Int(unfollowed.rounded())
+            return "; the provider's clock is \(abs(skew)) s \(skew > 0 ? "ahead of" : "behind") this host's (its Date header), "
+                + "more than the \(Int(ProofServers.followedSkew)) s proofs follow: set the clock right on one side"
+        }
+        let skew = Int(proofServers.skew(for: origin).rounded())
+        return skew == 0
+            ? "" : "; the provider's clock is \(abs(skew)) s \(skew > 0 ? "ahead of" : "behind") this host's (its Date header), which the next proof's iat follows"
     }
 
     /// Seconds every proof's `iat` is set back. A server may take no `iat`

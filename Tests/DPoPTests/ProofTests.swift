@@ -151,7 +151,13 @@ import Testing
         // Within the header's resolution: no skew.
         servers.observe(serverTime: 1_000_001, localTime: 1_000_000, for: "https://a.example")
         #expect(servers.skew(for: "https://a.example") == 0)
+        #expect(servers.unfollowedSkew(for: "https://a.example") == nil)
+        // Beyond the bound (ProofServers.followedSkew): not followed, only named.
         servers.observe(serverTime: 999_000, localTime: 1_000_000, for: "https://a.example")
-        #expect(servers.skew(for: "https://a.example") == -1000)
+        #expect(servers.skew(for: "https://a.example") == 0)
+        #expect(servers.unfollowedSkew(for: "https://a.example") == -1000)
+        servers.observe(serverTime: 999_701, localTime: 1_000_000, for: "https://a.example")
+        #expect(servers.skew(for: "https://a.example") == -299)
+        #expect(servers.unfollowedSkew(for: "https://a.example") == nil)
     }
 }

@@ -86,3 +86,63 @@ import Testing
         #expect(iat <= (after - HTTPTokenEndpoint.iatSetBack).rounded(.down))
     }
 }
+
+/// A provider's clock is followed only within ProofServers.followedSkew:
+/// beyond it, proofs keep this host's time and the refusal names the skew.
+@Suite struct DPoPClockBoundTests {
+    let endpoint = HTTPTokenEndpoint(
+        endpoints: ProviderEndpoints(), credentials: ClientCredentials(clientID: "c", secret: nil, authentication: .none),
+        scope: nil, timeout: .seconds(1))
+
+    /// The answer of a server whose clock is `skew` seconds ahead, seen at `local` on this host's clock.
+    func answer(serverAhead skew: Double, at local: Double, origin: String) {
+        let format = DateFormatter()
+        format.locale = Locale(identifier: "en_US_POSIX")
+        format.timeZone = TimeZone(identifier: "GMT")
+        format.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        let header = format.string(from: Date(timeIntervalSince1970: local + skew))
+        let answer = HTTPTokenEndpoint.HTTPAnswer(status: 200, retryAfter: nil, setCookie: [], body: [], date: header)
+        endpoint.learn(from: answer, origin: origin, sentAt: local - 0.1, receivedAt: local)
+    }
+
+    @Test(arguments: [400.0 * 86_400, ProofServers.followedSkew + 2, -ProofServers.followedSkew - 2, -400.0 * 86_400])
+    func aClockBeyondTheBoundIsNotFollowed(_ skew: Double) {
+        let origin = "https://far-\(UUID().uuidString.lowercased()).example"
+        let local = 1_795_000_000.0  // an injected clock: every reading is given, none taken from the host
+        answer(serverAhead: skew, at: local, origin: origin)
+        #expect(endpoint.proofServers.serverTime(for: origin, localTime: local + 5) == local + 5)
+        let unfollowed = endpoint.proofServers.unfollowedSkew(for: origin)
+        #expect(unfollowed.map { abs($0 - skew) <= 1 } == true, "read \(String(describing: unfollowed))")
+        let refused = endpoint.explainingProof(
+            .failure(.transient("iat", code: "invalid_dpop_proof")), url: URL(string: origin + "/token")!)
+        guard case .failure(let error) = refused else {
+            Issue.record("a refusal became a success")
+            return
+        }
+        let seconds = Int(abs(skew).rounded())
+        #expect(error.reason.hasPrefix(HTTPTokenEndpoint.proofRefusedReason))
+        #expect(error.reason.contains("\(seconds) s \(skew > 0 ? "ahead of" : "behind") this host's"), "\(error.reason)")
+        #expect(error.reason.contains("more than the \(Int(ProofServers.followedSkew)) s proofs follow"), "\(error.reason)")
+    }
+
+    @Test(arguments: [300.0, -300, ProofServers.followedSkew - 2, 30])
+    func aClockWithinTheBoundIsFollowed(_ skew: Double) {
+        let origin = "https://near-\(UUID().uuidString.lowercased()).example"
+        let local = 1_795_000_000.0
+        answer(serverAhead: skew, at: local, origin: origin)
+        let followed = endpoint.proofServers.serverTime(for: origin, localTime: local + 5) - (local + 5)
+        #expect(abs(followed - skew) <= 1, "followed \(followed)")
+        #expect(endpoint.proofServers.unfollowedSkew(for: origin) == nil)
+    }
+
+    /// A clock set right again is followed again, and no longer named.
+    @Test func aClockSetRightIsForgotten() {
+        let origin = "https://mended-\(UUID().uuidString.lowercased()).example"
+        let local = 1_795_000_000.0
+        answer(serverAhead: 86_400, at: local, origin: origin)
+        #expect(endpoint.proofServers.unfollowedSkew(for: origin) != nil)
+        answer(serverAhead: 0, at: local + 60, origin: origin)
+        #expect(endpoint.proofServers.unfollowedSkew(for: origin) == nil)
+        #expect(endpoint.proofServers.skew(for: origin) == 0)
+    }
+}
