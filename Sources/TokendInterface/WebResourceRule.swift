@@ -12,9 +12,10 @@ import Foundation
 ///   as written, percent-encoding included, and at a segment boundary: the
 ///   resource `https://api.example/mail` covers `/mail` and `/mail/inbox`, not
 ///   `/mailbox`; `https://api.example/mail/` covers `/mail/…`, not `/mail`;
-/// - its path has no "." or ".." segment (also percent-encoded) and no
-///   encoded "/" or "\" (%2F, %5C): a server resolves `/mail/../admin` to
-///   `/admin`, outside the resource, and some decode those before resolving;
+/// - its path has no "." or ".." segment (also percent-encoded, also with path
+///   parameters: `..;x`) and no encoded "/" or "\" (%2F, %5C): a server
+///   resolves `/mail/../admin` to `/admin`, outside the resource, and some
+///   decode those or drop parameters before resolving;
 /// - it carries no user name or password. Query and fragment are not compared.
 public struct WebResourceRule: Sendable, Equatable {
     /// The resources a URL may be within: (scheme, host, port, path).
@@ -62,11 +63,14 @@ public struct WebResourceRule: Sendable, Equatable {
         if ["%2f", "%5c"].contains(where: { lowered.split(separator: $0, omittingEmptySubsequences: false).count > 1 }) {
             return true
         }
-        // A dot segment, its dots written plainly or as %2e.
+        // A dot segment, its dots written plainly or as %2e, path parameters after it or not: Tomcat, Jetty
+        // and Spring drop what follows ";" (also written %3b) in a segment, and resolve "..;x" as "..".
         return path.split(separator: "/", omittingEmptySubsequences: false).contains { segment in
             let plain = segment.lowercased().split(separator: "%2e", omittingEmptySubsequences: false)
                 .joined(separator: ".")
-            return plain == "." || plain == ".."
+            let name = plain.split(separator: "%3b", omittingEmptySubsequences: false)[0]
+                .split(separator: ";", omittingEmptySubsequences: false)[0]
+            return name == "." || name == ".."
         }
     }
 }
