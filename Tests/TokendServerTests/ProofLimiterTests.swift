@@ -1,4 +1,5 @@
 import DPoP
+import Foundation
 import Synchronization
 import Testing
 import Varlink
@@ -13,10 +14,27 @@ import Varlink
         func advance(_ seconds: Double) { now.withLock { $0 += seconds } }
     }
 
-    @Test func theFiguresDocumented() {
+    /// The figures the man pages and docs/security.md state are the code's.
+    @Test func theFiguresDocumented() throws {
         #expect(ProofBound.stateKey == ProofBound(perSecond: 200, burst: 400))
         #expect(ProofBound.tpmKey == ProofBound(perSecond: 20, burst: 50))
         #expect(ProofBound.tpm == ProofBound(perSecond: 50, burst: 100))
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        func text(_ path: String) throws -> String {
+            try String(contentsOf: root.appendingPathComponent(path), encoding: .utf8).replacingOccurrences(of: "\n", with: " ")
+        }
+        func figures(_ bound: ProofBound) -> String { "\(Int(bound.perSecond)) a second, bursts of \(Int(bound.burst))" }
+        let manual = try text("man/tokend.8")
+        let proxy = try text("man/tokend-proxy.1")
+        let security = try text("docs/security.md")
+        for bound in [ProofBound.stateKey, .tpmKey] {
+            #expect(manual.contains(figures(bound)))
+            #expect(proxy.contains(figures(bound)))
+        }
+        #expect(manual.contains("at most \(figures(.tpm)), for all GetProof calls on that TPM"))
+        #expect(proxy.contains("\(Int(ProofBound.tpm.perSecond)) a second for all sessions together"))
+        #expect(security.contains("200 a second (bursts of 400)") && security.contains("20 a second (bursts of 50)"))
+        #expect(security.contains("50 a second (bursts of 100) for all GetProof calls on one TPM"))
     }
 
     @Test(arguments: [KeyStorage.tpm, .state])
