@@ -83,10 +83,16 @@ extension SessionActor {
                 .loginFailed, name,
                 "the provider takes DPoP proofs in \(algorithms.joined(separator: ", ")) (dpop_signing_alg_values_supported), and tokend signs ES256 only")
         }
+        let newKeys = dpop.newKeys
         do {
-            return try await dpop.newKeys.makeKey()
+            // Key generation is slower than signing on real chips; a TPM that never answers still ends the login.
+            guard let key = try await within(.seconds(30), { try await newKeys.makeKey() }) else {
+                throw ProofKeyError(.unreachable, "the TPM did not answer within 30 seconds")
+            }
+            return key
         } catch {
-            throw BrokerError.login(.loginFailed, name, "no DPoP key could be made (\(dpop.newKeys.storage.rawValue)): \(error.description)")
+            let why = (error as? ProofKeyError)?.description ?? "\(error)"
+            throw BrokerError.login(.loginFailed, name, "no DPoP key could be made (\(newKeys.storage.rawValue)): \(why)")
         }
     }
 
