@@ -5,8 +5,11 @@ stays worthless to whoever may call GetProof for the session, since only
 tokend signs requests that use the grant. Resource servers, the provider's
 userinfo among them, are served as before."""
 import json
+import socket
 import urllib.parse
 
+from conftest import read_frame
+from test_provider2 import B
 from provider2 import CLIENT_SECRET, DPOP_CLIENT_ID, Agent
 from test_dpop import device_login, get_proof, make_daemon, provider, userinfo  # noqa: F401 (fixtures)
 
@@ -85,3 +88,25 @@ def test_get_proof_refuses_every_endpoint_of_the_provider_and_still_opens_userin
     # Near misses of the token endpoint are other resources, and get their proofs.
     for other in (provider.token_url + "x", provider.token_url + "/more"):
         assert "error" not in get_proof(daemon, method="POST", url=other), other
+
+
+def test_a_caller_refused_the_token_spends_none_of_the_proof_budget(provider, make_daemon):
+    """Access is checked before the rate bound: calls refused for their resource answer that refusal,
+    never RateLimited, however many come at once, and leave the caller's budget whole."""
+    daemon = make_daemon(provider).start()
+    device_login(daemon, provider)
+    count = 1500  # well over the state key's burst (400) and what 200 a second refills while they are answered
+    call = json.dumps({"method": B + "GetProof", "parameters": {
+        "session": "g2", "resource": "https://not-a-resource.example", "method": "GET",
+        "url": "https://rs.example.test/x"}}).encode() + b"\0"
+    connections = [socket.socket(socket.AF_UNIX) for _ in range(6)]
+    try:
+        for s in connections:
+            s.connect(daemon.socket)
+            s.sendall(call * (count // len(connections)))
+        replies = [json.loads(read_frame(s)) for s in connections for _ in range(count // len(connections))]
+    finally:
+        for s in connections:
+            s.close()
+    assert {r.get("error") for r in replies} == {B + "ResourceNotAllowed"}, {r.get("error") for r in replies}
+    assert "error" not in get_proof(daemon, method="GET", url="https://rs.example.test/x")
