@@ -5,6 +5,7 @@ stays worthless to whoever may call GetProof for the session, since only
 tokend signs requests that use the grant. Resource servers, the provider's
 userinfo among them, are served as before."""
 import json
+import signal
 import socket
 import urllib.parse
 
@@ -110,3 +111,16 @@ def test_a_caller_refused_the_token_spends_none_of_the_proof_budget(provider, ma
             s.close()
     assert {r.get("error") for r in replies} == {B + "ResourceNotAllowed"}, {r.get("error") for r in replies}
     assert "error" not in get_proof(daemon, method="GET", url="https://rs.example.test/x")
+
+
+def test_after_a_restart_with_the_provider_down_the_endpoints_are_still_known(provider, make_daemon):
+    """The endpoints come from the discovery document kept in the state: a restarted tokend that cannot
+    reach the provider still refuses its token endpoint and still makes proofs for resource servers."""
+    daemon = make_daemon(provider).start()
+    device_login(daemon, provider)
+    daemon.stop(signal.SIGKILL)
+    provider.stop()
+    daemon.start()
+    assert refused_as_the_providers(get_proof(daemon, method="POST", url=provider.token_url + "/"))
+    reply = get_proof(daemon, method="GET", url="https://rs.example.test/x")
+    assert "error" not in reply, reply
