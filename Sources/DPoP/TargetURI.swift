@@ -28,7 +28,7 @@ public enum TargetURI {
     /// A form of `url` in which every spelling a server may take for the same
     /// resource is one: the `htu` (scheme and host in lower case, no default
     /// port), the host's trailing dot dropped, `%`-encoded unreserved
-    /// characters decoded, other escapes in upper case, `;` parameters and
+    /// characters decoded, other escapes in upper case, `;` (or `%3B`) parameters and
     /// empty segments left out, dot segments resolved (RFC 3986 §5.2.4), no
     /// trailing slash, the path in lower case. Two URLs with the same form may
     /// name one resource; ones that differ cannot be told to be the same. Used
@@ -41,7 +41,9 @@ public enum TargetURI {
         if host.hasSuffix(".") { host.removeLast() }
         var segments: [String] = []
         for raw in htu.dropFirst(origin.count).split(separator: "/", omittingEmptySubsequences: true) {
-            let segment = decodingUnreserved(raw.prefix { $0 != ";" })
+            // An escaped ";" (%3B) too: servers that decode before they strip parameters take it as one.
+            let unescaped = raw.replacingOccurrences(of: "%3B", with: ";").replacingOccurrences(of: "%3b", with: ";")
+            let segment = decodingUnreserved(unescaped.prefix { $0 != ";" })
             switch segment {
             case "", ".": continue
             case "..": _ = segments.popLast()

@@ -20,6 +20,10 @@ import Testing
         "https://idp.example/api/oidc/token;jsessionid=1",
         "https://idp.example/api/oidc;x=1/token?grant_type=refresh_token#f",
         "https://idp.example/api/oidc/%2e/token",
+        "https://idp.example/api/oidc/userinfo/..;/token",
+        "https://idp.example/api/oidc/userinfo/%2e%2e;x/token",
+        "https://idp.example/api/oidc/userinfo/..%3b/token",
+        "https://idp.example/api/oidc/token%3Bx=1",
     ])
     func spellingsOfTheTokenEndpointAreOne(_ url: String) throws {
         #expect(try TargetURI.comparable(url) == TargetURI.comparable(Self.token))
