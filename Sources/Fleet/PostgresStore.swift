@@ -172,7 +172,9 @@ public final class PostgresStore: SharedStore {
             defer { connection = nil }
             return connection
         }
-        try? await open?.close()
+        guard let open else { return }
+        // A stop is bounded: a close the network does not confirm is abandoned.
+        _ = try? await Deadline.within(statementTimeout) { try await open.close() }
     }
 
     public func watch(_ handle: @escaping @Sendable (SharedStoreEvent) async -> Void) async {
@@ -185,13 +187,17 @@ public final class PostgresStore: SharedStore {
                 delay = .seconds(1)
                 try await follow(connection, handle)
             } catch is CancellationError {
-            } catch {
-                if Task.isCancelled { break }
+            } catch where !Task.isCancelled {
                 let problem = explain(error)
                 watchProblem.withLock { $0 = problem }
                 await handle(.unavailable(problem))
+            } catch {
+                // Stopping: the cancelled LISTEN ends with the connection's error, not CancellationError.
             }
+            // Every path closes the connection: one dropped open leaks its socket
+            // (and a debug build's PostgresNIO traps on it, stalling shutdown).
             try? await opened?.close()
+            if Task.isCancelled { break }
             try? await Task.sleep(for: delay)
             delay = min(delay * 2, .seconds(10))
         }
