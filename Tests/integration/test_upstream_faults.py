@@ -59,10 +59,14 @@ def test_every_fault_is_survived_with_backoff_and_recovery(server, proxy, make_t
         assert len(times) == 3, f"{mode}: {len(times)} upstream calls, expected 2 failures and 1 success"
         attempt = 2.0 if mode in ("hang", "slow") else 0.0  # the failed call itself lasted upstream-timeout
         delays = [times[1] - times[0] - attempt, times[2] - times[1] - attempt]
+        # Bounded from below only: the daemon starts its backoff after it saw the
+        # failure, so the gap between two calls is at least the delay it chose,
+        # and a busy machine only makes the retry later (the 12 s and 15 s waits
+        # above bound it from above). A retry sooner than the schedule, or a
+        # second delay that did not grow (1 s then 2 s, jitter -20%), fails here.
         low = [3.0, 3.0] if mode == "429" else [0.8, 1.6]  # Retry-After 3 wins over 1 s and 2 s
-        high = [3.8, 3.8] if mode == "429" else [1.2 + 0.5, 2.4 + 0.5]
-        for delay, lo, hi in zip(delays, low, high):
-            assert lo - 0.15 <= delay <= hi, f"{mode}: retry delays {delays}, expected within {low}..{high}"
+        for delay, lo in zip(delays, low):
+            assert delay >= lo - 0.15, f"{mode}: retry delays {delays}, expected at least {low}"
         assert daemon.process.poll() is None, f"{mode}: tokend is running"
         record = state(daemon)
         assert record["phase"] == "active" and record["refreshToken"] and "refreshStartedAt" not in record
