@@ -169,14 +169,14 @@ public struct VarlinkServer: Sendable {
             close(listener)
             throw error
         }
-        let (ended, endedContinuation) = AsyncThrowingStream<Void, Error>.makeStream()
+        let end = LoopEnd()
         let loop: ServerLoop
         do {
             loop = try ServerLoop(
                 listener: listener, limits: limits, errors: errors, fastPath: fastPath, fastPathStamp: fastPathStamp,
                 admission: admission, subordinateIDs: subordinateIDs, service: service, logger: logger,
                 metrics: metrics, http: http, httpListener: httpListener,
-                ended: { endedContinuation.finish(throwing: $0) })
+                ended: { end.finish($0) })
         } catch {
             close(listener)
             if let httpListener { close(httpListener) }
@@ -185,8 +185,9 @@ public struct VarlinkServer: Sendable {
         loop.start()
         running.loop.withLock { $0 = loop }
         await onListening()
+        // Cancellation stops the loop; the wait goes on until it has stopped.
         try await withTaskCancellationHandler {
-            for try await _ in ended {}
+            try await end.wait()
         } onCancel: {
             loop.stop()
         }
