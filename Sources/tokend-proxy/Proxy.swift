@@ -100,7 +100,7 @@ final class Proxy: Sendable {
         while stopped.count < accepting.count { try? await Task.sleep(for: .milliseconds(5)) }
         // No loop watches it now: a client that comes next is refused at once, rather than left in the backlog.
         close(listener.fd)
-        if case .unix(let path, _) = address { unlink(path) }
+        if case .unix(let path, _) = address, listener.isStillBound(at: path) { unlink(path) }
         let deadline = ContinuousClock.now + stopTimeout
         while admission.count > 0, ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(20))
@@ -209,9 +209,11 @@ final class Accepting {
             return
         }
         let allowed = settings.pages.hosts != nil || Listener.peerIsThisUser(fd)
-        // On TCP every local user may connect: each has its own share of the slots (one the kernel cannot
-        // name shares the nobody-known share). On a Unix socket only this user is served.
-        let owner = listener.local != nil ? (owners?.uid(ofPeerOf: fd) ?? .max) : nil
+        // On TCP every local user may connect: each person has its own share of the slots (one the kernel
+        // cannot name shares the nobody-known share). On a Unix socket only this user is served; another
+        // user a --mode lets connect is refused, and until then holds no more than a person's share.
+        let owner = listener.local != nil
+            ? (owners?.uid(ofPeerOf: fd) ?? .max) : (allowed ? nil : (Listener.peerUID(fd) ?? .max))
         let handler = ClientHandler(settings: settings, pool: pool, socket: socket, allowed: allowed, admission: admission, owner: owner)
         socket.user = handler
         let key = ObjectIdentifier(handler)

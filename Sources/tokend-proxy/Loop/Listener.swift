@@ -9,6 +9,9 @@ struct Listener: Sendable {
     let fd: CInt
     /// Its address, from the socket itself (a passed one may be either kind, a port may be 0); nil on a path.
     let local: SocketAddress?
+    /// The socket file this proxy bound (device and inode), so that its stop removes that file only, never
+    /// one another process bound at the path since.
+    var file: (device: UInt64, inode: UInt64)? = nil
 
     static func open(_ address: ListenAddress) throws -> Listener {
         let fd: CInt
@@ -20,9 +23,13 @@ struct Listener: Sendable {
                 let bytes = Array(path.utf8)
                 guard bytes.count < MemoryLayout.size(ofValue: name.sun_path) else { errno = ENAMETOOLONG; return -1 }
                 withUnsafeMutableBytes(of: &name.sun_path) { $0.copyBytes(from: bytes) }
-                // A socket left by an earlier run is replaced; any other file is not.
+                // A socket left by an earlier run is replaced; one a live process serves is not (EADDRINUSE),
+                // nor is any other file.
                 var status = stat()
-                if lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFSOCK { unlink(path) }
+                if lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFSOCK {
+                    guard !Self.answers(name) else { errno = EADDRINUSE; return -1 }
+                    unlink(path)
+                }
                 let result = withUnsafePointer(to: &name) {
                     bind(fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), socklen_t(MemoryLayout<sockaddr_un>.size))
                 }
@@ -41,7 +48,32 @@ struct Listener: Sendable {
             _ = fcntl(passed, F_SETFD, FD_CLOEXEC)
             fd = passed
         }
-        return Listener(fd: fd, local: localAddress(of: fd))
+        var listener = Listener(fd: fd, local: localAddress(of: fd))
+        if case .unix(let path, _) = address { listener.file = identity(of: path) }
+        return listener
+    }
+
+    /// Whether a process accepts connections at the Unix socket `name`.
+    private static func answers(_ name: sockaddr_un) -> Bool {
+        let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard probe >= 0 else { return false }
+        defer { Glibc.close(probe) }
+        var name = name
+        return withUnsafePointer(to: &name) {
+            connect(probe, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), socklen_t(MemoryLayout<sockaddr_un>.size))
+        } == 0
+    }
+
+    private static func identity(of path: String) -> (device: UInt64, inode: UInt64)? {
+        var status = stat()
+        guard lstat(path, &status) == 0 else { return nil }
+        return (UInt64(status.st_dev), UInt64(status.st_ino))
+    }
+
+    /// Whether the file at `path` is still the socket this proxy bound.
+    func isStillBound(at path: String) -> Bool {
+        guard let file, let now = Self.identity(of: path) else { return false }
+        return now == file
     }
 
     /// A socket of `family`, bound by `bind` and listening.
@@ -76,9 +108,14 @@ struct Listener: Sendable {
     /// The connecting process's uid (SO_PEERCRED) is this process's: one proxy serves one user, whom
     /// tokend's policy admits or refuses.
     static func peerIsThisUser(_ fd: CInt) -> Bool {
+        peerUID(fd) == getuid()
+    }
+
+    /// The connecting process's uid (SO_PEERCRED) on a Unix socket; nil when the kernel does not say.
+    static func peerUID(_ fd: CInt) -> UInt32? {
         var credentials = (pid: Int32(0), uid: UInt32(0), gid: UInt32(0))  // struct ucred, which glibc declares only for _GNU_SOURCE
         var size = socklen_t(MemoryLayout.size(ofValue: credentials))
-        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0 else { return false }
-        return credentials.uid == getuid()
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0 else { return nil }
+        return credentials.uid
     }
 }
