@@ -109,6 +109,9 @@ final class Credentials: Sendable {
     let passCookies: Bool
     /// tokend refused ImportCookies (the user may not write cookies): Set-Cookie passes through from then on.
     private let importRefused = Atomic(false)
+    /// Whether a cookie tokend's jar rejected has been logged (once: a session that accepts none would log
+    /// every answer).
+    private let rejectionLogged = Atomic(false)
 
     init(session: String?, resource: String? = nil, scope: String? = nil, socket: String?, passCookies: Bool = false, logger: Logger) {
         self.session = session
@@ -194,17 +197,27 @@ final class Credentials: Sendable {
     }
 
     /// The upstream's Set-Cookie headers into tokend's jar; the cached Cookie headers are stale from then on.
-    /// Whether tokend's jar took them: when it did not, the client gets them. A refusal (the user may not
-    /// write cookies: ImportCookies needs cookies-write) is logged once, and no later answer waits for it.
+    /// Whether tokend's jar took them all: when it did not, the client gets the answer's Set-Cookie as it
+    /// came, so that a cookie the jar's rules reject (accept-cookies, a prefix, SameSite=None without
+    /// Secure) is not lost. A refusal (the user may not write cookies: ImportCookies needs cookies-write)
+    /// is logged once, and no later answer waits for it.
     @discardableResult
     func importCookies(_ setCookie: [String], from url: String) async -> Bool {
         do {
-            let (version, _, _) = try await withTokend { client in
+            let (version, _, rejected) = try await withTokend { client in
                 try await client.importCookies(session: self.session, url: url, setCookie: setCookie)
             }
             state.withLock { state in
                 state.version = max(state.version, version)
                 state.cookies.removeAll(keepingCapacity: true)
+            }
+            guard rejected.isEmpty else {
+                if !rejectionLogged.exchange(true, ordering: .relaxed) {
+                    logger.warning(
+                        "tokend's jar rejected some of the upstream's cookies: the client gets the answer's Set-Cookie as it came (logged once)",
+                        metadata: ["rejected": "\(rejected.joined(separator: "; "))"])
+                }
+                return false
             }
             return true
         } catch TokendClientError.permissionDenied {
