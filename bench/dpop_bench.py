@@ -74,6 +74,33 @@ def login(tokenctl, socket_path, session, provider):
     assert process.wait(60) == 0, process.stderr.read()
 
 
+def start_tokend(bin_dir, directory, provider, tpm):
+    """tokend with three sessions of one provider (bearer; state and tpm: DPoP, the key in the state and in
+    swtpm), each logged in: the process and its socket."""
+    secret = os.path.join(directory, "secret")
+    with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(CLIENT_SECRET + "\n")
+    socket_path = os.path.join(directory, "sock")
+    common = [f'issuer = "{provider.issuer}"', f'scope = "{SCOPE}"', 'client-auth = "basic"',
+              f'client-secret-file = "{secret}"']
+    config = ["[daemon]", f'socket = "{socket_path}"', f'state-directory = "{directory}/state"', f'tpm = "{tpm.tcti}"',
+              "[sessions.bearer]", f'client-id = "{CLIENT_ID}"', *common,
+              "[sessions.state]", f'client-id = "{DPOP_CLIENT_ID}"', "dpop = true", 'dpop-key = "state"', *common,
+              "[sessions.tpm]", f'client-id = "{DPOP_CLIENT_ID}"', "dpop = true", 'dpop-key = "tpm"', *common]
+    with open(os.path.join(directory, "tokend.toml"), "w") as f:
+        f.write("\n".join(config) + "\n")
+    log = open(os.path.join(directory, "tokend.log"), "w")
+    daemon = subprocess.Popen([os.path.join(bin_dir, "tokend"), "--config", os.path.join(directory, "tokend.toml")],
+                              stdout=log, stderr=log)
+    deadline = time.time() + 20
+    while not os.path.exists(socket_path):
+        assert time.time() < deadline and daemon.poll() is None, "tokend did not start"
+        time.sleep(0.05)
+    for session in ("bearer", "state", "tpm"):
+        login(os.path.join(bin_dir, "tokenctl"), socket_path, session, provider)
+    return daemon, socket_path
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("bin_dir")
@@ -85,29 +112,7 @@ def main():
     tpm = SwTPM(os.path.join(directory, "tpm"))
     daemon = None
     try:
-        secret = os.path.join(directory, "secret")
-        with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write(CLIENT_SECRET + "\n")
-        socket_path = os.path.join(directory, "sock")
-        common = [f'issuer = "{provider.issuer}"', f'scope = "{SCOPE}"', 'client-auth = "basic"',
-                  f'client-secret-file = "{secret}"']
-        config = ["[daemon]", f'socket = "{socket_path}"', f'state-directory = "{directory}/state"',
-                  f'tpm = "{tpm.tcti}"',
-                  "[sessions.bearer]", f'client-id = "{CLIENT_ID}"', *common,
-                  "[sessions.state]", f'client-id = "{DPOP_CLIENT_ID}"', "dpop = true", 'dpop-key = "state"', *common,
-                  "[sessions.tpm]", f'client-id = "{DPOP_CLIENT_ID}"', "dpop = true", 'dpop-key = "tpm"', *common]
-        with open(os.path.join(directory, "tokend.toml"), "w") as f:
-            f.write("\n".join(config) + "\n")
-        log = open(os.path.join(directory, "tokend.log"), "w")
-        daemon = subprocess.Popen([os.path.join(args.bin_dir, "tokend"), "--config", os.path.join(directory, "tokend.toml")],
-                                  stdout=log, stderr=log)
-        deadline = time.time() + 20
-        while not os.path.exists(socket_path):
-            assert time.time() < deadline and daemon.poll() is None, "tokend did not start"
-            time.sleep(0.05)
-        tokenctl = os.path.join(args.bin_dir, "tokenctl")
-        for session in ("bearer", "state", "tpm"):
-            login(tokenctl, socket_path, session, provider)
+        daemon, socket_path = start_tokend(args.bin_dir, directory, provider, tpm)
         connection = Connection(socket_path)
         url = provider.issuer + "/userinfo"
         rows = []

@@ -28,8 +28,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Tests", "integration"))
-from dpop_bench import Connection, login  # noqa: E402
-from provider2 import CLIENT_ID, CLIENT_SECRET, DPOP_CLIENT_ID, SCOPE, Glewlwyd  # noqa: E402
+from dpop_bench import Connection, start_tokend  # noqa: E402
+from provider2 import Glewlwyd  # noqa: E402
 from test_dpop import SwTPM  # noqa: E402
 
 BEGIN, END = "<!-- tokend-proxy: bench/dpop_proxy_bench.py -->", "<!-- end tokend-proxy -->"
@@ -112,28 +112,8 @@ def main():
     upstream_url = f"http://127.0.0.1:{upstream.server_address[1]}"
     processes = []
     try:
-        secret = os.path.join(directory, "secret")
-        with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write(CLIENT_SECRET + "\n")
-        socket_path = os.path.join(directory, "sock")
-        common = [f'issuer = "{provider.issuer}"', f'scope = "{SCOPE}"', 'client-auth = "basic"',
-                  f'client-secret-file = "{secret}"']
-        config = ["[daemon]", f'socket = "{socket_path}"', f'state-directory = "{directory}/state"', f'tpm = "{tpm.tcti}"',
-                  "[sessions.bearer]", f'client-id = "{CLIENT_ID}"', *common,
-                  "[sessions.state]", f'client-id = "{DPOP_CLIENT_ID}"', "dpop = true", 'dpop-key = "state"', *common,
-                  "[sessions.tpm]", f'client-id = "{DPOP_CLIENT_ID}"', "dpop = true", 'dpop-key = "tpm"', *common]
-        with open(os.path.join(directory, "tokend.toml"), "w") as f:
-            f.write("\n".join(config) + "\n")
-        log = open(os.path.join(directory, "tokend.log"), "w")
-        daemon = subprocess.Popen([os.path.join(args.bin_dir, "tokend"), "--config", os.path.join(directory, "tokend.toml")],
-                                  stdout=log, stderr=log)
+        daemon, socket_path = start_tokend(args.bin_dir, directory, provider, tpm)
         processes.append(daemon)
-        deadline = time.time() + 20
-        while not os.path.exists(socket_path):
-            assert time.time() < deadline and daemon.poll() is None, "tokend did not start"
-            time.sleep(0.05)
-        for session in ("bearer", "state", "tpm"):
-            login(os.path.join(args.bin_dir, "tokenctl"), socket_path, session, provider)
         ports = {"upstream directly": upstream.server_address[1]}
         names = {"bearer": "tokend-proxy, Bearer session", "state": "tokend-proxy, DPoP session, key in the state",
                  "tpm": "tokend-proxy, DPoP session, key in swtpm"}
