@@ -54,7 +54,8 @@ final class Proxy: Sendable {
         for problem in persons.problems {
             logger.warning("subordinate uid table", metadata: ["problem": "\(problem)"])
         }
-        admission = Admission(limit: maxConnections, perOwner: maxConnectionsPerUser ?? maxConnections, persons: persons)
+        admission = Admission(
+            limit: maxConnections, perOwner: maxConnectionsPerUser ?? maxConnections, persons: persons, own: getuid())
         self.timeout = timeout
         self.logger = logger
     }

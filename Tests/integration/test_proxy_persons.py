@@ -90,3 +90,23 @@ def test_a_second_proxy_does_not_take_a_live_ones_socket_and_a_stop_removes_only
 HOLD_UNIX = HOLD.replace('socket.create_connection(("127.0.0.1", port))', "socket.socket(socket.AF_UNIX)") \
     .replace("s.settimeout(0.5)", "s.connect(path)\n    s.settimeout(0.5)") \
     .replace("port, count = int(sys.argv[1]), int(sys.argv[2])", "path, count = sys.argv[1], int(sys.argv[2])")
+
+
+def test_on_tcp_two_other_people_together_cannot_take_the_proxys_own_users_reserve(server, make_tokend, workdir):
+    daemon = logged_in(server, make_tokend)
+    recording = RecordingAPI()
+    proxy = ProxyProcess(daemon, recording.url, workdir, "--max-connections", "8", "--max-connections-per-user", "4",
+                         "--header-timeout", "60", port=free_port())
+    holders = [hold(proxy.port, 65534, 4)]
+    try:
+        assert tuple(map(int, holders[0].stdout.readline().split())) == (4, 0), "the first person holds its share"
+        holders.append(hold(proxy.port, 65533, 4))
+        # Each within its own share, but together past what others may hold (8 less the proxy's user's 4).
+        assert tuple(map(int, holders[1].stdout.readline().split())) == (0, 4)
+        for _ in range(3):
+            assert get(proxy.port, "/data")[0] == 200, "the proxy's own user is served"
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+        proxy.stop()

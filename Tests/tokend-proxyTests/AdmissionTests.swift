@@ -35,6 +35,21 @@ import Glibc
         #expect(admission.admit(owner: 100_003), "a slot one of her uids freed is hers again")
     }
 
+    @Test func theProxysOwnUserKeepsAReserveThatSeveralOthersTogetherCannotTake() {
+        let admission = Admission(limit: 8, perOwner: 4, own: 1000)
+        let others = (0..<8).map { admission.admit(owner: 2000 + UInt32($0 / 2)) }  // four people, two each
+        #expect(others == [true, true, true, true, false, false, false, false], "others hold 4 together")
+        #expect((0..<4).allSatisfy { _ in admission.admit(owner: 1000) }, "the proxy's own user has its 4")
+        #expect(!admission.admit(owner: 1000), "and no more than a person's share")
+        admission.leave(owner: 2000)
+        #expect(admission.admit(owner: 2003), "a slot another left is another's again")
+        let whole = Admission(limit: 8, perOwner: 8, own: 1000)
+        #expect((0..<8).allSatisfy { _ in whole.admit(owner: 2000) }, "with a share of all, there is no reserve")
+        let most = Admission(limit: 8, perOwner: 6, own: 1000)
+        #expect((0..<6).allSatisfy { most.admit(owner: 2000 + UInt32($0 % 2)) } && !most.admit(owner: 2002),
+            "the reserve is what a share of 6 leaves of 8: 2")
+    }
+
     @Test func withoutAnOwnerOnlyTheTotalCounts() {
         let admission = Admission(limit: 2)
         #expect(admission.admit() && admission.admit() && !admission.admit())
