@@ -27,5 +27,6 @@ quiet swiftc "${flags[@]}" -module-name CookieJar -I "$out/modules" "$root"/Sour
     "$root/Tests/Fuzz/SetCookieFuzz.swift" "$out/modules/Loopback.o" -o "$out/fuzz-set-cookie"
 quiet swiftc "${flags[@]}" -module-name OAuth -I "$out/modules" "$root/Sources/OAuth/TokenResponse.swift" \
     "$root/Sources/OAuth/TokenRequest.swift" "$root/Sources/OAuth/ProviderJSON.swift" "$root/Sources/StateStore/SessionRecord.swift" "$root/Sources/StateStore/KeyedToken.swift" \
+    "$root/Sources/StateStore/DPoPKeyRecord.swift" \
     "$root/Tests/Fuzz/TokenResponseFuzz.swift" "$out/modules/Secrets.o" "$out/modules/CookieJar.o" \
     "$out/modules/Loopback.o" "$out/modules/Varlink.o" -o "$out/fuzz-token-response"
