@@ -49,8 +49,10 @@ public struct KeyPolicy: Sendable, Equatable {
     public var maximumKeys: Int
     /// Seconds a key may go unused before it is forgotten.
     public var idleLifetime: Int
-    /// The resources web pages may ask for (web-resources); the browser bridge and web views enforce it.
+    /// The resources web pages may ask for (web-resources): the audience rule and GetProof hold pages to them.
     public var webResources: [String] = []
+    /// URLs besides the resources GetProof signs for (proof-targets).
+    public var proofTargets: [String] = []
     /// Whether resource-access limits who may have some resource's tokens.
     public var restrictsResources = false
     /// The `aud` values each resource's tokens carry besides its URI (resource-audiences).

@@ -118,7 +118,7 @@ extension TableReader {
             "default-lifetime", "access", "web-origins", "accept-cookies", "git-hosts", "git-username", "token-files",
             "shared-store", "shared-store-password-file", "client-key-file", "client-key-id", "redirect-uri",
             "pushed-authorization", "resources", "narrowing", "resource-access", "dpop", "dpop-key",
-            "web-resources", "resource-audiences", "introspection-endpoint",
+            "proof-targets", "web-resources", "resource-audiences", "introspection-endpoint",
         ])
         let issuer = try url("issuer")
         if let issuer, issuer.query != nil || issuer.fragment != nil {

@@ -179,6 +179,9 @@ public struct SessionSettings: Sendable, Equatable {
     public var dpop = false
     /// Where the DPoP key lives: "tpm", "state" or "auto" (the TPM when one is reachable, else the state).
     public var dpopKey = "auto"
+    /// URLs besides the resources and the provider's userinfo endpoint that
+    /// GetProof signs for, each with what is under it (proof-targets).
+    public var proofTargets: [String] = []
     /// The audience values a resource's tokens carry when they are not the
     /// resource's URI (resource-audiences): how tokend reads a JWT's `aud`.
     public var resourceAudiences: [String: [String]] = [:]

@@ -20,6 +20,8 @@ public struct ProviderMetadata: Sendable, Equatable, Codable {
     public var dpopSigningAlgValues: [String]?
     /// RFC 7662 token introspection (RFC 8414 §2).
     public var introspectionEndpoint: URL?
+    /// RFC 8705 §5: where clients using mutual TLS reach the endpoints instead.
+    public var mtlsEndpointAliases: EndpointAliases?
 
     enum CodingKeys: String, CodingKey {
         case issuer
@@ -35,6 +37,7 @@ public struct ProviderMetadata: Sendable, Equatable, Codable {
         case requiresPushedAuthorization = "require_pushed_authorization_requests"
         case dpopSigningAlgValues = "dpop_signing_alg_values_supported"
         case introspectionEndpoint = "introspection_endpoint"
+        case mtlsEndpointAliases = "mtls_endpoint_aliases"
     }
 
     public init(issuer: String) {
@@ -86,6 +89,36 @@ public struct ProviderMetadata: Sendable, Equatable, Codable {
     }
 }
 
+/// A document's `mtls_endpoint_aliases` (RFC 8705 §5): endpoint URLs by
+/// their metadata name. A member that is not a URL string is left out
+/// rather than failing the whole document.
+public struct EndpointAliases: Sendable, Equatable, Codable {
+    public var urls: [String: URL]
+
+    public init(_ urls: [String: URL]) { self.urls = urls }
+
+    struct Name: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let members = try decoder.container(keyedBy: Name.self)
+        var urls: [String: URL] = [:]
+        for name in members.allKeys {
+            if let text = try? members.decode(String.self, forKey: name), let url = URL(string: text) { urls[name.stringValue] = url }
+        }
+        self.urls = urls
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var members = encoder.container(keyedBy: Name.self)
+        for (name, url) in urls { try members.encode(url.absoluteString, forKey: Name(stringValue: name)) }
+    }
+}
+
 /// Why discovery did not give a usable document; never contains a secret.
 public struct DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible {
     public let description: String
@@ -107,6 +140,9 @@ public struct ProviderEndpoints: Sendable, Equatable {
     public var requiresPushedAuthorization = false
     /// RFC 7662: where tokend asks which audience a token it received has.
     public var introspection: URL?
+    /// RFC 8705 §5: the provider's endpoints under the names clients using mutual TLS reach them by
+    /// (its userinfo endpoint's alias left out: that one is a resource). tokend uses none of them.
+    public var mtlsAliases: [URL] = []
 
     public init(
         issuer: String? = nil, token: URL? = nil, revocation: URL? = nil, authorization: URL? = nil,
@@ -132,6 +168,8 @@ public struct ProviderEndpoints: Sendable, Equatable {
         merged.pushedAuthorization = pushedAuthorization ?? metadata.pushedAuthorizationEndpoint
         merged.requiresPushedAuthorization = metadata.requiresPushedAuthorization ?? false
         merged.introspection = introspection ?? metadata.introspectionEndpoint
+        merged.mtlsAliases = (metadata.mtlsEndpointAliases?.urls ?? [:]).filter { $0.key != "userinfo_endpoint" }
+            .sorted { $0.key < $1.key }.map(\.value)
         return merged
     }
 }

@@ -11,7 +11,8 @@ import Varlink
 ///
 /// `authorizedToken` applies every access and audience rule of GetToken and
 /// returns the token handed out; the proof is signed for exactly that token.
-/// No proof is made for the provider's own endpoints (providerEndpointRefusal).
+/// Proofs are made only for the targets the session allows, never for the
+/// provider's own endpoints (ProofTargets, proofTargetRefusal).
 /// Proofs are limited per person and session, and with a key in a TPM per
 /// TPM too (ProofLimiter, ProofBound): each one is then a TPM2_Sign, and one
 /// person must not take the chip for all.
@@ -34,15 +35,21 @@ func proofMethod(
         case .key(let usable):
             key = usable
         }
-        // The request must be one a proof can name before anything is spent on it.
-        guard let htu = try? TargetURI.htu(call.url) else { throw VarlinkError.invalidParameter("url") }
+        // The request must be one a proof can name, for a target the session allows, before anything is spent on it.
+        let target: TargetURL
+        do throws(ProofError) {
+            target = try TargetURL(call.url)
+        } catch {
+            throw VarlinkError.invalidParameter("url", reason: error.description)
+        }
+        let htu = target.htu
         func makes(_ nonce: String?) -> Bool {
             (try? DPoPProof.claims(method: call.method, url: htu, nonce: nonce, accessToken: nil, now: 1, jti: "")) != nil
         }
         guard makes(nil) else { throw VarlinkError.invalidParameter("method") }
         guard makes(call.nonce) else { throw VarlinkError.invalidParameter("nonce") }
-        if let reason = providerEndpointRefusal(htu, of: session) {
-            throw VarlinkError("org.varlink.service.InvalidParameter", ["parameter": .string("url"), "reason": .string(reason)])
+        if let reason = proofTargetRefusal(target, of: session, resource: call.resource, page: call.page) {
+            throw VarlinkError.invalidParameter("url", reason: reason)
         }
         // Access first: a caller refused the token spends none of the proof budget.
         let token = try await authorizedToken(context, session, call.resource, call.page)
@@ -51,7 +58,7 @@ func proofMethod(
         }
         // iat on the resource server's clock where its Date showed skew, and set back as the token
         // endpoint's proofs are: a server on a coarse clock (Glewlwyd's userinfo) takes none from its future.
-        let now = servers.serverTime(for: TargetURI.origin(ofHTU: htu), localTime: Date().timeIntervalSince1970) - HTTPTokenEndpoint.iatSetBack
+        let now = servers.serverTime(for: target.origin, localTime: Date().timeIntervalSince1970) - HTTPTokenEndpoint.iatSetBack
         let proof: String
         do throws(ProofError) {
             proof = try await DPoPProof.make(
@@ -64,19 +71,11 @@ func proofMethod(
     }
 }
 
-/// Why no proof is made for `htu`: it is one of the provider's own endpoints
-/// for the session (token, PAR, revocation, device authorization,
-/// introspection, authorization), in any spelling the provider may take for
-/// it. A proof for those would let whoever holds a copy of the refresh token
-/// use it with the session's key, which is what binding it is to prevent.
-/// nil: the URL is not one of them.
-func providerEndpointRefusal(_ htu: String, of session: SessionActor) -> String? {
-    guard let endpoints = session.providerEndpointURLs else {
-        return "the provider's endpoints are not known yet, so no proof is made (try again once the session has refreshed)"
+extension VarlinkError {
+    /// org.varlink.service.InvalidParameter naming `parameter`, with why it is refused.
+    static func invalidParameter(_ parameter: String, reason: String) -> VarlinkError {
+        VarlinkError("org.varlink.service.InvalidParameter", ["parameter": .string(parameter), "reason": .string(reason)])
     }
-    guard let asked = try? TargetURI.comparable(htu) else { return "the URL cannot be compared with the provider's endpoints" }
-    guard endpoints.contains(where: { (try? TargetURI.comparable($0.absoluteString)) == asked }) else { return nil }
-    return "the URL is one of the provider's own endpoints for session \(session.name): only tokend makes proofs for those"
 }
 
 /// Token buckets for proofs: `burst` proofs refilled at `perSecond`.

@@ -6,6 +6,7 @@ extension SessionSettings {
     var keyPolicy: KeyPolicy {
         var policy = KeyPolicy(resources: resources, scope: scope, narrowing: KeyPolicy.Narrowing(rawValue: narrowing) ?? .auto)
         policy.webResources = webResources
+        policy.proofTargets = proofTargets
         policy.restrictsResources = !resourceAccess.isEmpty
         policy.audiences = resourceAudiences
         return policy

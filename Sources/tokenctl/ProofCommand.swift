@@ -19,11 +19,28 @@ struct ProofCommand: AsyncParsableCommand {
 
     func run() async throws {
         let client = try await common.connect()
-        let (proof, token) = try await common.run {
-            try await client.proof(session: common.session, resource: resource, method: method, url: url, nonce: nonce)
+        let made: (proof: String, token: AccessToken)
+        do {
+            made = try await client.proof(session: common.session, resource: resource, method: method, url: url, nonce: nonce)
+        } catch .invalidParameter("url") {
+            FileHandle.standardError.write(Data(Self.refused(url: url, session: common.session ?? "default").utf8))
+            throw ExitCode(Exit.failure)
+        } catch {
+            made = try await common.run { throw error }
         }
-        print("Authorization: \(token.isDPoPBound ? "DPoP" : token.tokenType) \(token.accessToken)")
-        print("DPoP: \(proof)")
+        print("Authorization: \(made.token.isDPoPBound ? "DPoP" : made.token.tokenType) \(made.token.accessToken)")
+        print("DPoP: \(made.proof)")
+    }
+
+    /// What tokend's refusal of the URL means, and the key that allows a proof for it.
+    static func refused(url: String, session: String) -> String {
+        """
+        tokenctl proof: tokend makes no proof for \(url): GetProof signs only for URLs within session \(session)'s \
+        resources or proof-targets, or its provider's userinfo endpoint, with the host written as listed, and never for \
+        the provider's own endpoints
+          To allow it, add the URL (or one it is under) to proof-targets in [sessions.\(session)] of tokend.toml.
+
+        """
     }
 }
 

@@ -22,19 +22,18 @@ struct Refusal: Error {
 }
 
 extension Bridge {
-    /// A page may ask only from one of the session's web origins, a token
+    /// A page may ask only from one of the session's web origins, and a token
     /// for a resource only when it is one of the session's web resources (a
-    /// scope is tokend's to check: a subset of the session's), and a proof
-    /// only for a URL within one of them; cookies move only for those
-    /// origins' hosts.
+    /// scope is tokend's to check: a subset of the session's); cookies move
+    /// only for those origins' hosts. Which URLs a page's proofs may name is
+    /// tokend's rule (GetProof holds a call marked with its page to the
+    /// session's web-resources), not this host's.
     func checkAccess(method: String, session: String, parameters: JSONObject, origin: String?) async throws {
         let refusal: (WebAccess) -> Refusal?
         if Self.pageMethods.contains(method) {
             guard let origin else { throw Refusal() }
             let resource = parameters["resource"]
             if let resource, resource.stringValue == nil { throw Refusal() }
-            let url = method == "GetProof" ? parameters["url"] : nil
-            if method == "GetProof", url?.stringValue == nil { throw Refusal() }
             refusal = { access in
                 guard access.origins.contains(origin) else { return Refusal() }
                 if let resource = resource?.stringValue, !access.resources.contains(resource) {
@@ -43,8 +42,7 @@ extension Bridge {
                         "reason": .string("\(resource) is not one of session \(session)'s web-resources (tokend.toml)"),
                     ])
                 }
-                guard let url = url?.stringValue else { return nil }
-                return Self.proofRefusal(url: url, resource: resource?.stringValue, session: session, access: access)
+                return nil
             }
         } else if Self.cookieMethods.contains(method) {
             guard let url = parameters["url"]?.stringValue else { throw Refusal() }
@@ -58,22 +56,5 @@ extension Bridge {
         let fresh = WebAccess(status: reply["status"])
         web.withLock { $0[session] = fresh }
         if let refused = refusal(fresh) { throw refused }
-    }
-}
-
-extension Bridge {
-    /// A page's proof is for a URL within the resource it names, or, naming
-    /// none, within one of the session's web-resources (WebResourceRule: same
-    /// scheme, host and port, the path under the resource's); nil when it is.
-    static func proofRefusal(url: String, resource: String?, session: String, access: WebAccess) -> Refusal? {
-        let allowed = resource.map { [$0] } ?? access.resources
-        if WebResourceRule(webResources: allowed).allows(url: url) { return nil }
-        let within = resource ?? "one of session \(session)'s web-resources (tokend.toml)"
-        var parameters: JSONObject = [
-            "session": .string(session), "url": .string(url),
-            "reason": .string("a page may have proofs only for URLs within \(within); \(url) is not"),
-        ]
-        if let resource { parameters["resource"] = .string(resource) }
-        return Refusal(parameters: parameters)
     }
 }

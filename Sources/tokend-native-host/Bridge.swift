@@ -13,15 +13,16 @@ import VarlinkNIO
 /// `{id, parameters}` or `{id, error, parameters}`; Subscribe answers with
 /// many `{id, parameters, continues: true}` and ends with `continues: false`
 /// or an error when tokend goes away. What pages may not do (another origin,
-/// a resource outside web-resources, a proof for a URL outside them) is refused here, before tokend is asked:
-/// org.varlink.service.PermissionDenied (see Bridge+Access.swift).
+/// a resource outside web-resources) is refused here, before tokend is asked:
+/// org.varlink.service.PermissionDenied (see Bridge+Access.swift). Their calls
+/// go marked with the page's origin (`page`), and tokend holds them to what
+/// pages may have: tokens for web-resources, proofs for URLs within them.
 final class Bridge: Sendable {
     /// What the extension may ask for; everything else is refused here.
     static let methods: Set<String> = [
         "GetToken", "Refresh", "GetProof", "GetStatus", "ListSessions", "GetCookies", "ImportCookies", "Subscribe",
     ]
     /// Calls a page makes: they carry the page's origin, which must be one of the session's web origins.
-    /// A page's GetProof is also held to its URL: one within the session's web-resources (WebResourceRule).
     static let pageMethods: Set<String> = ["GetToken", "Refresh", "GetProof"]
     /// Calls about cookies: their URL's host must be a host of the session's web origins.
     static let cookieMethods: Set<String> = ["GetCookies", "ImportCookies"]

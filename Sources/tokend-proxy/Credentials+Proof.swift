@@ -22,7 +22,7 @@ extension Credentials {
                 made = try await proof(target, nonce: nil)
             }
         } catch let error as TokendClientError {
-            let refused = ProofRefused(error)
+            let refused = ProofRefused(error, session: session ?? "default")
             if refused.notDPoP {  // the session makes no proofs (any more): the next request asks GetToken
                 proofs.bound = false
                 forgetToken()
@@ -62,7 +62,7 @@ struct ProofRefused: Error, CustomStringConvertible {
         self.notDPoP = notDPoP
     }
 
-    init(_ error: TokendClientError) {
+    init(_ error: TokendClientError, session: String) {
         if let refusal = error.proofRefusal {
             switch refusal.kind {
             case .notAvailable:
@@ -90,7 +90,9 @@ struct ProofRefused: Error, CustomStringConvertible {
                 kind: "InvalidParameter \(name)",
                 answer: .badRequest(
                     name == "url"
-                        ? "tokend makes no DPoP proof for this request: its URL cannot be named in one, or is one of the provider's own endpoints (which only tokend uses)"
+                        ? "tokend makes no DPoP proof for this request's URL: GetProof signs only for URLs within session \(session)'s "
+                            + "resources or proof-targets, or its provider's userinfo endpoint, never for the provider's own endpoints; "
+                            + "to allow it, add the upstream (or a URL it is under) to proof-targets in [sessions.\(session)] of tokend.toml"
                         : "tokend makes no DPoP proof for this request: its \(name) cannot be named in one"))
         default:
             self.init(kind: "\(error)", answer: .tokendFailed(error))

@@ -560,7 +560,7 @@ def test_get_proof_opens_the_providers_userinfo(provider, make_daemon):
 
 
 def test_get_proof_refuses_bad_requests_and_is_rate_limited(provider, make_daemon):
-    daemon = make_daemon(provider).start()
+    daemon = make_daemon(provider, session_lines=['proof-targets = ["https://rs.example.test/"]']).start()
     device_login(daemon, provider)
     bad_url = get_proof(daemon, method="GET", url="ftp://example.test/x")
     assert bad_url["error"] == "org.varlink.service.InvalidParameter" and bad_url["parameters"]["parameter"] == "url"

@@ -1,9 +1,11 @@
 """GetProof makes no proof for the provider's own endpoints (token, PAR,
 revocation, device authorization, introspection, authorization) in any
-spelling the provider may take for them: a refresh token captured elsewhere
-stays worthless to whoever may call GetProof for the session, since only
-tokend signs requests that use the grant. Resource servers, the provider's
-userinfo among them, are served as before."""
+spelling the provider may take for them, even where proof-targets lists the
+provider's origin: a refresh token captured elsewhere stays worthless to
+whoever may call GetProof for the session, since only tokend signs requests
+that use the grant. Resource servers the session allows (its resources,
+proof-targets, the provider's userinfo) are served as before; the host
+spellings and mTLS aliases are test_dpop_targets'."""
 import json
 import signal
 import socket
@@ -63,7 +65,8 @@ def test_get_proof_refuses_the_token_endpoint_and_a_captured_refresh_token_stays
 
 
 def test_get_proof_refuses_every_endpoint_of_the_provider_and_still_opens_userinfo(provider, make_daemon):
-    daemon = make_daemon(provider).start()
+    # The provider's whole issuer path is a proof target: its endpoints are refused all the same.
+    daemon = make_daemon(provider, session_lines=[f'proof-targets = ["{provider.issuer}/"]']).start()
     device_login(daemon, provider)
     discovered = Agent(provider.base).request("GET", provider.issuer + "/.well-known/openid-configuration").json()
     names = ["token_endpoint", "pushed_authorization_request_endpoint", "revocation_endpoint",
@@ -86,7 +89,7 @@ def test_get_proof_refuses_every_endpoint_of_the_provider_and_still_opens_userin
         answer = userinfo(provider, reply["parameters"]["token"]["accessToken"], reply["parameters"]["proof"])
     assert answer.status == 200, (answer.status, answer.body)
     assert json.loads(answer.body)["email"] == "alice@example.test"
-    # Near misses of the token endpoint are other resources, and get their proofs.
+    # Near misses of the token endpoint are other resources under the listed path, and get their proofs.
     for other in (provider.token_url + "x", provider.token_url + "/more"):
         assert "error" not in get_proof(daemon, method="POST", url=other), other
 
@@ -94,7 +97,7 @@ def test_get_proof_refuses_every_endpoint_of_the_provider_and_still_opens_userin
 def test_a_caller_refused_the_token_spends_none_of_the_proof_budget(provider, make_daemon):
     """Access is checked before the rate bound: calls refused for their resource answer that refusal,
     never RateLimited, however many come at once, and leave the caller's budget whole."""
-    daemon = make_daemon(provider).start()
+    daemon = make_daemon(provider, session_lines=['proof-targets = ["https://rs.example.test/"]']).start()
     device_login(daemon, provider)
     count = 1500  # well over the state key's burst (400) and what 200 a second refills while they are answered
     call = json.dumps({"method": B + "GetProof", "parameters": {
@@ -116,7 +119,7 @@ def test_a_caller_refused_the_token_spends_none_of_the_proof_budget(provider, ma
 def test_after_a_restart_with_the_provider_down_the_endpoints_are_still_known(provider, make_daemon):
     """The endpoints come from the discovery document kept in the state: a restarted tokend that cannot
     reach the provider still refuses its token endpoint and still makes proofs for resource servers."""
-    daemon = make_daemon(provider).start()
+    daemon = make_daemon(provider, session_lines=['proof-targets = ["https://rs.example.test/"]']).start()
     device_login(daemon, provider)
     daemon.stop(signal.SIGKILL)
     provider.stop()

@@ -1,6 +1,7 @@
 """Ask tokend for access tokens over its Varlink socket (standard library only)."""
 from .client import AsyncTokend, Tokend, default_socket
 from .errors import (
+    InvalidParameter,
     LoginRequired,
     NoSuchSession,
     PermissionDenied,
@@ -18,7 +19,7 @@ from .values import Cookie, CookieSet, Event, KeyedToken, SessionStatus, Token
 
 __all__ = [
     "AsyncTokend", "Tokend", "default_socket", "Token", "Cookie", "CookieSet", "Event", "KeyedToken",
-    "SessionStatus", "TokendError", "LoginRequired", "NoSuchSession", "PermissionDenied", "RateLimited",
+    "SessionStatus", "TokendError", "InvalidParameter", "LoginRequired", "NoSuchSession", "PermissionDenied", "RateLimited",
     "ResourceNotAllowed", "ScopeNotAllowed", "StoreUnavailable", "TargetRefused", "TooManyConnections",
     "Unreachable", "UpstreamUnavailable",
 ]

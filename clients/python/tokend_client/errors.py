@@ -81,6 +81,16 @@ class TargetRefused(TokendError):
         return self.parameters.get("scope")
 
 
+class InvalidParameter(TokendError):
+    """tokend refused the parameter `parameter`; `reason`, where given, says why. For GetProof's url: the
+    URL is not one the session allows proofs for (its resources, its provider's userinfo endpoint, or
+    `proof-targets` in tokend.toml, hosts written as listed), or it is one of the provider's own endpoints."""
+
+    @property
+    def parameter(self) -> str:
+        return str(self.parameters.get("parameter", ""))
+
+
 _BY_NAME: Dict[str, Type[TokendError]] = {
     "io.tokend.Broker.NoSuchSession": NoSuchSession,
     "io.tokend.Broker.LoginRequired": LoginRequired,
@@ -92,6 +102,7 @@ _BY_NAME: Dict[str, Type[TokendError]] = {
     "io.tokend.Broker.ScopeNotAllowed": ScopeNotAllowed,
     "io.tokend.Broker.TargetRefused": TargetRefused,
     "org.varlink.service.PermissionDenied": PermissionDenied,
+    "org.varlink.service.InvalidParameter": InvalidParameter,
 }
 
 

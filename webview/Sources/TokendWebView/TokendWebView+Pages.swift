@@ -5,9 +5,9 @@ import Varlink
 /// Pages ask through the relay (relay.js, in the "tokend" world of the pages of
 /// the session's web origins) with the page API of the browser extension:
 /// GetToken, Refresh and GetProof, marked with the page's origin (`page`),
-/// answered once the token's events are in the web view. A proof only for a
-/// URL within the session's web-resources (WebResourceRule), as the browser
-/// bridge allows.
+/// answered once the token's events are in the web view. Which URLs a page's
+/// proofs may name is tokend's rule (GetProof holds a call marked with its
+/// page to the session's web-resources), as for the browser bridge.
 extension TokendWebView {
     static let pageMethods: Set<String> = ["GetToken", "Refresh", "GetProof"]
     /// The refusal pages get, named as the browser extension names it (one page API).
@@ -86,13 +86,6 @@ extension TokendWebView {
                 ])
             }
         }
-        if method == "GetProof", let refusal = proofRefusal(parameters) {
-            log("refused GetProof from \(origin): \(refusal)")
-            return reply.send([
-                "error": .string(Self.permissionDenied),
-                "parameters": ["session": .string(session), "url": parameters["url"] ?? .null, "reason": .string(refusal)],
-            ])
-        }
         let keyed = parameters["resource"] != nil || parameters["scope"] != nil
         parameters["session"] = .string(session)
         // The call is the page's: tokend hands out only a token whose audience pages may have (web-resources).
@@ -111,16 +104,6 @@ extension TokendWebView {
                 reply.send(["error": "io.tokend.Bridge.Disconnected", "parameters": ["reason": .string("\(failure)")]])
             }
         }
-    }
-
-    /// Why a page may not have this proof, nil when it may: its URL must be within the resource it
-    /// names (already one of the web-resources), or, naming none, within one of the web-resources.
-    func proofRefusal(_ parameters: JSONObject) -> String? {
-        guard let url = parameters["url"]?.stringValue else { return "GetProof needs a url" }
-        let resource = parameters["resource"]?.stringValue
-        if WebResourceRule(webResources: resource.map { [$0] } ?? webResources).allows(url: url) { return nil }
-        let within = resource ?? "one of session \(session)'s web-resources (tokend.toml)"
-        return "a page may have proofs only for URLs within \(within); \(url) is not"
     }
 
     /// Passes a session event to the page, if it is on one of the web origins.
