@@ -35,6 +35,7 @@ struct WatchedProofKey: ProofKey {
     var publicKey: P256PublicJWK { inner.publicKey }
     var storage: KeyStorage { inner.storage }
     var stored: [UInt8] { inner.stored }
+    var forRequests: any ProofKey { WatchedProofKey(inner: inner.forRequests, outcome: outcome) }
 
     /// The most a TPM signature may take: a TPM that does not answer (hung,
     /// stopped) is reported unreachable after this, not waited for.
@@ -51,7 +52,8 @@ struct WatchedProofKey: ProofKey {
             outcome(nil)
             return signed
         } catch let error as ProofKeyError {
-            outcome(error)
+            // A full queue or a caller that gave up tells nothing of the key or the TPM.
+            if !error.saysNothingOfTheKey { outcome(error) }
             throw error
         } catch {
             let failed = ProofKeyError(.failed, "the DPoP key cannot sign: \(error)")
@@ -246,7 +248,8 @@ extension SessionActor {
         guard record.phase == .active, record.dpopKey != nil, let proofKeyInUse else {
             return .notUsed("the session's grant has no DPoP key: log in again to make one")
         }
-        return .key(proofKeyInUse)
+        // Behind the session's own proofs, in a bounded queue, where signing is scarce (a TPM).
+        return .key(proofKeyInUse.forRequests)
     }
 }
 

@@ -1,8 +1,8 @@
 // tpm2-tss ESAPI (Debian: libtss2-dev) and the few steps tokend's TPM key
 // store takes, written once here where the TSS structures are plain C.
-// Every step opens its own connection, makes the primary key afresh from the
-// owner hierarchy's template, and flushes each object before the next step:
-// nothing of tokend's stays loaded in the TPM between calls.
+// Making a key opens its own connection, makes the primary key from the owner
+// hierarchy's template, and flushes each object before the next step; what a
+// signature keeps between calls is keep.h's.
 #ifndef TOKEND_CTSS2_SHIM_H
 #define TOKEND_CTSS2_SHIM_H
 
@@ -36,6 +36,8 @@ typedef struct {
     TSS2_RC (*Sign)(ESYS_CONTEXT *, ESYS_TR, ESYS_TR, ESYS_TR, ESYS_TR, const TPM2B_DIGEST *, const TPMT_SIG_SCHEME *,
                     const TPMT_TK_HASHCHECK *, TPMT_SIGNATURE **);
     TSS2_RC (*FlushContext)(ESYS_CONTEXT *, ESYS_TR);
+    TSS2_RC (*ContextSave)(ESYS_CONTEXT *, ESYS_TR, TPMS_CONTEXT **);
+    TSS2_RC (*ContextLoad)(ESYS_CONTEXT *, const TPMS_CONTEXT *, ESYS_TR *);
     void (*Free)(void *);
     TSS2_RC (*PublicMarshal)(const TPM2B_PUBLIC *, uint8_t *, size_t, size_t *);
     TSS2_RC (*PublicUnmarshal)(const uint8_t *, size_t, size_t *, TPM2B_PUBLIC *);
@@ -68,6 +70,8 @@ static inline void tokend_tss2_open(tokend_tss2_api *api) {
     *(void **)&api->Load = tokend_tss2_symbol(libraries[1], "Esys_Load", missing);
     *(void **)&api->Sign = tokend_tss2_symbol(libraries[1], "Esys_Sign", missing);
     *(void **)&api->FlushContext = tokend_tss2_symbol(libraries[1], "Esys_FlushContext", missing);
+    *(void **)&api->ContextSave = tokend_tss2_symbol(libraries[1], "Esys_ContextSave", missing);
+    *(void **)&api->ContextLoad = tokend_tss2_symbol(libraries[1], "Esys_ContextLoad", missing);
     *(void **)&api->Free = tokend_tss2_symbol(libraries[1], "Esys_Free", missing);
     *(void **)&api->PublicMarshal = tokend_tss2_symbol(libraries[2], "Tss2_MU_TPM2B_PUBLIC_Marshal", missing);
     *(void **)&api->PublicUnmarshal = tokend_tss2_symbol(libraries[2], "Tss2_MU_TPM2B_PUBLIC_Unmarshal", missing);
@@ -107,6 +111,7 @@ enum tokend_tpm_step {
     TOKEND_TPM_LOAD = 4,
     TOKEND_TPM_SIGN = 5,
     TOKEND_TPM_BLOB = 6,
+    TOKEND_TPM_RESTORE = 7,  // loading a kept context (keep.h)
 };
 
 /// The most a key's blob (TPM2B_PUBLIC then TPM2B_PRIVATE, marshalled) takes.
@@ -223,63 +228,6 @@ static inline TSS2_RC tokend_tpm_make_key(const char *tcti, uint8_t *blob, size_
     }
     tokend_tss2()->Free(private_part);
     tokend_tss2()->Free(public_part);
-    tokend_tpm_close(&tpm);
-    return rc;
-}
-
-/// Signs a SHA-256 digest with a key's blob: the primary key made again, the
-/// key loaded under it (the TPM refuses a blob another TPM wrapped), TPM2_Sign,
-/// every object flushed. Writes r || s and, from the blob, the public point.
-static inline TSS2_RC tokend_tpm_sign(const char *tcti, const uint8_t *blob, size_t blob_size, const uint8_t digest[32],
-                                      uint8_t signature[64], int *step) {
-    tokend_tpm tpm;
-    TPM2B_PUBLIC public_part;
-    TPM2B_PRIVATE private_part;
-    size_t offset = 0;
-    memset(&public_part, 0, sizeof public_part);
-    memset(&private_part, 0, sizeof private_part);
-    *step = TOKEND_TPM_CONNECT;
-    if (tokend_tss2_missing()) return TSS2_BASE_RC_NOT_IMPLEMENTED | TSS2_ESAPI_RC_LAYER;
-    *step = TOKEND_TPM_BLOB;
-    TSS2_RC rc = tokend_tss2()->PublicUnmarshal(blob, blob_size, &offset, &public_part);
-    if (rc == TSS2_RC_SUCCESS) rc = tokend_tss2()->PrivateUnmarshal(blob, blob_size, &offset, &private_part);
-    if (rc != TSS2_RC_SUCCESS) return rc;
-    *step = TOKEND_TPM_CONNECT;
-    rc = tokend_tpm_open(tcti, &tpm);
-    if (rc != TSS2_RC_SUCCESS) return rc;
-    ESYS_TR primary = ESYS_TR_NONE, key = ESYS_TR_NONE;
-    *step = TOKEND_TPM_PRIMARY;
-    // A key with noDA was made under the primary with noDA (both came in together).
-    rc = tokend_tpm_primary(tpm.esys, (public_part.publicArea.objectAttributes & TPMA_OBJECT_NODA) != 0, &primary);
-    if (rc == TSS2_RC_SUCCESS) {
-        *step = TOKEND_TPM_LOAD;
-        rc = tokend_tss2()->Load(tpm.esys, primary, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &private_part, &public_part, &key);
-        tokend_tss2()->FlushContext(tpm.esys, primary);
-    }
-    if (rc == TSS2_RC_SUCCESS) {
-        TPM2B_DIGEST hash;
-        TPMT_SIG_SCHEME scheme;
-        TPMT_TK_HASHCHECK ticket;
-        TPMT_SIGNATURE *made = NULL;
-        memset(&scheme, 0, sizeof scheme);
-        memset(&ticket, 0, sizeof ticket);
-        hash.size = 32;
-        memcpy(hash.buffer, digest, 32);
-        scheme.scheme = TPM2_ALG_ECDSA;
-        scheme.details.ecdsa.hashAlg = TPM2_ALG_SHA256;
-        ticket.tag = TPM2_ST_HASHCHECK;
-        ticket.hierarchy = TPM2_RH_NULL;
-        *step = TOKEND_TPM_SIGN;
-        rc = tokend_tss2()->Sign(tpm.esys, key, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &hash, &scheme, &ticket, &made);
-        tokend_tss2()->FlushContext(tpm.esys, key);
-        if (rc == TSS2_RC_SUCCESS) {
-            if (made->sigAlg != TPM2_ALG_ECDSA || !tokend_tpm_p256(&made->signature.ecdsa.signatureR, signature)
-                || !tokend_tpm_p256(&made->signature.ecdsa.signatureS, signature + 32)) {
-                rc = TSS2_MU_RC_BAD_SIZE;
-            }
-        }
-        tokend_tss2()->Free(made);
-    }
     tokend_tpm_close(&tpm);
     return rc;
 }

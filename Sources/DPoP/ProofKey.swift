@@ -18,10 +18,15 @@ public protocol ProofKey: Sendable {
     var stored: [UInt8] { get }
     /// The ES256 signature of `message` (SHA-256, then ECDSA): r || s, 64 bytes.
     func sign(_ message: [UInt8]) async throws(ProofKeyError) -> [UInt8]
+    /// The same key, signing for callers' requests (GetProof): where signing
+    /// is scarce (a TPM), behind the session's own proofs and in a queue of
+    /// bounded length, refused (`busy`) when it is full.
+    var forRequests: any ProofKey { get }
 }
 
 extension ProofKey {
     public var thumbprint: String { publicKey.thumbprint }
+    public var forRequests: any ProofKey { self }
 }
 
 /// Why a key cannot sign. Never contains key material.
@@ -33,14 +38,25 @@ public struct ProofKeyError: Error, Sendable, Equatable, CustomStringConvertible
         case unreachable
         /// The stored key is damaged, or signing failed otherwise.
         case failed
+        /// More requests wait for the signer than it signs in time: this one was not queued
+        /// (`retryAfter`). Says nothing about the key.
+        case busy
+        /// The caller gave up before the signer came to it: nothing was signed. Says nothing about the key.
+        case cancelled
     }
     public let kind: Kind
     public let description: String
+    /// For `busy`: seconds until the queue has room again.
+    public var retryAfter: Int?
 
-    public init(_ kind: Kind, _ description: String) {
+    public init(_ kind: Kind, _ description: String, retryAfter: Int? = nil) {
         self.kind = kind
         self.description = description
+        self.retryAfter = retryAfter
     }
+
+    /// Whether the error is about the signer's queue, not about the key (busy, cancelled).
+    public var saysNothingOfTheKey: Bool { kind == .busy || kind == .cancelled }
 
     /// What a session says when its key is gone: the grant cannot be used here.
     public static let notInThisTPMReason = "this session's key is not in this machine's TPM — log in again"

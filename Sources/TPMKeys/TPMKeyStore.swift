@@ -1,8 +1,6 @@
 import CTSS2
 import Crypto
 import DPoP
-import Dispatch
-import Synchronization
 
 /// DPoP keys in a TPM 2.0 (dpop-key = "tpm"), through tpm2-tss ESAPI: made
 /// inside the TPM as non-exportable P-256 signing keys under the owner
@@ -46,22 +44,37 @@ public struct TPMKeyStore: ProofKeyStore {
     }
 }
 
-/// A key in the TPM: each signature loads the blob under a primary key made
-/// afresh, signs with TPM2_Sign and flushes both, on the TPM's own thread.
+/// A key in the TPM: signatures go through the TPM's thread (TPMThread),
+/// which keeps the key loaded or its saved context between them (keep.h).
 public struct TPMProofKey: ProofKey {
     let tcti: String
     let blob: [UInt8]
     public let publicKey: P256PublicJWK
+    var lane: TPMThread.Lane = .session
     public var storage: KeyStorage { .tpm }
     public var stored: [UInt8] { blob }
+
+    init(tcti: String, blob: [UInt8], publicKey: P256PublicJWK) {
+        self.tcti = tcti
+        self.blob = blob
+        self.publicKey = publicKey
+    }
+
+    public var forRequests: any ProofKey {
+        var key = self
+        key.lane = .requests
+        return key
+    }
 
     public func sign(_ message: [UInt8]) async throws(ProofKeyError) -> [UInt8] {
         let digest = Array(SHA256.hash(data: message))
         let (tcti, blob) = (self.tcti, self.blob)
-        let signed: Result<[UInt8], ProofKeyError> = await TPMThread.shared.run(tcti: tcti) {
+        let managed: Int32 = TPMThread.isManaged(tcti) ? 1 : 0
+        let thread = TPMThread.shared
+        let signed: Result<[UInt8], ProofKeyError> = await thread.run(tcti: tcti, lane: lane, signature: true) {
             var signature = [UInt8](repeating: 0, count: 64)
             var step: Int32 = 0
-            let rc = tokend_tpm_sign(tcti, blob, blob.count, digest, &signature, &step)
+            let rc = tokend_keeper_sign(thread.keeper, tcti, managed, blob, blob.count, digest, &signature, &step)
             guard rc == TSS2_RC_SUCCESS else { return .failure(TPMThread.error(rc, step: step, tcti: tcti)) }
             return .success(signature)
         }
@@ -69,88 +82,60 @@ public struct TPMProofKey: ProofKey {
     }
 }
 
-/// ESAPI calls block (milliseconds on a real chip, longer when it is busy):
-/// they run one at a time on a thread of their own, never on a server loop
-/// or an actor's executor. A TPM that never answers holds that thread until
-/// it does (a blocked read cannot be taken back); meanwhile every call that
-/// would queue behind it fails at once as unreachable instead of waiting,
-/// and the callers' own deadline (the session's) bounds the one that hangs.
-final class TPMThread: Sendable {
-    static let shared = TPMThread()
-    let queue = DispatchQueue(label: "tokend.tpm")
-    /// When the call on the thread began; nil when none runs.
-    let running = Mutex<ContinuousClock.Instant?>(nil)
-    /// A call that has not come back within this is taken for a TPM that does not answer.
-    static let stuckAfter: Duration = .seconds(5)
-
-    static let blobLimit = MemoryLayout<TPM2B_PUBLIC>.size + MemoryLayout<TPM2B_PRIVATE>.size
-
-    /// tpm2-tss is opened when first used (see CTSS2): on a host without it, keys in a TPM cannot be made or used.
-    static var missingLibrary: ProofKeyError? {
-        guard let missing = tokend_tss2_missing() else { return nil }
-        return ProofKeyError(
-            .unreachable,
-            "tpm2-tss is not installed (\(String(cString: missing)) is missing; Debian: libtss2-esys-3.0.2-0, libtss2-tctildr0, libtss2-mu0, libtss2-rc0)")
-    }
-
-    func run<T: Sendable>(
-        tcti: String, _ body: @escaping @Sendable () -> Result<T, ProofKeyError>
-    ) async -> Result<T, ProofKeyError> {
-        if let began = running.withLock({ $0 }), ContinuousClock.now - began > Self.stuckAfter {
-            return .failure(ProofKeyError(
-                .unreachable, "the TPM (\(tcti)) has not answered for \(ContinuousClock.now - began): tokend tries again later"))
-        }
-        return await withCheckedContinuation { continuation in
-            queue.async {
-                self.running.withLock { $0 = ContinuousClock.now }
-                let result = body()
-                self.running.withLock { $0 = nil }
-                continuation.resume(returning: result)
-            }
-        }
-    }
-
-    /// What a failed step means: a TPM that refuses to load the blob did not
-    /// make it (the state was copied elsewhere, or the TPM was cleared); a TPM
-    /// that warns (TPM2_RC_WARN) is unreachable for now, whatever the step.
-    static func error(_ rc: TSS2_RC, step: Int32, tcti: String) -> ProofKeyError {
-        if let missing = missingLibrary { return missing }
-        let said = String(cString: tokend_tss2_decode(rc))
-        let fromTPM = rc & 0xFF_0000 == 0  // the TPM's own answer, not the TSS's
-        switch UInt32(step) {
-        case TOKEND_TPM_CONNECT.rawValue:
-            return ProofKeyError(.unreachable, "the TPM (\(tcti)) cannot be reached: \(said)")
-        case _ where tokend_tpm_rc_is_warning(rc) != 0:
-            // Lockout, retry, self-test, out of memory: the TPM says "not now", not "not this key".
-            let why = rc == 0x921 /* TPM2_RC_LOCKOUT */ ? "is in dictionary-attack lockout" : "is busy"
-            return ProofKeyError(.unreachable, "the TPM (\(tcti)) \(why): \(said); tokend tries again later")
-        case TOKEND_TPM_LOAD.rawValue where fromTPM:
-            return ProofKeyError(.notInThisTPM, "the TPM (\(tcti)) refused to load the key: \(said)")
-        case TOKEND_TPM_BLOB.rawValue:
-            return ProofKeyError(.failed, "the TPM key blob is damaged: \(said)")
-        default:
-            return ProofKeyError(fromTPM ? .failed : .unreachable, "the TPM (\(tcti)) failed: \(said)")
-        }
-    }
+/// What one proof with a key in the TPM takes the chip (measured; a slow
+/// discrete chip's time until the first signature): GetProof's bounds for
+/// keys in a TPM are derived from it.
+public enum TPMSigning {
+    public static var time: Duration { TPMThread.shared.signingTime }
+    /// What a proof is taken to take until one was measured: a slow discrete chip's.
+    public static var assumed: Duration { SigningTime.assumed }
+    /// GetProof calls waiting for the TPM hold at most this much of its time; more are refused.
+    public static var requestsWait: Duration { TPMThread.requestsWait }
 }
 
-/// dpop-key = "auto": a new key in the TPM when one answers, else in the state.
+/// dpop-key = "auto": a new key in the TPM when tokend can use one, else in
+/// the state. A TPM that is there but busy, locked out or not answering is
+/// asked again for a few seconds and then fails the login, saying why: a key
+/// in the state is copied with the state, and the grant stays bound to it for
+/// its whole life, so a moment's busy chip must not downgrade it unseen.
+/// Only a host where tpm2-tss is missing gets a key in the state.
 public struct AutoKeyStore: ProofKeyStore {
-    let tpm: TPMKeyStore?
+    let tpm: (any ProofKeyStore)?
     let state = StateKeyStore()
+    /// The pauses before asking the TPM again.
+    let pauses: [Duration]
+    let tssMissing: @Sendable () -> ProofKeyError?
 
     public init(tpm: TPMKeyStore?) {
-        self.tpm = tpm
+        self.init(inTPM: tpm, pauses: [.seconds(1), .seconds(3)], tssMissing: { TPMThread.missingLibrary })
+    }
+
+    init(
+        inTPM: (any ProofKeyStore)?, pauses: [Duration], tssMissing: @escaping @Sendable () -> ProofKeyError?
+    ) {
+        self.tpm = inTPM
+        self.pauses = pauses
+        self.tssMissing = tssMissing
     }
 
     public var storage: KeyStorage { tpm == nil ? .state : .tpm }
 
     public func makeKey() async throws(ProofKeyError) -> any ProofKey {
         guard let tpm else { return try await state.makeKey() }
-        do {
-            return try await tpm.makeKey()
-        } catch where error.kind == .unreachable {
-            return try await state.makeKey()
+        if tssMissing() != nil { return try await state.makeKey() }
+        var pauses = self.pauses[...]
+        while true {
+            do {
+                return try await tpm.makeKey()
+            } catch where error.kind == .unreachable || error.kind == .busy {
+                guard let pause = pauses.popFirst(), (try? await Task.sleep(for: pause)) != nil else {
+                    throw ProofKeyError(
+                        .unreachable,
+                        "dpop-key = \"auto\" and the TPM is there but made no key (\(error.description)); no key is "
+                            + "made in the state instead, which would be copied with it: log in again once the TPM "
+                            + "answers, or set dpop-key = \"state\"")
+                }
+            }
         }
     }
 

@@ -64,6 +64,10 @@ func proofMethod(
             proof = try await DPoPProof.make(
                 key: key, method: call.method, url: htu, nonce: call.nonce, accessToken: token.accessToken.reveal(), now: now)
         } catch {
+            if let queue = error.keyError, queue.saysNothingOfTheKey {
+                // The TPM's lane for requests is full (TPMKeys' TPMThread): refused as a rate, not as a key problem.
+                throw VarlinkError(I.Error.rateLimited, ["session": .string(session.name), "retryAfter": .int(queue.retryAfter ?? 1)])
+            }
             let reason = error.keyError?.kind == .notInThisTPM ? ProofKeyError.notInThisTPMReason : error.description
             throw VarlinkError(I.Error.keyUnavailable, ["session": .string(session.name), "reason": .string(reason)])
         }
@@ -75,87 +79,5 @@ extension VarlinkError {
     /// org.varlink.service.InvalidParameter naming `parameter`, with why it is refused.
     static func invalidParameter(_ parameter: String, reason: String) -> VarlinkError {
         VarlinkError("org.varlink.service.InvalidParameter", ["parameter": .string(parameter), "reason": .string(reason)])
-    }
-}
-
-/// Token buckets for proofs: `burst` proofs refilled at `perSecond`.
-struct ProofBound: Sendable, Equatable {
-    var perSecond: Double
-    var burst: Double
-
-    /// Per person and session, key in the state file: signing costs about
-    /// 0.3 ms of CPU, so the bound is set by what a busy client (tokend-proxy
-    /// with one proof per request) needs, not by the key.
-    static let stateKey = ProofBound(perSecond: 200, burst: 400)
-    /// Per person and session, key in a TPM: each proof is a TPM2_Sign, and a
-    /// TPM signs tens a second.
-    static let tpmKey = ProofBound(perSecond: 20, burst: 50)
-    /// Every GetProof with a TPM key, all persons and sessions together: the
-    /// chip keeps time for the sessions' own refresh proofs, whoever asks.
-    static let tpm = ProofBound(perSecond: 50, burst: 100)
-}
-
-/// Proofs per person and session (ProofBound.stateKey or .tpmKey, by where
-/// the session's key lives), and for TPM keys also per TPM (ProofBound.tpm):
-/// one person cannot keep the chip from everyone else.
-final class ProofLimiter: Sendable {
-    struct Key: Hashable {
-        var person: UInt32
-        var session: String
-        var storage: KeyStorage
-    }
-    private struct Bucket {
-        var tokens: Double
-        var at: Double
-        mutating func refill(_ bound: ProofBound, at time: Double) {
-            tokens = min(bound.burst, tokens + max(0, time - at) * bound.perSecond)
-            at = time
-        }
-        func wait(_ bound: ProofBound) -> Int { max(1, Int(((1 - tokens) / bound.perSecond).rounded(.up))) }
-    }
-
-    let bounds: [KeyStorage: ProofBound]
-    let tpm: ProofBound
-    private let buckets = Mutex<(persons: [Key: Bucket], tpm: Bucket?)>(([:], nil))
-    private let now: @Sendable () -> Double
-
-    init(
-        bounds: [KeyStorage: ProofBound] = [.state: .stateKey, .tpm: .tpmKey], tpm: ProofBound = .tpm,
-        now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }
-    ) {
-        self.bounds = bounds
-        self.tpm = tpm
-        self.now = now
-    }
-
-    /// nil when allowed (and counted); else the seconds until the next proof is.
-    func take(for peer: PeerCredentials?, session: String, storage: KeyStorage) -> Int? {
-        let key = Key(person: peer?.person ?? UInt32.max, session: session, storage: storage)
-        let bound = bounds[storage] ?? .tpmKey
-        let time = now()
-        let chip = tpm
-        return buckets.withLock { buckets in
-            var bucket = buckets.persons[key] ?? Bucket(tokens: bound.burst, at: time)
-            bucket.refill(bound, at: time)
-            var shared = buckets.tpm ?? Bucket(tokens: chip.burst, at: time)
-            if storage == .tpm { shared.refill(chip, at: time) }
-            defer {
-                buckets.persons[key] = bucket
-                if storage == .tpm { buckets.tpm = shared }
-                if buckets.persons.count > 4096 {
-                    buckets.persons = buckets.persons.filter { entry in
-                        let full = self.bounds[entry.key.storage] ?? .tpmKey
-                        return entry.value.tokens + (time - entry.value.at) * full.perSecond < full.burst
-                    }
-                }
-            }
-            guard bucket.tokens >= 1 else { return bucket.wait(bound) }
-            if storage == .tpm {
-                guard shared.tokens >= 1 else { return shared.wait(chip) }
-                shared.tokens -= 1
-            }
-            bucket.tokens -= 1
-            return nil
-        }
     }
 }
