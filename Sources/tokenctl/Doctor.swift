@@ -89,6 +89,12 @@ struct DoctorCommand: AsyncParsableCommand {
             }
         }
 
+        if let proxy = DoctorProxyCheck.setting(environment: environment),
+            let status = statuses.first(where: { $0.name == proxy.session })?.status.success
+        {
+            report([await DoctorProxyCheck.run(proxy, socket: socketPath, dpop: status.dpop != nil)])
+        }
+
         let webOrigins = setup.map { $0.sessions.contains { !$0.webOrigins.isEmpty } }
             ?? statuses.contains { !($0.status.success?.webOrigins.isEmpty ?? true) }
         report([DoctorBridgeCheck.run(webOrigins: webOrigins, user: me.name, environment: environment)])

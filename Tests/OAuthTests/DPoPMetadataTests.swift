@@ -37,3 +37,20 @@ import Testing
         #expect(error.kind == .transient && error.code == "invalid_dpop_proof")
     }
 }
+
+/// RFC 8705 §5's `mtls_endpoint_aliases`: the provider's endpoints under other URLs, which GetProof refuses too.
+@Suite struct EndpointAliasesTests {
+    @Test func aliasesAreReadAndFillTheEndpointsButUserinfos() throws {
+        let document = #"""
+            {"issuer":"https://id.example","token_endpoint":"https://id.example/token",
+             "mtls_endpoint_aliases":{"token_endpoint":"https://mtls.id.example/token","revocation_endpoint":"https://mtls.id.example/revoke",
+              "userinfo_endpoint":"https://mtls.id.example/userinfo","odd":3,"nested":{"a":"b"}}}
+            """#
+        let metadata = try ProviderMetadata.parse(Array(document.utf8), expectedIssuer: "https://id.example")
+        #expect(metadata.mtlsEndpointAliases?.urls.count == 3, "members that are not URL strings are left out")
+        #expect(ProviderMetadata.decode(metadata.encoded()) == metadata)
+        let filled = ProviderEndpoints().filled(from: metadata)
+        #expect(filled.mtlsAliases.map(\.absoluteString) == ["https://mtls.id.example/revoke", "https://mtls.id.example/token"])
+        #expect(ProviderEndpoints().filled(from: ProviderMetadata(issuer: "https://id.example")).mtlsAliases == [])
+    }
+}

@@ -205,29 +205,34 @@ def test_a_page_gets_a_proof_and_opens_the_providers_userinfo(page):
 
 
 def test_a_page_is_refused_proofs_for_urls_outside_its_web_resources(page):
+    """The rule is tokend's (GetProof, for a call marked with its page): the browser's host and the web
+    view pass the page's GetProof on, and tokend refuses it, naming web-resources."""
     outside = [
         page.provider.token_url,  # the provider's token endpoint: not a web-resource
         page.userinfo + "x",  # the resource's path continued, not a segment under it
         page.userinfo + "/../token",  # a dot segment out of the resource
         page.userinfo.replace("127.0.0.1", "localhost"),  # another host
+        page.userinfo.replace("127.0.0.1", "127.1"),  # the same host as a number read otherwise
     ]
     for url in outside:
         answer = page.ask(f"tokend.getProof({{method: 'GET', url: {json.dumps(url)}}})")
-        assert answer.get("error") in ("org.varlink.service.PermissionDenied", B + "PermissionDenied"), (url, answer)
-        assert "proof" not in answer and "token" not in answer
-        assert "web-resources" in answer["parameters"]["reason"], answer
-    # Refused by the bridge: tokend was never asked.
-    assert page.asked() == []
+        assert answer.get("error") == "org.varlink.service.InvalidParameter", (url, answer)
+        assert answer["parameters"]["parameter"] == "url" and "proof" not in answer and "token" not in answer
+        assert "a page may have proofs only for URLs within one of session g2's web-resources" in answer["parameters"]["reason"], answer
+    # Each reached tokend as the page's, and was refused there.
+    asked = page.asked()
+    assert [(call["url"], call.get("page")) for call in asked] == [(url, page.provider.base) for url in outside], asked
+    # A resource outside web-resources the host and the web view still refuse themselves (a token rule).
     elsewhere = page.ask(f"tokend.getProof({{method: 'GET', url: {json.dumps(page.userinfo)}, "
                          "resource: 'https://elsewhere.example.test/'})")
     assert elsewhere["parameters"]["resource"] == "https://elsewhere.example.test/", elsewhere
-    assert page.asked() == []
+    assert len(page.asked()) == len(outside)
     # The same page still gets proofs for its web-resource (the refusals were the URLs', not the page's).
     allowed = page.ask(f"tokend.getProof({{method: 'GET', url: {json.dumps(page.userinfo + '?schema=openid')}}})")
     assert claims(allowed["proof"])["htu"] == page.userinfo
-    # That one reached tokend, marked as the page's (tokend applies the page audience rule to it).
-    assert page.asked() == [{"session": "g2", "method": "GET", "url": page.userinfo + "?schema=openid",
-                             "page": page.provider.base}]
+    # That one reached tokend too, marked as the page's (tokend applies the page rules to it).
+    assert page.asked()[len(outside):] == [{"session": "g2", "method": "GET", "url": page.userinfo + "?schema=openid",
+                                            "page": page.provider.base}]
 
 
 def test_a_page_of_a_bearer_session_fetches_with_its_token_alone(provider, workdir):

@@ -2,7 +2,8 @@
 proof of each request from GetProof, one retry with a resource server's nonce
 (no refresh), the nonce kept for the next requests. Against Glewlwyd with DPoP
 and nonces required (its userinfo endpoint) and a resource server written here
-that checks every claim of the proofs it gets; a Bearer session is as before."""
+that checks every claim of the proofs it gets, which the session lists in
+proof-targets (GetProof signs for no other); a Bearer session is as before."""
 import base64
 import hashlib
 import http.client
@@ -160,6 +161,12 @@ def proxies(workdir):
         proxy.stop()
 
 
+def allowing(rs):
+    """The session's line that lets GetProof sign for `rs` (proof-targets in tokend.toml): the proxy's
+    upstream is a resource server the session allows."""
+    return [f'proof-targets = ["{rs.url}/"]']
+
+
 def through(proxy, method, target, body=None, headers=None, head=False):
     """One request through the proxy: its status and body (and its headers, with `head`)."""
     connection = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=60)
@@ -193,10 +200,10 @@ def test_through_the_proxy_glewlwyds_userinfo_opens_with_a_proof(provider, make_
 
 
 def test_a_resource_servers_nonce_is_sent_once_asked_and_kept(provider, make_daemon, resource_server, proxies):
-    daemon = make_daemon(provider).start()
+    rs = resource_server()
+    daemon = make_daemon(provider, session_lines=allowing(rs)).start()
     device_login(daemon, provider)
-    thumbprint = daemon.dpop()["thumbprint"]
-    rs = resource_server(thumbprint=thumbprint)
+    rs.thumbprint = daemon.dpop()["thumbprint"]
     proxy = proxies(daemon, rs.url + "/api")
     before = daemon.status()
     status, body = through(proxy, "GET", "/data?x=1")
@@ -225,9 +232,10 @@ def test_a_resource_servers_nonce_is_sent_once_asked_and_kept(provider, make_dae
 
 def test_the_proxy_never_retries_for_a_nonce_more_than_once(provider, make_daemon, resource_server, proxies):
     """A server that wants a new nonce each time: the second use_dpop_nonce goes to the client, with no refresh."""
-    daemon = make_daemon(provider).start()
+    rs = resource_server()
+    daemon = make_daemon(provider, session_lines=allowing(rs)).start()
     device_login(daemon, provider)
-    rs = resource_server(thumbprint=daemon.dpop()["thumbprint"])
+    rs.thumbprint = daemon.dpop()["thumbprint"]
     judge = rs.judge
 
     def restless(*args):
@@ -246,9 +254,10 @@ def test_the_proxy_never_retries_for_a_nonce_more_than_once(provider, make_daemo
 
 
 def test_a_401_invalid_token_refreshes_once_and_retries_with_a_new_proof(provider, make_daemon, resource_server, proxies):
-    daemon = make_daemon(provider).start()
+    rs = resource_server()
+    daemon = make_daemon(provider, session_lines=allowing(rs)).start()
     device_login(daemon, provider)
-    rs = resource_server(thumbprint=daemon.dpop()["thumbprint"])
+    rs.thumbprint = daemon.dpop()["thumbprint"]
     proxy = proxies(daemon, rs.url)
     assert through(proxy, "GET", "/data")[0] == 200  # the nonce is known from here on
     old = daemon.token()
@@ -266,9 +275,10 @@ def test_a_401_invalid_token_refreshes_once_and_retries_with_a_new_proof(provide
 
 def test_a_refused_proof_goes_to_the_client_without_a_refresh(provider, make_daemon, resource_server, proxies):
     """401 invalid_dpop_proof: a refresh would not mend a proof; the client gets the 401 as it came."""
-    daemon = make_daemon(provider).start()
+    rs = resource_server()
+    daemon = make_daemon(provider, session_lines=allowing(rs)).start()
     device_login(daemon, provider)
-    rs = resource_server(thumbprint=daemon.dpop()["thumbprint"])
+    rs.thumbprint = daemon.dpop()["thumbprint"]
     proxy = proxies(daemon, rs.url)
     assert through(proxy, "GET", "/data")[0] == 200
     rs.refuse_proofs = True
@@ -282,9 +292,10 @@ def test_a_refused_proof_goes_to_the_client_without_a_refresh(provider, make_dae
 
 def test_a_key_the_tpm_cannot_reach_is_a_503_that_says_why(provider, make_daemon, swtpm, resource_server, proxies):
     tpm = swtpm()
-    daemon = make_daemon(provider, dpop_key="tpm", tpm=tpm.tcti).start()
+    rs = resource_server()
+    daemon = make_daemon(provider, dpop_key="tpm", tpm=tpm.tcti, session_lines=allowing(rs)).start()
     device_login(daemon, provider)
-    rs = resource_server(thumbprint=daemon.dpop()["thumbprint"])
+    rs.thumbprint = daemon.dpop()["thumbprint"]
     proxy = proxies(daemon, rs.url)
     assert through(proxy, "GET", "/data")[0] == 200
     seen = len(rs.requests())
@@ -326,9 +337,10 @@ def test_a_refused_proof_is_a_clear_status_logged_once(provider, make_daemon, sw
     Retry-After and says why; its log says it once, not once per request. The key is in a TPM, where the
     bound (a burst of 50) is below these 120 requests; a key in the state allows bursts of 400."""
     tpm = swtpm()
-    daemon = make_daemon(provider, dpop_key="tpm", tpm=tpm.tcti).start()
+    rs = resource_server()
+    daemon = make_daemon(provider, dpop_key="tpm", tpm=tpm.tcti, session_lines=allowing(rs)).start()
     device_login(daemon, provider)
-    rs = resource_server(thumbprint=daemon.dpop()["thumbprint"])
+    rs.thumbprint = daemon.dpop()["thumbprint"]
     proxy = proxies(daemon, rs.url)
     results = []
 
@@ -354,9 +366,10 @@ def test_a_nonce_longer_than_a_proof_takes_does_not_wedge_the_proxy(provider, ma
     gets the server's 401, and the next ones reach the server again, which can give a short nonce. (The
     proxy used to keep nonces up to 2048 bytes and send every later request to GetProof with it, which
     refused it: 400 for every request, none reaching the server again.)"""
-    daemon = make_daemon(provider).start()
+    rs = resource_server()
+    daemon = make_daemon(provider, session_lines=allowing(rs)).start()
     device_login(daemon, provider)
-    rs = resource_server(thumbprint=daemon.dpop()["thumbprint"])
+    rs.thumbprint = daemon.dpop()["thumbprint"]
     proxy = proxies(daemon, rs.url)
     assert through(proxy, "GET", "/data")[0] == 200
     rs.nonce = "n" * 1500  # visible ASCII: a legal NQCHAR string, over GetProof's 1024 bytes

@@ -179,3 +179,27 @@ def test_clients_refused_a_target_say_which_key_allows_it(provider, make_daemon,
     status, body = through(proxy, "GET", "/data")
     assert status == 400 and "proof-targets" in body and "[sessions.g2]" in body, (status, body)
     assert rs.requests() == [], "nothing went upstream without a proof"
+
+
+def test_doctor_checks_the_proxys_upstream_against_the_sessions_targets(provider, make_daemon, resource_server, workdir):
+    """tokend-proxy's user unit takes UPSTREAM and SESSION from $XDG_CONFIG_HOME/tokend/proxy.env;
+    doctor asks tokend (GetProof) whether it signs for that upstream."""
+    listed, unlisted = resource_server(), resource_server()
+    daemon = make_daemon(provider, session_lines=[targets(listed.url + "/api/")]).start()
+    device_login(daemon, provider)
+    config_home = os.path.join(workdir, "config-home")
+    os.makedirs(os.path.join(config_home, "tokend"))
+
+    def doctor(upstream):
+        with open(os.path.join(config_home, "tokend", "proxy.env"), "w") as f:
+            f.write(f"UPSTREAM={upstream}\nSESSION=g2\n")
+        run = subprocess.run([os.path.join(BIN, "tokenctl"), "doctor", "--config", daemon.config, "--session", "g2"],
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "TOKEND_SOCKET": daemon.socket, "XDG_CONFIG_HOME": config_home})
+        return [line for line in run.stdout.splitlines() if "proxy upstream (g2)" in line], run.stdout
+
+    lines, out = doctor(unlisted.url)
+    assert len(lines) == 1 and lines[0].startswith("FAIL"), out
+    assert f'add "{unlisted.url}" to proof-targets in [sessions.g2]' in out, out
+    lines, out = doctor(listed.url + "/api")
+    assert len(lines) == 1 and lines[0].startswith("ok") and listed.url + "/api" in lines[0], out

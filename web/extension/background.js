@@ -204,8 +204,8 @@ async function answerPage(origin, message) {
   if (!session || !["GetToken", "Refresh", "GetProof"].includes(message.method)) {
     return { error: "io.tokend.Broker.PermissionDenied" };
   }
-  // resource and scope pass on: tokend-native-host refuses a resource outside the session's web-resources,
-  // and a GetProof whose url is not within them.
+  // resource and scope pass on: tokend-native-host refuses a resource outside the session's web-resources;
+  // tokend holds the call, marked with the page, to them (a GetProof to URLs within them).
   const parameters = { ...(message.parameters ?? {}), session: session.name };
   const answer = await call(message.method, parameters, origin);
   if (answer.error) return { error: answer.error, parameters: answer.parameters };
