@@ -131,6 +131,7 @@ let package = Package(
             .product(name: "_CryptoExtras", package: "swift-crypto"),
         ], swiftSettings: strict),
         .testTarget(name: "DPoPTests", dependencies: ["DPoP", .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
+        .testTarget(name: "TPMKeysTests", dependencies: ["TPMKeys", "CTSS2", "DPoP", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "CookieJar", "Secrets"], swiftSettings: strict),
         .testTarget(name: "BrokerTests", dependencies: ["TestSupport", "Broker", "CookieJar", "OAuth", "Secrets", "StateStore"], swiftSettings: strict),
         .testTarget(name: "CookieJarTests", dependencies: ["CookieJar", "Loopback"], swiftSettings: strict),

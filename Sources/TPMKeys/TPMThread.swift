@@ -74,6 +74,9 @@ final class TPMThread: Sendable {
     /// What one proof takes the TPM, measured (see SigningTime).
     var signingTime: Duration { state.withLock { $0.signing.time } }
 
+    /// Jobs waiting in each lane.
+    var waiting: (session: Int, requests: Int) { state.withLock { ($0.session.count, $0.requests.count) } }
+
     /// How many requests the lane holds now: what the chip signs in `requestsWait`.
     static func requestsCapacity(signingTime: Duration) -> Int {
         let each = max(signingTime / .milliseconds(1), 0.1)
