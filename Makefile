@@ -35,11 +35,12 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(VENV)/.done: Tests/authserver/requirements.txt Tests/provider2/requirements.txt clients/python/pyproject.toml
+$(VENV)/.done: Tests/authserver/requirements.txt Tests/provider2/requirements.txt Tests/integration/requirements.txt clients/python/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r Tests/authserver/requirements.txt
 	$(VENV)/bin/pip install -q -r Tests/provider2/requirements.txt
+	$(VENV)/bin/pip install -q -r Tests/integration/requirements.txt
 	$(VENV)/bin/pip install -q -e "./clients/python[requests,httpx]"
 	touch $@
 
@@ -58,10 +59,17 @@ release:
 unit-test:
 	$(SWIFT) test --no-parallel
 
-# The web view suite runs here against tokend-webview; `make webview-test`
-# runs it against every app (the C and PyGObject ones too), as CI does.
+# Side by side on TEST_WORKERS pytest-xdist workers: the tests mostly wait on
+# their servers (the suite keeps about a third of one core busy when run one
+# test at a time), so 4 workers take 2 cores without crowding them. Tests that
+# must not overlap are grouped by their marks (docs/testing.md); the 30 slowest
+# are listed after every run. The web view suite runs here against
+# tokend-webview; `make webview-test` runs it against every app (the C and
+# PyGObject ones too), as CI does.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup --durations=30
 integration-test: venv build webview
-	TOKEND_WEBVIEW_APPS=swift $(PY) -m pytest -q --durations=30 Tests/integration
+	TOKEND_WEBVIEW_APPS=swift $(PY) -m pytest -q $(PYTEST_PARALLEL) Tests/integration
 
 test: venv build webview unit-test webview-unit-test integration-test fuzz-smoke $(TEST_EXTRA)
 
@@ -82,7 +90,7 @@ webview-unit-test: webview
 
 # The web view's own checks: its unit tests, and the app under Xvfb against tokend and the authorization server.
 webview-test: venv build webview-unit-test
-	$(PY) -m pytest -q Tests/integration/test_webview.py Tests/integration/test_webview_gi.py
+	$(PY) -m pytest -q $(PYTEST_PARALLEL) Tests/integration/test_webview.py Tests/integration/test_webview_gi.py
 
 # kill -9 campaign against the real server: 200 kills with a 5 s grace period
 # (must lose nothing) and 200 with none (the loss rate is reported). Its

@@ -12,6 +12,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
+from ports import free_port
+
 USER, PASSWORD = "alice", "alice-password"
 
 
@@ -34,7 +36,8 @@ class Browser:
             options.add_argument("--disable-features=DisableLoadExtensionCommandLineSwitch")
         # Selenium must not look for a driver on the network: Debian's is given.
         os.environ["SE_OFFLINE"] = "true"
-        service = Service("/usr/bin/chromedriver", env=dict(os.environ, **(env or {})))
+        # chromedriver's port comes from the tests' table (ports.py), not Selenium's check-then-bind.
+        service = Service("/usr/bin/chromedriver", port=free_port(), env=dict(os.environ, **(env or {})))
         self.driver = webdriver.Chrome(service=service, options=options)
         self.driver.set_page_load_timeout(30)
 

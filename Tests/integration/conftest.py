@@ -1,5 +1,9 @@
 """Fixtures: the real authorization server (django-oauth-toolkit under
-gunicorn on 127.0.0.1) and the built tokend binary on a real Unix socket."""
+gunicorn on 127.0.0.1) and the built tokend binary on a real Unix socket;
+and the harness that runs the tests side by side (pytest-xdist, `make
+integration-test`), described in docs/testing.md."""
+import fcntl
+import fnmatch
 import json
 import os
 import shutil
@@ -16,16 +20,14 @@ import weakref
 
 import pytest
 
+from ports import free_port  # noqa: F401 (the tests import it from here)
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.environ.get("TOKEND_BIN", os.path.join(ROOT, ".build", "debug"))
 AUTHSERVER = os.path.join(ROOT, "Tests", "authserver", "serve.py")
 CLIENT_ID, CLIENT_SECRET = "tokend-test", "tokend-test-secret"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate, timeout=20.0, what="condition"):
@@ -266,3 +268,141 @@ def open_to_other_users(make_tokend, server, workdir, access, **daemon):
     instance.start()
     login(instance, server)
     return instance
+
+
+# Side by side: `make integration-test` runs this suite on several pytest-xdist
+# workers (`--dist loadgroup`; docs/testing.md says how many and why). Every
+# test owns its ports (free_port, ports.py), its directory (workdir), and the
+# servers and processes it starts. A test that cannot be made independent of
+# the others says so with a mark, and why:
+#
+#   @pytest.mark.uses("NAME", "why")  the tests that use NAME run one after
+#                                     another, on one worker (xdist_group NAME)
+#   @pytest.mark.alone("why")         nothing else runs while it does
+#
+# Most tests carry their marks themselves. FIXTURE_MARKS marks every test that
+# uses a fixture which takes something of the whole machine's; FILE_MARKS holds
+# the marks of tests in files others were editing when the harness landed
+# (a pattern on "file.py::test_name[parameters]", fnmatch style).
+
+SUBUID = pytest.mark.uses("etc-subuid", "the fixture appends a range to /etc/subuid and restores the "
+                          "file after the test: two at once would undo each other's range")
+BROWSER = pytest.mark.uses("browser", "headless Chromium or Firefox: a browser starting takes a core "
+                           "for seconds, and two beside each other on 2 cores make their pages' timeouts")
+WEBVIEW = pytest.mark.uses("webview", "a WebKitGTK web view (its web and network processes) on Xvfb: "
+                           "as heavy as a browser")
+
+FIXTURE_MARKS = {
+    "subordinate_range": [SUBUID],
+}
+
+FILE_MARKS = [
+    ("test_dpop_pages.py::*[[]chromium*", BROWSER),
+    ("test_dpop_pages.py::*[[]firefox*", BROWSER),
+    ("test_dpop_pages.py::*[[]webview*", WEBVIEW),
+    ("test_dpop_pages.py::test_a_page_of_a_bearer_session_fetches_with_its_token_alone", BROWSER),
+    ("test_hostile_peers.py::test_accepting_resumes_as_soon_as_a_descriptor_frees",
+     pytest.mark.alone("asserts tokend accepts within 0.25 s of a descriptor freeing: on 2 cores shared "
+                       "with other tests that is their scheduling, not tokend's")),
+]
+
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1"... under xdist, else None
+RUN = "TOKEND_TEST_RUN"  # the run's directory: the turnstile's lock files
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "uses(name, why): runs one after another with every other test "
+                            "that uses `name` (a resource of the machine's), on one worker")
+    config.addinivalue_line("markers", "alone(why): runs with no other test running beside it")
+    if WORKER is None and getattr(config.option, "numprocesses", None):
+        # Made before the workers start: they inherit the variable.
+        os.environ[RUN] = tempfile.mkdtemp(prefix="tkrun", dir="/tmp")
+
+
+def pytest_unconfigure(config):
+    if WORKER is None and os.environ.get(RUN):
+        shutil.rmtree(os.environ.pop(RUN), ignore_errors=True)
+
+
+def _marks(item):
+    """The item's `uses` and `alone` marks: its own, its fixtures', its file's entry in FILE_MARKS."""
+    marks = [m for m in item.iter_markers() if m.name in ("uses", "alone")]
+    for fixture in item.fixturenames:
+        marks += [m.mark for m in FIXTURE_MARKS.get(fixture, [])]
+    name = os.path.basename(item.nodeid.split("::", 1)[0]) + "::" + item.nodeid.split("::", 1)[-1]
+    marks += [m.mark for pattern, m in FILE_MARKS if fnmatch.fnmatchcase(name, pattern)]
+    return marks
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Each `uses` or `alone` mark becomes the test's xdist group; a test can be in one group only."""
+    problems = []
+    for item in items:
+        marks = _marks(item)
+        for mark in marks:
+            arity = 2 if mark.name == "uses" else 1
+            if len(mark.args) != arity or mark.kwargs or not all(isinstance(a, str) and a for a in mark.args):
+                problems.append(f"{item.nodeid}: {mark.name}{mark.args} needs {'a name and ' * (arity - 1)}a reason")
+        alone = any(m.name == "alone" for m in marks)
+        groups = {"alone"} if alone else {m.args[0] for m in marks if m.name == "uses"}
+        if len(groups) > 1:
+            problems.append(f"{item.nodeid}: in {sorted(groups)} at once; one group, or mark it alone")
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(groups.pop()))
+        item.stash[_ALONE] = alone
+    if problems:
+        raise pytest.UsageError("\n".join(problems))
+
+
+@pytest.hookimpl(tryfirst=True)  # after every collection_modifyitems (xdist's adds each group to the node id)
+def pytest_collection_finish(session):
+    """A run whose groups did not take is refused: its tests would overlap by luck."""
+    if WORKER is not None and session.config.getvalue("loadgroup"):
+        lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+        if lost:
+            raise pytest.UsageError(f"pytest-xdist did not group {lost[0]} and {len(lost) - 1} more "
+                                    f"(pytest {pytest.__version__}; Tests/integration/requirements.txt pins one that works)")
+
+
+_ALONE = pytest.StashKey[bool]()
+
+
+class _Turnstile:
+    """Lets an `alone` test run with nothing beside it. Every test holds the room, shared, while it
+    runs (set-up and tear-down included); an `alone` test holds it exclusively. The gate, taken by
+    every test before the room, keeps new tests out while an `alone` one waits for the room to empty."""
+
+    def __init__(self, run):
+        self.gate = open(os.path.join(run, "gate"), "a")
+        self.room = open(os.path.join(run, "room"), "a")
+
+    def enter(self, alone):
+        fcntl.flock(self.gate, fcntl.LOCK_EX)
+        fcntl.flock(self.room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
+
+    def leave(self):
+        fcntl.flock(self.room, fcntl.LOCK_UN)
+        fcntl.flock(self.gate, fcntl.LOCK_UN)
+
+
+_turnstile = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under xdist every test passes the turnstile; the wait is not part of its reported durations."""
+    global _turnstile
+    run = os.environ.get(RUN)
+    if WORKER is None or not run:
+        yield
+        return
+    if _turnstile is None:
+        _turnstile = _Turnstile(run)
+    _turnstile.enter(item.stash.get(_ALONE, False))
+    try:
+        yield
+    finally:
+        _turnstile.leave()

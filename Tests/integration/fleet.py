@@ -1,6 +1,7 @@
 """A fleet for tests: a real PostgreSQL 15 (initdb into a temporary directory,
 run by user postgres on a loopback port) and several tokend hosts sharing one
 session through it, each with its own socket and state directory."""
+import fcntl
 import os
 import shutil
 import signal
@@ -139,14 +140,31 @@ class NetworkNamespace:
     PostgreSQL (which `cut()` takes down), one to reach the authorization
     server (through relays, since it listens on 127.0.0.1)."""
 
-    def __init__(self, name="tkfleet", subnet=231):
+    def __init__(self, name=None, subnet=None):
+        """`subnet`: the namespace's addresses are 10.SUBNET.0.0/30 and 10.SUBNET.1.0/30. By default
+        the first subnet no other namespace here holds (runs side by side, other people's runs too),
+        held by a lock on a file until `delete()` or this process's end; the name follows from it."""
+        self.claim = None
+        if subnet is None:
+            for subnet in range(160, 230):
+                claim = open(f"/tmp/tokend-test-netns-{subnet}.lock", "a")
+                try:
+                    fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    claim.close()
+                    continue
+                self.claim = claim
+                break
+            else:
+                raise AssertionError("every test network namespace subnet is taken")
+        name = name or f"tkns{subnet}"
         self.name = name
         self.db_address = f"10.{subnet}.0.1"
         self.auth_address = f"10.{subnet}.1.1"
         self.db_link = f"{name}db0"
         self.relays = []
         self.relay_processes = []
-        self.delete()
+        self._remove()  # one left by a run that died holding this subnet
         run = lambda *c: subprocess.run(c, check=True, capture_output=True)
         inside = lambda *c: run("ip", "netns", "exec", name, *c)
         run("ip", "netns", "add", name)
@@ -183,10 +201,16 @@ class NetworkNamespace:
         subprocess.run(["ip", "link", "set", self.db_link, "up"], check=True)
 
     def delete(self):
-        for process in getattr(self, "relay_processes", []):
+        for process in self.relay_processes:
             process.kill()
-        for relay in getattr(self, "relays", []):
+        for relay in self.relays:
             relay.close()
+        self._remove()
+        if self.claim is not None:
+            self.claim.close()
+            self.claim = None
+
+    def _remove(self):
         subprocess.run(["ip", "netns", "delete", self.name], capture_output=True)
         for link in (f"{self.name}db0", f"{self.name}au0"):
             subprocess.run(["ip", "link", "delete", link], capture_output=True)

@@ -26,6 +26,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from ports import free_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROVIDER2 = os.path.join(HERE, "..", "provider2")
 GLEWLWYD = "/usr/bin/glewlwyd"
@@ -38,13 +40,6 @@ CLIENT_ID, CLIENT_SECRET = "tokend-g2", "tokend-g2-secret"
 PUBLIC_CLIENT_ID = "tokend-g2-public"
 KEY_CLIENT_ID = "tokend-g2-key"  # private_key_jwt (RFC 7523), with Glewlwyd(keys=True)
 DPOP_CLIENT_ID = "tokend-g2-dpop"  # DPoP required (RFC 9449), with Glewlwyd(dpop=True)
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):

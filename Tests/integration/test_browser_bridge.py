@@ -15,9 +15,11 @@ import pytest
 
 from browser import Browser
 from firefox import Firefox
-from conftest import BIN, ROOT, issued_refresh_tokens, login, scan_for_secrets, wait_for
+from conftest import BIN, BROWSER, ROOT, issued_refresh_tokens, login, scan_for_secrets, wait_for
 from resources import mode_server, password_grant
 from webapp import WebApp
+
+pytestmark = BROWSER  # every test here runs Chromium or Firefox
 
 B = "io.tokend.Broker."
 EXTENSION = os.path.join(ROOT, "web", "extension")

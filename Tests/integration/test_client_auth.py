@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 
 import provider2
-from conftest import BIN, CLIENT_ID
+from conftest import BIN, CLIENT_ID, free_port
 from test_provider2 import authorization_url, make_tokend2  # noqa: F401 (a fixture)
 
 B = "io.tokend.Broker."
@@ -153,7 +153,7 @@ def test_pushed_authorization_request(glewlwyd, make_tokend2):
     provider's PAR endpoint, client-authenticated (RFC 9126), and the browser
     is sent with only client_id and request_uri."""
     # Glewlwyd checks the redirect URI when the request is pushed: register it first.
-    redirect = f"http://127.0.0.1:{free_port(socket.AF_INET, '127.0.0.1')}/callback"
+    redirect = f"http://127.0.0.1:{free_port()}/callback"
     glewlwyd.add_redirect_uri(provider2.CLIENT_ID, redirect)
     daemon = make_tokend2(glewlwyd, **{"pushed-authorization": True, "redirect-uri": redirect}).start()
     process, start = start_browser_login(daemon, "--redirect-uri", redirect)
@@ -169,12 +169,6 @@ def test_pushed_authorization_request(glewlwyd, make_tokend2):
     assert daemon.token()["generation"] == 1
 
 
-def free_port(family, host):
-    with socket.socket(family) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("family,host,shown", [(socket.AF_INET, "127.0.0.1", "127.0.0.1"),
                                                (socket.AF_INET6, "::1", "[::1]")])
 def test_browser_login_at_the_registered_redirect_uri(glewlwyd, make_tokend2, family, host, shown):
@@ -182,7 +176,7 @@ def test_browser_login_at_the_registered_redirect_uri(glewlwyd, make_tokend2, fa
     redirect-uri registered once, tokenctl listens there and the login needs
     no administrator afterwards. tokenctl learns the URI from the session's
     status: the user does not repeat it."""
-    redirect = f"http://{shown}:{free_port(family, host)}/tokend/cb"
+    redirect = f"http://{shown}:{free_port(family=family, host=host)}/tokend/cb"
     glewlwyd.add_redirect_uri(provider2.CLIENT_ID, redirect)
     daemon = make_tokend2(glewlwyd, **{"redirect-uri": redirect}).start()
     assert daemon.status()["redirectUri"] == redirect

@@ -6,9 +6,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
+@pytest.mark.alone("a kill -9 campaign whose kills must land inside refreshes (asserted): it runs tokend, "
+                   "its clients and restarts flat out, and others beside it would change where the kills land")
 def test_twenty_kills_lose_nothing(workdir):
     results = os.path.join(workdir, "crash.json")
     run = subprocess.run([sys.executable, os.path.join(ROOT, "Tests", "crash", "campaign.py"), "--kills", "20",

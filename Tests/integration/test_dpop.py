@@ -55,16 +55,7 @@ class SwTPM:
     def __init__(self, directory):
         os.makedirs(directory, exist_ok=True)
         self.directory = directory
-        self.port = free_port()
-        while True:
-            control = self.port + 1
-            try:
-                import socket
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", control))
-                break
-            except OSError:
-                self.port = free_port()
+        self.port = free_port(count=2)  # the TPM's port, and its control port after it
         self.start()
 
     def start(self):

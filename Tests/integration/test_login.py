@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 from browser import Browser
-from conftest import AuthServer, BIN, free_port, varlink_call, wait_for
+from conftest import BROWSER, AuthServer, BIN, free_port, varlink_call, wait_for
 
 SCOPE = "openid profile email read"
 B = "io.tokend.Broker."
@@ -90,6 +90,7 @@ def subscribe(path, session):
     return s, events
 
 
+@BROWSER
 def test_device_login_end_to_end(oidc_server, make_tokend, browser):
     daemon = make_tokend(oidc_server, sessions=login_sessions(oidc_server)).start()
     sub, events = subscribe(daemon.socket, "dev")
@@ -127,6 +128,7 @@ def authorization_url(start_url):
     raise AssertionError("the start page did not redirect")
 
 
+@BROWSER
 def test_browser_login_end_to_end(oidc_server, make_tokend, browser):
     daemon = make_tokend(oidc_server, sessions=login_sessions(oidc_server)).start()
     process, start, _ = start_login(daemon, "browser", "web")
@@ -145,6 +147,7 @@ def test_browser_login_end_to_end(oidc_server, make_tokend, browser):
     assert daemon.call(B + "GetToken", session="web")[1]["parameters"]["token"]["generation"] == 1
 
 
+@BROWSER
 def test_device_login_denied(oidc_server, make_tokend, browser):
     daemon = make_tokend(oidc_server, sessions=login_sessions(oidc_server)).start()
     process, url, _ = start_login(daemon, "device", "dev")
@@ -156,6 +159,7 @@ def test_device_login_denied(oidc_server, make_tokend, browser):
     assert status["state"] == "loginRequired" and status["pendingLogins"] == 0
 
 
+@BROWSER
 def test_browser_login_denied(oidc_server, make_tokend, browser):
     daemon = make_tokend(oidc_server, sessions=login_sessions(oidc_server)).start()
     process, url, _ = start_login(daemon, "browser", "web")
@@ -181,6 +185,7 @@ def test_device_login_expires(workdir, make_tokend):
         server.stop()
 
 
+@BROWSER
 def test_device_login_slow_down(workdir, make_tokend, browser):
     """The server answers the first poll slow_down: tokend waits 5 s more (RFC 8628 §3.5)."""
     server = AuthServer(os.path.join(workdir, "as"), extra=["--oidc", "--slow-down", "1"])
@@ -213,6 +218,7 @@ class CallbackCatcher(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@BROWSER
 def test_browser_callback_state_checked(oidc_server, make_tokend, browser):
     """A wrong state or issuer is refused and changes nothing; the right
     callback logs in; replaying it finds no login."""
@@ -249,6 +255,7 @@ def test_browser_callback_state_checked(oidc_server, make_tokend, browser):
         catcher.shutdown()
 
 
+@BROWSER
 def test_discovery_when_the_issuer_comes_up_later(workdir, make_tokend, browser):
     """tokend starts with the issuer down, says so, finds it when it comes up,
     and keeps the document: after a restart with the issuer down again it
@@ -287,6 +294,7 @@ def test_discovery_when_the_issuer_comes_up_later(workdir, make_tokend, browser)
     assert daemon.call(B + "GetStatus", session="dev")[1]["parameters"]["status"]["lastError"] is None
 
 
+@BROWSER
 def test_refresh_token_never_crosses_the_socket(oidc_server, make_tokend, browser, workdir):
     """Every byte tokenctl and tokend exchange during both logins (and the
     token and status calls after them) is captured; none of the refresh tokens
@@ -388,6 +396,7 @@ except urllib.error.HTTPError as answer:
 """
 
 
+@BROWSER
 def test_browser_login_serves_only_the_user_who_began_it(oidc_server, make_tokend, browser, workdir):
     # The attack: another local user read the authorization URL from
     # xdg-open's command line and called the loopback listener itself, to
@@ -431,6 +440,7 @@ for _ in range(int(sys.argv[2])):
 """
 
 
+@BROWSER
 def test_browser_login_refuses_requests_whose_sender_already_closed(oidc_server, make_tokend, browser):
     # A socket its owner has closed (FIN_WAIT2, TIME_WAIT) is listed in
     # /proc/net/tcp with uid 0: another user's request that closes at once

@@ -16,10 +16,12 @@ import urllib.parse
 
 import pytest
 
-from conftest import issued_refresh_tokens, login, scan_for_secrets, wait_for
+from conftest import WEBVIEW, issued_refresh_tokens, login, scan_for_secrets, wait_for
 from resources import introspect, mode_server, password_grant
 from webapp import WebApp
 from webview import APPS, Display, WebView
+
+pytestmark = WEBVIEW  # every test here runs a web view
 
 B = "io.tokend.Broker."
 

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import wait_for
+from conftest import WEBVIEW, wait_for
 from test_webview import App
 from webview import ALL_APPS, SYSTEM_PYTHON, WEBVIEW_C, Display
 
@@ -91,6 +91,7 @@ def display():
     instance.stop()
 
 
+@WEBVIEW
 @pytest.mark.parametrize("gtk,api", [("4", "6.0"), ("3", "4.1")])
 def test_refusals_name_their_reason_and_a_detached_view_can_be_attached_again(display, gtk, api):
     env = dict(os.environ, DISPLAY=display.name, NO_AT_BRIDGE="1", GI_TYPELIB_PATH=os.path.join(LIB, "girepository-1.0"),
@@ -136,6 +137,7 @@ tokend.detach()
 """
 
 
+@WEBVIEW
 def test_the_backends_are_found_where_the_library_was_loaded_from_whatever_the_directory_later(display, tmp_path):
     env = dict(os.environ, DISPLAY=display.name, NO_AT_BRIDGE="1", GI_TYPELIB_PATH=os.path.join(LIB, "girepository-1.0"),
                LD_LIBRARY_PATH="lib")
@@ -152,6 +154,7 @@ def app(request, display, server, make_tokend, workdir):
     instance.close()
 
 
+@WEBVIEW
 def test_the_app_hears_cookies_restored_and_logged_out(app):
     cookies = app.tokend_cookies()
     app.sent_cookies()  # a page has loaded: the network process is watched
@@ -225,6 +228,7 @@ def subscribers(daemon):
     return int(float(re.search(r"^tokend_subscribers (\S+)$", text, re.M).group(1)))
 
 
+@WEBVIEW
 def test_destroying_the_window_without_detach_frees_view_and_attachment_and_ends_the_subscription(app):
     """The app (SIGUSR1) destroys its window and drops its reference to the attachment, detaching
     nothing: the web view's end detaches it on GTK 4 as on GTK 3, nothing keeps the two alive (the

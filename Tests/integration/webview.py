@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 
-from conftest import ROOT, wait_for
+from conftest import ROOT
 
 WEBVIEW = os.path.join(ROOT, "webview", ".build", "debug", "tokend-webview")
 # libtokend-webview-1's uninstalled tree (mk/webview-c.mk).
@@ -58,16 +58,21 @@ def program(pid):
 
 
 class Display:
-    """An Xvfb server of our own, so that screenshots know its number."""
+    """An Xvfb server of our own, so that screenshots know its number. Xvfb picks the number
+    itself (-displayfd: it takes the first whose lock file it can create, and says which once
+    it accepts connections): a number chosen here could be taken by a test beside this one
+    between the check and Xvfb's start."""
 
     def __init__(self):
-        for number in range(90, 140):
-            if not os.path.exists(f"/tmp/.X11-unix/X{number}") and not os.path.exists(f"/tmp/.X{number}-lock"):
-                break
-        self.name = f":{number}"
-        self.process = subprocess.Popen(["Xvfb", self.name, "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
+        ready, told = os.pipe()
+        self.process = subprocess.Popen(["Xvfb", "-displayfd", str(told), "-screen", "0", "1024x768x24",
+                                         "-nolisten", "tcp"], pass_fds=(told,),
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(lambda: os.path.exists(f"/tmp/.X11-unix/X{number}"), 10, "Xvfb")
+        os.close(told)
+        with os.fdopen(ready) as f:
+            number = f.readline().strip()
+        assert number.isdigit(), f"Xvfb did not start (exit {self.process.poll()})"
+        self.name = f":{number}"
 
     def screenshot(self, path):
         subprocess.run(["import", "-display", self.name, "-window", "root", path], check=True, timeout=30)
