@@ -250,7 +250,7 @@ def test_a_session_that_needs_a_login_names_the_command(server, make_tokend):
     doctor = Doctor(daemon)
     assert doctor.status == 1
     assert doctor.outcome("session default") == "FAIL"
-    assert re.match(r"login required( since \d\d:\d\d)? — not logged in yet", doctor.says("session default"))
+    assert re.match(r"login required( since (\d{4}-\d\d-\d\d )?\d\d:\d\d)? — not logged in yet", doctor.says("session default"))
     assert doctor.says("session default").endswith("fix: tokenctl login --device")
 
 

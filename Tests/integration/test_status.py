@@ -11,16 +11,34 @@ from conftest import BIN, CLIENT_ID, AuthServer, login, varlink_call
 from prometheus import samples
 
 
+class Said(str):
+    """What `tokenctl status` printed, and the moments before and after it ran."""
+    window: tuple[float, float]
+
+
 def status_text(daemon, *args):
     """`tokenctl status` in UTC, so times read as the status's Unix times say."""
+    before = time.time()
     run = subprocess.run([os.path.join(BIN, "tokenctl"), "status", "--socket", daemon.socket, *args],
                          capture_output=True, text=True, timeout=30, env={**os.environ, "TZ": "UTC"})
     assert run.returncode == 0, run.stderr
-    return run.stdout
+    said = Said(run.stdout)
+    said.window = (before, time.time())
+    return said
 
 
-def hhmm(unix):
-    return time.strftime("%H:%M", time.gmtime(unix))
+def clock(unix, now):
+    """A time as status writes it: "00:22" on the day of `now`, "2026-12-02 00:22" on another."""
+    day = time.strftime("%Y-%m-%d", time.gmtime(unix))
+    hm = time.strftime("%H:%M", time.gmtime(unix))
+    return hm if day == time.strftime("%Y-%m-%d", time.gmtime(now)) else f"{day} {hm}"
+
+
+def clock_re(unix, said):
+    """Each form status may have used for `unix`, as a regular expression: the
+    day may turn while tokenctl runs, so both ends of its run count."""
+    forms = sorted({clock(unix, now) for now in said.window})
+    return "(?:" + "|".join(re.escape(form) for form in forms) + ")"
 
 
 def test_a_refused_refresh_token_says_login_required_and_the_command(server, make_tokend, workdir):
@@ -40,12 +58,12 @@ def test_a_refused_refresh_token_says_login_required_and_the_command(server, mak
     assert refused_at - 1 <= machine["stateSince"] <= time.time() + 1, machine
     text = status_text(daemon)
     block = text.split("\n\n")[1]
-    since = hhmm(machine["stateSince"])
-    assert block.startswith(
-        f"default: login required since {since} — {machine['lastError']}\n  Run: tokenctl login --device\n"), text
+    since = clock_re(machine["stateSince"], text)
+    assert re.match(rf"default: login required since {since} — {re.escape(machine['lastError'])}\n"
+                    r"  Run: tokenctl login --device\n", block), text
     assert "or, on a machine with a browser: tokenctl login --browser" in block
     never = text.split("\n\n")[0]
-    assert re.match(r"ci: login required( since \d\d:\d\d)? — not logged in yet", never), text
+    assert re.match(r"ci: login required( since (\d{4}-\d\d-\d\d )?\d\d:\d\d)? — not logged in yet", never), text
     counts = samples(daemon.ctl("metrics").stdout)
     assert counts['tokend_session_refresh_results_total{session="default",result="rejected"}'] == 1
     assert "Run: tokenctl login --session ci --device" in never
@@ -59,9 +77,11 @@ def test_an_active_session_says_until_when_its_token_is_valid(server, make_token
     assert machine["state"] == "active"
     text = status_text(daemon)
     first, *rest = text.splitlines()
-    assert re.fullmatch(rf"default: active — token valid until {hhmm(machine['expiresAt'])} \(in (59|60) min\)", first), text
+    until = clock_re(machine["expiresAt"], text)
+    assert re.fullmatch(rf"default: active — token valid until {until} \(in (59|60) min\)", first), text
     assert "Run:" not in text, "nothing to do"
-    assert any(line.startswith(f"  last refresh {hhmm(machine['lastRefreshAt'])} (") for line in rest), text
+    last = clock_re(machine["lastRefreshAt"], text)
+    assert any(re.match(rf"  last refresh {last} \(", line) for line in rest), text
 
 
 def test_a_failing_provider_is_said_with_the_token_still_served(workdir, make_tokend):
@@ -77,9 +97,10 @@ def test_a_failing_provider_is_said_with_the_token_still_served(workdir, make_to
     machine = json.loads(daemon.ctl("status", "--json").stdout)
     assert machine["state"] == "backingOff" and machine["failures"] == 1
     text = status_text(daemon)
-    since = hhmm(machine["stateSince"])
-    assert text.startswith(f"default: refreshing fails since {since} — {machine['lastError']}\n  Run: tokenctl doctor\n"), text
-    assert f"the current token is still served until {hhmm(machine['expiresAt'])}" in text
+    since = clock_re(machine["stateSince"], text)
+    assert re.match(rf"default: refreshing fails since {since} — {re.escape(machine['lastError'])}\n"
+                    r"  Run: tokenctl doctor\n", text), text
+    assert re.search(rf"the current token is still served until {clock_re(machine['expiresAt'], text)}\b", text), text
     assert "1 failed attempt; tokend tries again at " in text
 
 
