@@ -53,6 +53,7 @@ class Flood:
         self.stopping = threading.Event()
         self.lock = threading.Lock()
         self.outcomes = {}
+        self.sent = 0
         self.threads = [threading.Thread(target=self._ask, args=(daemon.socket,), daemon=True)
                         for _ in range(connections)]
         for thread in self.threads:
@@ -64,6 +65,8 @@ class Flood:
             s.connect(path)
             while not self.stopping.is_set():
                 s.sendall(self.call)
+                with self.lock:
+                    self.sent += 1
                 try:
                     reply = json.loads(read_frame(s))
                 except OSError:
@@ -72,9 +75,14 @@ class Flood:
                 with self.lock:
                     self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
-    def count(self, outcome):
+    def count(self, outcome=None):
+        """Replies with `outcome` (None: all)."""
         with self.lock:
-            return self.outcomes.get(outcome, 0)
+            return sum(self.outcomes.values()) if outcome is None else self.outcomes.get(outcome, 0)
+
+    def asked(self):
+        with self.lock:
+            return self.sent
 
     def stop(self):
         self.stopping.set()
@@ -106,8 +114,8 @@ def test_a_getproof_flood_on_a_slow_tpm_leaves_the_sessions_refreshes_succeeding
 
         flood = Flood(daemon, provider, connections=32)
         try:
-            # The flood has taken all tokend gives it once a call is refused: the chip is as busy as callers can make it.
-            wait_for(lambda: flood.count(B + "RateLimited") > 0, 60, "a GetProof refused under the flood")
+            # Every caller of the flood has a call in, and tokend answers them: the chip is as busy as they make it.
+            wait_for(lambda: flood.asked() >= 32 and flood.count() > 0, 60, "the flood's calls in and answered")
             latencies = []
             for _ in range(4):
                 generation = daemon.token()["generation"]
@@ -116,6 +124,8 @@ def test_a_getproof_flood_on_a_slow_tpm_leaves_the_sessions_refreshes_succeeding
                 assert reply["parameters"]["token"]["generation"] == generation + 1, reply
                 latencies.append(took)
             assert flood.count("proof") > 0, flood.outcomes  # GetProof still makes proofs, within what the chip signs
+            # What the chip cannot sign in time is refused at once, not queued behind the session's proofs.
+            wait_for(lambda: flood.count(B + "RateLimited") > 0, 30, "a GetProof refused under the flood")
         finally:
             flood.stop()
         print(f"under a flood of 32 GetProof callers: refreshes took "
