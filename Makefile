@@ -60,8 +60,8 @@ unit-test:
 	$(SWIFT) test --no-parallel
 
 # Side by side on TEST_WORKERS pytest-xdist workers: the tests mostly wait on
-# their servers (the suite keeps about a third of one core busy when run one
-# test at a time), so 4 workers take 2 cores without crowding them. Tests that
+# their servers (run one at a time they keep a fifth to two fifths of one core
+# busy), so 4 workers use the 2 cores without crowding them. Tests that
 # must not overlap are grouped by their marks (docs/testing.md); the 30 slowest
 # are listed after every run. The web view suite runs here against
 # tokend-webview; `make webview-test` runs it against every app (the C and
