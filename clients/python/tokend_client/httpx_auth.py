@@ -1,6 +1,8 @@
 """`httpx` auth, for Client and AsyncClient: the session's token on every
 request (or its token for a resource and scope); on a 401 with it, one
-compare-and-refresh of that key through tokend and one retry. A DPoP-bound
+compare-and-refresh of that key through tokend and one retry — only when the
+401 came from the request's own origin, not from a redirect's other one
+(httpx sends that no token). A DPoP-bound
 token (RFC 9449) goes with a proof of each request, and a resource server's
 use_dpop_nonce gets one retry with its nonce (no refresh)."""
 from typing import AsyncGenerator, Generator, Optional
@@ -10,6 +12,7 @@ import httpx
 from .client import AsyncTokend, Tokend
 from .dpop import nonce_asked
 from .errors import LoginRequired, TargetRefused, UpstreamUnavailable
+from .origin import origin
 from .values import Token
 
 
@@ -57,7 +60,7 @@ class TokendAuth(httpx.Auth):
         tokend = self._tokend = self._tokend or Tokend()
         token = self._authorize(tokend, request)
         response = yield request
-        if response.status_code != 401:
+        if response.status_code != 401 or origin(str(response.request.url)) != origin(str(request.url)):
             return
         nonce = nonce_asked(response.status_code, response.headers) if token.dpop_bound else None
         if nonce is not None:
@@ -80,7 +83,7 @@ class TokendAuth(httpx.Auth):
         tokend = self._async_tokend = self._async_tokend or AsyncTokend()
         token = await self._async_authorize(tokend, request)
         response = yield request
-        if response.status_code != 401:
+        if response.status_code != 401 or origin(str(response.request.url)) != origin(str(request.url)):
             return
         nonce = nonce_asked(response.status_code, response.headers) if token.dpop_bound else None
         if nonce is not None:

@@ -1,6 +1,8 @@
 """`requests` auth: the session's token on every request (or its token for a
 resource and scope); on a 401 with it, one compare-and-refresh of that key
-through tokend and one retry. A DPoP-bound token (RFC 9449) goes with a proof
+through tokend and one retry — only from the origin the token was sent to:
+a redirect to another origin carries no token (requests strips it), and its
+401 is answered as it came. A DPoP-bound token (RFC 9449) goes with a proof
 of each request, and a resource server's use_dpop_nonce gets one retry with
 its nonce (no refresh)."""
 from typing import Any, Optional
@@ -10,6 +12,7 @@ import requests
 from .client import Tokend
 from .dpop import nonce_asked
 from .errors import LoginRequired, TargetRefused, UpstreamUnavailable
+from .origin import origin
 from .values import Token
 
 
@@ -40,9 +43,11 @@ class TokendAuth(requests.auth.AuthBase):
 
     def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
         token = self._authorize(request)
+        asked = origin(request.url)
 
         def retry_once(response: requests.Response, **kwargs: Any) -> requests.Response:
-            if response.status_code != 401:
+            # requests copies this hook onto the requests of redirects it follows.
+            if response.status_code != 401 or origin(response.request.url) != asked:
                 return response
             again = response.request.copy()
             nonce = nonce_asked(response.status_code, response.headers) if token.dpop_bound else None
@@ -69,3 +74,4 @@ class TokendAuth(requests.auth.AuthBase):
 
         request.register_hook("response", retry_once)
         return request
+
