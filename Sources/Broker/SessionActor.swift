@@ -70,9 +70,10 @@ public actor SessionActor {
     var backoff = Backoff()
     var scheduler: Task<Void, Never>?
     var nextRefreshAt: Double?
-    var refreshes = 0
-    var coalesced = 0
-    var failures = 0
+    // Counted here and in the session's metrics in the same step: a scrape and a status read agree.
+    var refreshes = 0 { didSet { file.metrics.refreshes.increment(by: max(0, refreshes - oldValue)) } }
+    var coalesced = 0 { didSet { file.metrics.coalesced.increment(by: max(0, coalesced - oldValue)) } }
+    var failures = 0 { didSet { file.metrics.failures.increment(by: max(0, failures - oldValue)) } }
     var lastError: String?
     /// The generation whose refresh was refused without an OAuth error code:
     /// the next refresh of that same generation confirms it or not. A login

@@ -4,9 +4,6 @@ import Synchronization
 /// no allocation, so that counting on the fast path costs nanoseconds.
 public final class Counter: Sendable {
     private let count = Atomic<UInt64>(0)
-    /// For `show`: the total last shown, and what earlier owners of it had counted.
-    private let lastShown = Atomic<UInt64>(0)
-    private let base = Atomic<UInt64>(0)
 
     public init() {}
 
@@ -17,19 +14,6 @@ public final class Counter: Sendable {
     public func increment(by amount: Int) {
         guard amount > 0 else { return }
         count.wrappingAdd(UInt64(amount), ordering: .relaxed)
-    }
-
-    /// Shows a total kept elsewhere (a session's status counts its own
-    /// refreshes): the number is read there, not counted twice. That total
-    /// starts again at 0 when its owner is remade (a reload remakes a
-    /// session), so a drop is taken as a restart: what was shown before it
-    /// is kept as a base, and the counter never goes backwards. Called by
-    /// one task at a time (the gathering loop).
-    public func show(_ total: Int) {
-        let current = UInt64(max(0, total))
-        let last = lastShown.exchange(current, ordering: .relaxed)
-        if current < last { base.wrappingAdd(last, ordering: .relaxed) }
-        count.store(base.load(ordering: .relaxed) &+ current, ordering: .relaxed)
     }
 
     public var value: UInt64 { count.load(ordering: .relaxed) }

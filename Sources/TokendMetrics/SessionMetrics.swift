@@ -4,16 +4,17 @@
 public final class SessionMetrics: Sendable {
     public let session: String
 
-    // Read from the session's status each time metrics are gathered (one source of truth).
+    // Read from the session's status each time metrics are gathered.
     public let authenticated: Gauge
     public let accessTokenExpiry: Gauge
-    public let refreshes: Counter
-    public let coalesced: Counter
-    public let failures: Counter
     let states: [String: Gauge]
     public static let stateNames = ["active", "refreshing", "backingOff", "loginRequired", "loggedOut"]
 
-    // Counted where they happen.
+    // Counted where they happen. The session counts refreshes, coalesced askers and failures for its
+    // status in the same step (a copy gathered once a second read 0 right after a stampede of 100).
+    public let refreshes: Counter
+    public let coalesced: Counter
+    public let failures: Counter
     let results: [RefreshResult: Counter]
     public let refreshDuration: Histogram
     let cookies: [CookieChangeKind: Counter]
@@ -116,15 +117,10 @@ public final class SessionMetrics: Sendable {
     }
 
     /// What a session's status says, shown as it is.
-    public func show(
-        state: String, expiresAt: Int?, refreshes: Int, coalesced: Int, failures: Int
-    ) {
+    public func show(state: String, expiresAt: Int?) {
         authenticated.set(state == "loginRequired" || state == "loggedOut" ? 0 : 1)
         accessTokenExpiry.set(expiresAt ?? 0)
         for (name, gauge) in states { gauge.set(name == state ? 1 : 0) }
-        self.refreshes.show(refreshes)
-        self.coalesced.show(coalesced)
-        self.failures.show(failures)
     }
 
     public func value(of result: RefreshResult) -> UInt64 { results[result]!.value }

@@ -6,8 +6,8 @@ import Varlink
 
 extension Daemon {
     /// Every second, what each session's status says goes into the metrics
-    /// (its state, its token's expiry, the refreshes and coalesced askers it
-    /// counts: read there, not counted twice). Every `textfileInterval` the
+    /// (its state, its token's expiry; its refreshes, coalesced askers and
+    /// failures the session counts into them itself). Every `textfileInterval` the
     /// metrics textfile is rewritten, atomically, for node_exporter.
     func exportMetrics() async {
         let textfile = configuration.withLock { $0.daemon.metricsTextfile }
@@ -39,9 +39,7 @@ extension Daemon {
     func gatherMetrics() async {
         for session in broker.all {
             let status = await session.status()
-            metrics.session(session.name).show(
-                state: status.state, expiresAt: status.expiresAt, refreshes: status.refreshes,
-                coalesced: status.coalesced, failures: status.failures)
+            metrics.session(session.name).show(state: status.state, expiresAt: status.expiresAt)
         }
     }
 }
