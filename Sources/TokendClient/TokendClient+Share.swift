@@ -75,11 +75,17 @@ struct DescriptorCall {
         guard connected == 0 else {
             throw .unreachable(socket: socket, reason: describeConnectError(POSIXErrorText(errno)))
         }
+        // tokend's connections refuse descriptors unless asked for one first.
+        var expect: [UInt8] = []
+        VarlinkCall(method: BrokerInterface.method("ExpectDescriptor"), parameters: [:]).encode(into: &expect)
+        try send(expect, with: nil, on: fd)
+        let armed = try receiveReply(on: fd)
+        if armed.error != nil { return armed }
         try send(frame, with: descriptor, on: fd)
         return try receiveReply(on: fd)
     }
 
-    private func send(_ frame: [UInt8], with descriptor: CInt, on fd: CInt) throws(TokendClientError) {
+    private func send(_ frame: [UInt8], with descriptor: CInt?, on fd: CInt) throws(TokendClientError) {
         let header = MemoryLayout<cmsghdr>.size
         let length = header + MemoryLayout<CInt>.size
         let space = (length + 7) & ~7
@@ -90,7 +96,7 @@ struct DescriptorCall {
             message.cmsg_level = SOL_SOCKET
             message.cmsg_type = Int32(SCM_RIGHTS)
             raw.storeBytes(of: message, as: cmsghdr.self)
-            raw.storeBytes(of: descriptor, toByteOffset: header, as: CInt.self)
+            raw.storeBytes(of: descriptor ?? -1, toByteOffset: header, as: CInt.self)
         }
         var frame = frame
         let sent = frame.withUnsafeMutableBytes { bytes in
@@ -100,8 +106,10 @@ struct DescriptorCall {
                     var message = msghdr()
                     message.msg_iov = vector
                     message.msg_iovlen = 1
-                    message.msg_control = control.baseAddress
-                    message.msg_controllen = space
+                    if descriptor != nil {
+                        message.msg_control = control.baseAddress
+                        message.msg_controllen = space
+                    }
                     return sendmsg(fd, &message, Int32(MSG_NOSIGNAL))
                 }
             }

@@ -116,28 +116,6 @@ extension BrokerInterface {
         }
     }
 
-    public struct Share: Codable, Sendable, Equatable {
-        public var path: String
-        public var session: String
-        public var resources: [String]
-        public var scope: String?
-        public var expiresAt: Int
-        public var connections: Int
-        public var mode: Int
-
-        public init(
-            path: String, session: String, resources: [String], scope: String?, expiresAt: Int, connections: Int, mode: Int
-        ) {
-            self.path = path
-            self.session = session
-            self.resources = resources
-            self.scope = scope
-            self.expiresAt = expiresAt
-            self.connections = connections
-            self.mode = mode
-        }
-    }
-
     public struct KeyedToken: Codable, Sendable, Equatable {
         public var resource: String?
         public var scope: String?
@@ -171,44 +149,6 @@ extension BrokerInterface {
             self.session = session
             self.flow = flow
             self.expiresAt = expiresAt
-        }
-    }
-
-    public struct Cookie: Codable, Sendable, Equatable {
-        public var name: String
-        public var value: String
-        public var domain: String
-        public var hostOnly: Bool
-        public var path: String
-        public var expiresAt: Int?
-        public var secure: Bool
-        public var httpOnly: Bool
-        /// Strict, Lax or None
-        public var sameSite: String?
-
-        public init(
-            name: String, value: String, domain: String, hostOnly: Bool, path: String, expiresAt: Int?, secure: Bool,
-            httpOnly: Bool, sameSite: String?
-        ) {
-            self.name = name
-            self.value = value
-            self.domain = domain
-            self.hostOnly = hostOnly
-            self.path = path
-            self.expiresAt = expiresAt
-            self.secure = secure
-            self.httpOnly = httpOnly
-            self.sameSite = sameSite
-        }
-    }
-
-    public struct CookieChange: Codable, Sendable, Equatable {
-        public var action: String
-        public var cookie: Cookie
-
-        public init(action: String, cookie: Cookie) {
-            self.action = action
-            self.cookie = cookie
         }
     }
 
@@ -341,49 +281,6 @@ extension BrokerInterface {
         }
     }
 
-    public enum CreateShare {
-        public struct In: Codable, Sendable {
-            public var path: String
-            public var session: String?
-            public var resources: [String]?
-            public var scope: String?
-            public var ttl: Int?
-            /// The socket file's mode, as the caller made it.
-            public var mode: Int?
-            public init(
-                path: String, session: String? = nil, resources: [String]? = nil, scope: String? = nil, ttl: Int? = nil,
-                mode: Int? = nil
-            ) {
-                self.path = path
-                self.session = session
-                self.resources = resources
-                self.scope = scope
-                self.ttl = ttl
-                self.mode = mode
-            }
-        }
-        public struct Out: Codable, Sendable {
-            public var share: Share
-            public init(share: Share) { self.share = share }
-        }
-    }
-
-    public enum ListShares {
-        public typealias In = Empty
-        public struct Out: Codable, Sendable {
-            public var shares: [Share]
-            public init(shares: [Share]) { self.shares = shares }
-        }
-    }
-
-    public enum RevokeShare {
-        public struct In: Codable, Sendable {
-            public var path: String
-            public init(path: String) { self.path = path }
-        }
-        public typealias Out = Empty
-    }
-
     public enum ResetStrategy {
         public typealias In = SessionOnly
         public typealias Out = GetStatus.Out
@@ -474,87 +371,6 @@ extension BrokerInterface {
         public typealias Out = Empty
     }
 
-    public enum GetCookies {
-        public struct In: Codable, Sendable {
-            public var session: String?
-            public var url: String
-            public init(session: String? = nil, url: String) {
-                self.session = session
-                self.url = url
-            }
-        }
-        public struct Out: Codable, Sendable {
-            public var cookies: [Cookie]
-            /// Exactly the Cookie header a browser would send ("" when none).
-            public var header: String
-            public var version: Int
-            public init(cookies: [Cookie], header: String, version: Int) {
-                self.cookies = cookies
-                self.header = header
-                self.version = version
-            }
-        }
-    }
-
-    public enum ImportCookies {
-        public struct In: Codable, Sendable {
-            public var session: String?
-            public var url: String
-            public var setCookie: [String]
-            public init(session: String? = nil, url: String, setCookie: [String]) {
-                self.session = session
-                self.url = url
-                self.setCookie = setCookie
-            }
-        }
-        public struct Out: Codable, Sendable {
-            public var version: Int
-            public var applied: Int
-            public var rejected: [String]
-            public init(version: Int, applied: Int, rejected: [String]) {
-                self.version = version
-                self.applied = applied
-                self.rejected = rejected
-            }
-        }
-    }
-
-    public enum DeleteCookies {
-        public struct In: Codable, Sendable {
-            public var session: String?
-            public var url: String?
-            public var name: String?
-            public init(session: String? = nil, url: String? = nil, name: String? = nil) {
-                self.session = session
-                self.url = url
-                self.name = name
-            }
-        }
-        public struct Out: Codable, Sendable {
-            public var version: Int
-            public var deleted: Int
-            public init(version: Int, deleted: Int) {
-                self.version = version
-                self.deleted = deleted
-            }
-        }
-    }
-
-    public enum ExportCookies {
-        public struct In: Codable, Sendable {
-            public var session: String?
-            public var format: String?
-            public init(session: String? = nil, format: String? = nil) {
-                self.session = session
-                self.format = format
-            }
-        }
-        public struct Out: Codable, Sendable {
-            public var text: String
-            public init(text: String) { self.text = text }
-        }
-    }
-
     public enum Subscribe {
         public struct In: Codable, Sendable {
             public var session: String?
@@ -580,6 +396,7 @@ extension BrokerInterface {
         "CreateShare": (CreateShare.In.self, CreateShare.Out.self, false),
         "ListShares": (ListShares.In.self, ListShares.Out.self, false),
         "RevokeShare": (RevokeShare.In.self, RevokeShare.Out.self, false),
+        "ExpectDescriptor": (ExpectDescriptor.In.self, ExpectDescriptor.Out.self, false),
         "GetStatus": (GetStatus.In.self, GetStatus.Out.self, false),
         "ListSessions": (ListSessions.In.self, ListSessions.Out.self, false),
         "GetMetrics": (GetMetrics.In.self, GetMetrics.Out.self, false),

@@ -41,6 +41,8 @@ public final class Daemon: Service, CustomStringConvertible {
     let metrics: Metrics
     /// Users' shares, served on the server's loop (Shares).
     let shares: Shares
+    /// Closes what callers passed and tokend does not keep, off the loop and the pool.
+    let closer = DescriptorCloser()
 
     public var description: String { "tokend" }
 
@@ -84,7 +86,7 @@ public final class Daemon: Service, CustomStringConvertible {
                     tpm: configuration.daemon.tpmInUse))
         }
         broker = Broker(sessions: sessions)
-        shares = Shares(broker: broker, logger: logger, stateDirectory: store.directory)
+        shares = Shares(broker: broker, logger: logger, stateDirectory: store.directory, closer: closer)
     }
 
     static func makeSession(
@@ -143,10 +145,8 @@ public final class Daemon: Service, CustomStringConvertible {
         }
         var password: String?
         if let path = settings.sharedStorePasswordFile {
-            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
-                throw DaemonSetupError("\(prefix): password file \(path) cannot be read")
-            }
-            password = text.trimmingCharacters(in: .newlines)
+            let data = try settings.readCredential(CredentialFile(key: "shared-store-password-file", path: path))
+            password = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .newlines)
         }
         let host = hostID ?? ProcessInfo.processInfo.hostName
         logger.info("session shared by a fleet", metadata: ["session": "\(settings.name)", "store": "\(address)", "host": "\(host)"])
@@ -284,9 +284,22 @@ public final class Daemon: Service, CustomStringConvertible {
             subordinateIDs: loadSubordinateIDs(),
             metrics: ServerMetrics(
                 metrics, served: [VarlinkInterface.service, BrokerInterface.declaration], hot: FastGetToken.getToken),
-            http: settings.metricsListen.map { metricsListener($0) })
+            http: settings.metricsListen.map { metricsListener($0) },
+            descriptors: VarlinkServer.Descriptors(
+                method: BrokerInterface.method("ExpectDescriptor"), drain: Self.drainsDescriptors(environment),
+                closer: closer,
+                pendingError: { pending, limit in
+                    VarlinkError(BrokerInterface.Error.descriptorsPending, ["pending": .int(pending), "limit": .int(limit)])
+                }))
         shares.attach(server)
         return server
+    }
+
+    /// TOKEND_DESCRIPTORS=drain: take descriptors as on a kernel without
+    /// SO_PASSRIGHTS (before 6.16, Debian bookworm's own), where the kernel
+    /// could refuse them — for trying that path on a newer kernel.
+    static func drainsDescriptors(_ environment: [String: String]) -> Bool {
+        environment["TOKEND_DESCRIPTORS"] == "drain"
     }
 
     /// Test builds with TOKEND_TEST_HOOKS=1: the kill -9 campaign's crash point.
@@ -337,15 +350,14 @@ extension SessionSettings {
         try checkCredentialModes()
         var secret: Secret?
         if let clientSecretFile {
-            guard let data = FileManager.default.contents(atPath: clientSecretFile) else {
-                throw DaemonSetupError("session \(name): client secret file \(clientSecretFile) cannot be read")
-            }
+            let data = try readCredential(CredentialFile(key: "client-secret-file", path: clientSecretFile))
             secret = Secret(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
         }
         var key: ClientKey?
         if let clientKeyFile {
+            let data = try readCredential(CredentialFile(key: "client-key-file", path: clientKeyFile))
             do {
-                key = try ClientKey(file: clientKeyFile, keyID: clientKeyID)
+                key = try ClientKey(pem: String(decoding: data, as: UTF8.self), keyID: clientKeyID)
             } catch {
                 throw DaemonSetupError("session \(name): client key \(error)")
             }

@@ -39,11 +39,12 @@ extension Shares {
     /// would give (as GetToken would check each of its keys for the caller);
     /// the descriptor is closed on every refusal.
     func create(_ call: I.CreateShare.In, _ context: CallContext) async throws -> I.CreateShare.Out {
-        guard let fd = PassedDescriptor.current?.take() else {
-            throw ShareSocket.refused(call.path, "no listening socket was passed with the call (SCM_RIGHTS)")
+        guard let passed = PassedDescriptor.current, let fd = passed.take() else {
+            throw ShareSocket.refused(
+                call.path, "no listening socket was passed with the call (SCM_RIGHTS, after ExpectDescriptor)")
         }
         var handed = false
-        defer { if !handed { close(fd) } }
+        defer { if !handed { passed.discard(fd) } }
         guard let creator = context.peer else { throw VarlinkError.permissionDenied }
         guard call.path.hasPrefix("/") else { throw ShareSocket.refused(call.path, "the path is not absolute") }
         try ShareSocket.check(fd, path: call.path)

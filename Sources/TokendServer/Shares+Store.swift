@@ -63,7 +63,7 @@ extension Shares {
         for (name, fd) in passed {
             guard let stored = byName[name], stored.expiresAt > now, (try? ShareSocket.check(fd, path: stored.path)) != nil
             else {
-                close(fd)
+                closer.close(fd, for: byName[name]?.person ?? UInt32.max)
                 Notifier.removeStored(name: name)
                 logger.notice("stored share dropped", metadata: ["name": "\(name)"])
                 continue

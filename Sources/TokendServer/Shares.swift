@@ -63,7 +63,12 @@ final class Shares: Sendable {
     /// The sessions' subscribers, shared with the broker methods: share subscribers join the same fan-outs.
     let fanOuts = FanOuts()
 
-    init(broker: Broker, logger: Logger, stateDirectory: String? = nil) {
+    /// Where the listening sockets people hand in are closed: never on the
+    /// loop or the pool (connections waiting on one may hold descriptors).
+    let closer: DescriptorCloser
+
+    init(broker: Broker, logger: Logger, stateDirectory: String? = nil, closer: DescriptorCloser = DescriptorCloser()) {
+        self.closer = closer
         self.broker = broker
         self.logger = logger
         self.stateDirectory = stateDirectory
@@ -93,7 +98,7 @@ final class Shares: Sendable {
     /// `store`: kept in systemd's file descriptor store too (not when it came from there).
     func start(_ record: Record, listener fd: CInt, ttl: Int, store: Bool = true) throws -> BrokerInterface.Share {
         guard let server = server.withLock({ $0 }), let tools = tools.withLock({ $0 }) else {
-            close(fd)
+            closer.close(fd, for: record.creator.person)
             throw VarlinkError(BrokerInterface.Error.internalError)
         }
         if store { Notifier.store(fd, name: Self.storeName(record.id)) }

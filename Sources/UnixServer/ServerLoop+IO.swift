@@ -32,6 +32,7 @@ extension ServerLoop {
 
     func readable(_ connection: Connection) {
         let count = receive(connection)
+        if connection.overrun { return close(connection) }
         if count < 0 {
             if errno == EAGAIN || errno == EINTR { return }
             return close(connection)  // a reset
@@ -177,6 +178,9 @@ extension ServerLoop {
             if call.upgrade {
                 descriptor?.closeUntaken()
                 if !call.oneway { VarlinkReply(errors.upgrade).encode(into: &output) }
+            } else if call.method == descriptorMethod {
+                descriptor?.closeUntaken()
+                expectDescriptor(call, on: connection)
             } else {
                 dispatch(call, on: connection, descriptor: descriptor)
             }

@@ -208,7 +208,7 @@ extension ServerLoop {
             switch item {
             case .streamed(_, let written): written.resume(returning: false)
             case .publish(_, _, let delivered): delivered?()
-            case .addSide(let side): Glibc.close(side.fd)
+            case .addSide(let side): closer.close(side.fd, for: side.person)
             default: break
             }
         }

@@ -53,6 +53,11 @@ final class ServerLoop: @unchecked Sendable {
     let wake: CInt
     /// Written when the mailbox gains its first entry.
     let mail: CInt
+    /// Closes what tokend does not keep of what peers passed, off the loop.
+    let closer: DescriptorCloser
+    let intake: DescriptorIntake
+    /// The method the loop answers to take a descriptor with a connection's next call.
+    let descriptorMethod: String?
     let stopping = Atomic(false)
     let mailbox = Mutex(Mailbox())
 
@@ -66,7 +71,10 @@ final class ServerLoop: @unchecked Sendable {
     /// Connections per caller person (admins are not counted here).
     var perPerson: [UInt32: Int] = [:]
     /// Bytes held per person: unfinished messages, calls not yet taken, replies not yet written.
+    /// Connections through shares hold a budget of their own, in their creator's name: what
+    /// a share's far side holds never takes from the creator's own calls on the main socket.
     var bufferedPerPerson: [UInt32: Int] = [:]
+    var bufferedThroughShares: [UInt32: Int] = [:]
     /// The most connections held since memory was last handed back.
     var peakConnections = 0
     /// This many connections gone since that peak is a burst that has ended.
@@ -76,7 +84,7 @@ final class ServerLoop: @unchecked Sendable {
     var nextConnection: UInt64 = 0
     let input = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     /// Where a descriptor passed with a call is received (PassedDescriptor).
-    let control = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 16)
+    let control = UnsafeMutableRawBufferPointer.allocate(byteCount: ServerLoop.controlLength, alignment: 16)
     /// Listening sockets served beside `listener` (SideListener), by descriptor.
     var sides: [CInt: SideListener] = [:]
     /// Connections through side listeners, per person they count for.
@@ -101,8 +109,13 @@ final class ServerLoop: @unchecked Sendable {
         fastPathStamp: @escaping VarlinkServer.FastPathStamp, admission: VarlinkServer.Admission?,
         subordinateIDs: SubordinateIDsBox, service: VarlinkService, logger: Logger,
         metrics: ServerMetrics? = nil, http: HTTPListener? = nil, httpListener: CInt? = nil,
-        ended: @escaping @Sendable (Error?) -> Void
+        descriptors: VarlinkServer.Descriptors = .init(), ended: @escaping @Sendable (Error?) -> Void
     ) throws {
+        // Set on the listener, the refusal holds for every connection from the
+        // moment it is made (accepted sockets inherit it), before any read.
+        intake = !descriptors.drain && Self.allowDescriptors(on: listener, false) ? .kernelRefuses : .drain
+        closer = descriptors.closer
+        descriptorMethod = descriptors.method
         self.metrics = metrics
         self.http = http
         self.httpListener = httpListener
@@ -207,7 +220,8 @@ final class ServerLoop: @unchecked Sendable {
         closeMailbox(failure: failure)
         for connection in Array(connections.values) { close(connection) }
         for connection in Array(httpConnections.values) { httpClose(connection) }
-        for fd in [listener, epoll, wake, mail] + (httpListener.map { [$0] } ?? []) + Array(sides.keys) { Glibc.close(fd) }
+        for fd in [listener, epoll, wake, mail] + (httpListener.map { [$0] } ?? []) { Glibc.close(fd) }
+        for side in sides.values { closer.close(side.fd, for: side.person) }
         sides = [:]
         input.deallocate()
         control.deallocate()
@@ -272,13 +286,16 @@ final class ServerLoop: @unchecked Sendable {
 
     @discardableResult
     func register(_ fd: CInt, peer: PeerCredentials?, refused: Bool, side: SideListener? = nil) -> Connection? {
+        let person = side?.person ?? person(of: peer)
+        let mayHoldDescriptors = mayHoldDescriptors(fd)
         guard watch(fd, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD) else {
-            Glibc.close(fd)
+            closeAccepted(fd, person: person, mayHoldDescriptors: mayHoldDescriptors)
             return nil
         }
         nextConnection += 1
         let connection = Connection(
-            fd: fd, id: nextConnection, peer: peer, person: side?.person ?? person(of: peer), now: now, refused: refused)
+            fd: fd, id: nextConnection, peer: peer, person: person, now: now, refused: refused,
+            mayHoldDescriptors: mayHoldDescriptors)
         connection.side = side
         connections[fd] = connection
         if refused {
@@ -311,11 +328,12 @@ final class ServerLoop: @unchecked Sendable {
             lastRefusalLog = now
             refusedSinceLog = 0
         }
-        guard refusedHeld < limits.maximumConnections, let connection = register(fd, peer: peer, refused: true) else {
+        guard refusedHeld < limits.maximumConnections else {
             Self.answer(fd, error)
-            Glibc.close(fd)
+            closeAccepted(fd, person: person(of: peer), mayHoldDescriptors: mayHoldDescriptors(fd))
             return
         }
+        guard let connection = register(fd, peer: peer, refused: true) else { return }
         connection.refusal = error
     }
 
@@ -392,7 +410,7 @@ final class ServerLoop: @unchecked Sendable {
         guard !connection.gone else { return }
         connections[connection.fd] = nil
         connection.gone = true
-        Glibc.close(connection.fd)
+        closeDrained(connection.fd, person: connection.person, mayHoldDescriptors: connection.mayHoldDescriptors)
         if acceptPausedUntil != nil { resumeAccepting() }  // a descriptor is free again
         if connection.refused {
             refusedHeld -= 1
@@ -402,7 +420,7 @@ final class ServerLoop: @unchecked Sendable {
         }
         if connection.holdsSlot { release(connection.person) }
         leftSide(connection)
-        if let passed = connection.passed { Glibc.close(passed.fd) }
+        if let passed = connection.passed { discard(passed.fd, of: connection) }
         connection.passed = nil
         account(connection, holding: 0)
         releasedBytes += connection.unprocessed.capacity + connection.unwritten.capacity
@@ -419,8 +437,14 @@ final class ServerLoop: @unchecked Sendable {
     func account(_ connection: Connection, holding bytes: Int) -> Bool {
         let previous = connection.accounted
         guard bytes != previous else { return true }
-        let total = bufferedPerPerson[connection.person, default: 0] - previous + bytes
-        bufferedPerPerson[connection.person] = total > 0 ? total : nil
+        let total: Int
+        if connection.side == nil {
+            total = bufferedPerPerson[connection.person, default: 0] - previous + bytes
+            bufferedPerPerson[connection.person] = total > 0 ? total : nil
+        } else {
+            total = bufferedThroughShares[connection.person, default: 0] - previous + bytes
+            bufferedThroughShares[connection.person] = total > 0 ? total : nil
+        }
         connection.accounted = bytes
         // A connection that holds less than before is not the one to blame.
         return bytes < previous || total <= limits.maximumBufferedBytesPerPerson
@@ -442,94 +466,5 @@ final class ServerLoop: @unchecked Sendable {
         var time = timespec()
         clock_gettime(id, &time)
         return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
-    }
-}
-
-/// A connection while the loop serves it. Loop thread only.
-final class Connection {
-    let fd: CInt
-    /// Tells this connection from a later one that reuses its descriptor.
-    let id: UInt64
-    let peer: PeerCredentials?
-    /// Whose budgets the connection counts in (see `SubordinateIDs`), set at accept.
-    let person: UInt32
-    /// Over the limit or turned away: answered, read once, closed.
-    let refused: Bool
-    /// The side listener it came through; nil for the main socket.
-    var side: SideListener?
-    /// A descriptor the client passed, and where (counted as `received`)
-    /// the read that brought it ended: it goes with the frame ending there.
-    var passed: (fd: CInt, end: Int)?
-    /// Bytes read, and bytes of frames taken, since the connection began.
-    var received = 0
-    var taken = 0
-    /// What a refused connection is answered.
-    var refusal: VarlinkError?
-    /// Counted in its person's connection slots.
-    var holdsSlot = false
-    /// The last read, or the last answer.
-    var lastActive: Int64
-    /// When the first byte of the unfinished message at the end of
-    /// `unprocessed` arrived; nil when no message is known to be unfinished.
-    var frameStarted: Int64?
-    /// Bytes read and not yet taken: the start of an unfinished message, or
-    /// calls held back (a call with the service, or replies past the watermark).
-    var unprocessed = ByteQueue()
-    /// How much of `unprocessed` is known to hold no NUL.
-    var scanned = 0
-    /// Bytes the NUL scan was given to search, over the connection's life
-    /// (what `scanned` saves shows here).
-    var examined = 0
-    /// `unprocessed.count` and the bytes of `unwritten` behind the reply
-    /// being written, as last counted against the person's total.
-    var accounted = 0
-    var unwritten = ByteQueue()
-    /// When the socket last took bytes of `unwritten` (or it began to fill).
-    var lastProgress: Int64 = 0
-    /// Bytes handed to the kernel, and bytes queued, since the connection began.
-    var sent = 0
-    var queued = 0
-    /// Where (counted as `sent` is) the reply being written ends, which the
-    /// hard cap and the budget do not count (`replyInProgress`).
-    var replyEnd = 0
-    /// A call is with the service; the connection is not read until it answers.
-    var busy = false
-    /// The client sends no more: the connection closes once all is answered.
-    var readEnded = false
-    /// The task of the `more` call in progress, cancelled if the connection closes.
-    var stream: Task<Void, Never>?
-    /// Streamed replies queued and not yet on the socket, oldest first.
-    var deliveries: [(end: Int, delivery: Delivery)] = []
-    /// The broadcast whose member this connection's `more` call is.
-    var member: ObjectIdentifier?
-    var gone = false
-    /// The epoll events asked for.
-    var interest = EPOLLIN.rawValue
-    /// The last frame the fast path answered, its call, and the answer while
-    /// it may be given again (`until` on CLOCK_BOOTTIME). Kept only for
-    /// frames up to `rememberedFrame` bytes.
-    var lastFrame: [UInt8] = []
-    var lastCall: VarlinkCall?
-    var lastFast: (bytes: [UInt8], until: Int64, stamp: UInt64)?
-    /// Where the remembered call's answers are counted (resolved once, not per call).
-    var lastCounter: Counter?
-    /// GetToken with a session name is well under this.
-    static let rememberedFrame = 1024
-
-    init(fd: CInt, id: UInt64, peer: PeerCredentials?, person: UInt32, now: Int64, refused: Bool) {
-        self.fd = fd
-        self.id = id
-        self.peer = peer
-        self.person = person
-        self.lastActive = now
-        self.refused = refused
-    }
-
-    func forgetLastCall() {
-        guard lastCall != nil else { return }
-        lastFrame = []
-        lastCall = nil
-        lastFast = nil
-        lastCounter = nil
     }
 }

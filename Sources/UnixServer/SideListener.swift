@@ -71,9 +71,11 @@ extension VarlinkServer {
 
 extension ServerLoop {
     func addSide(_ side: SideListener) {
+        // Its connections refuse descriptors from here on (they inherit it).
+        if intake == .kernelRefuses { Self.allowDescriptors(on: side.fd, false) }
         guard watch(side.fd, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD) else {
             logger.warning("cannot serve a side listener", metadata: ["error": "\(String(cString: strerror(errno)))"])
-            Glibc.close(side.fd)
+            closer.close(side.fd, for: side.person)
             return
         }
         sides[side.fd] = side
@@ -83,7 +85,8 @@ extension ServerLoop {
         guard sides[side.fd] === side else { return }
         sides[side.fd] = nil
         _ = watch(side.fd, events: 0, operation: EPOLL_CTL_DEL)
-        Glibc.close(side.fd)
+        // Connections not yet accepted may hold descriptors: its close drops them.
+        closer.close(side.fd, for: side.person)
         for connection in Array(connections.values) where connection.side === side { close(connection) }
     }
 

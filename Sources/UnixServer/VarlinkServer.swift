@@ -122,11 +122,40 @@ public struct VarlinkServer: Sendable {
     let metrics: ServerMetrics?
     /// A loopback TCP listener the loop also serves (metrics).
     let http: HTTPListener?
+    let descriptors: Descriptors
+
+    /// How descriptors peers pass (SCM_RIGHTS) are taken and let go.
+    public struct Descriptors: Sendable {
+        /// The method, answered by the loop, after which a connection's next
+        /// call may carry one descriptor; nil: no connection takes any.
+        public var method: String?
+        /// Take every descriptor sent and close those not asked for, as on a
+        /// kernel without SO_PASSRIGHTS, even where the kernel could refuse them.
+        public var drain = false
+        /// Where everything tokend does not keep of them is closed.
+        public var closer = DescriptorCloser()
+        /// The answer to `method` while the caller's person's closes are stuck.
+        public var pendingError: @Sendable (_ pending: Int, _ limit: Int) -> VarlinkError = { _, _ in
+            VarlinkError("org.varlink.service.InternalError")
+        }
+        public init(
+            method: String? = nil, drain: Bool = false, closer: DescriptorCloser = DescriptorCloser(),
+            pendingError: @escaping @Sendable (_ pending: Int, _ limit: Int) -> VarlinkError = { _, _ in
+                VarlinkError("org.varlink.service.InternalError")
+            }
+        ) {
+            self.method = method
+            self.drain = drain
+            self.closer = closer
+            self.pendingError = pendingError
+        }
+    }
 
     /// What the server itself answers, outside any method.
     struct Errors: Sendable {
         let oversized: VarlinkError
         let overloaded: VarlinkError
+        let descriptorsPending: @Sendable (_ pending: Int, _ limit: Int) -> VarlinkError
         let malformed = VarlinkError.invalidParameter("message")
         let upgrade = VarlinkError.invalidParameter("upgrade")
     }
@@ -136,8 +165,10 @@ public struct VarlinkServer: Sendable {
         oversizedFrameError: VarlinkError = .invalidParameter("message"),
         overloadedError: VarlinkError = VarlinkError("org.varlink.service.InternalError"),
         fastPath: FastPath? = nil, fastPathStamp: @escaping FastPathStamp = { 0 }, admission: Admission? = nil,
-        subordinateIDs: SubordinateIDs = .load(), metrics: ServerMetrics? = nil, http: HTTPListener? = nil
+        subordinateIDs: SubordinateIDs = .load(), metrics: ServerMetrics? = nil, http: HTTPListener? = nil,
+        descriptors: Descriptors = Descriptors()
     ) {
+        self.descriptors = descriptors
         self.metrics = metrics
         self.http = http
         self.subordinateIDs = SubordinateIDsBox(subordinateIDs)
@@ -148,7 +179,8 @@ public struct VarlinkServer: Sendable {
         self.source = source
         self.limits = limits
         self.logger = logger
-        self.errors = Errors(oversized: oversizedFrameError, overloaded: overloadedError)
+        self.errors = Errors(
+            oversized: oversizedFrameError, overloaded: overloadedError, descriptorsPending: descriptors.pendingError)
     }
 
     /// Binds (or adopts) the socket; `onListening` runs once it accepts
@@ -175,7 +207,7 @@ public struct VarlinkServer: Sendable {
             loop = try ServerLoop(
                 listener: listener, limits: limits, errors: errors, fastPath: fastPath, fastPathStamp: fastPathStamp,
                 admission: admission, subordinateIDs: subordinateIDs, service: service, logger: logger,
-                metrics: metrics, http: http, httpListener: httpListener,
+                metrics: metrics, http: http, httpListener: httpListener, descriptors: descriptors,
                 ended: { end.finish($0) })
         } catch {
             close(listener)

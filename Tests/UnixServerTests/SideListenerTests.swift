@@ -51,13 +51,15 @@ enum SideListenerFixtures {
         let server: VarlinkServer
         let task: Task<Void, Error>
 
-        init() async throws {
+        /// `drain`: take descriptors as on a kernel without SO_PASSRIGHTS.
+        init(drain: Bool = false) async throws {
             path = NSTemporaryDirectory() + "side-\(UUID().uuidString.prefix(8)).sock"
             var logger = Logger(label: "test")
             logger.logLevel = .critical
             let server = VarlinkServer(
                 service: SideListenerFixtures.service(side: false), source: .path(path, mode: 0o600),
-                limits: Harness.quickLimits(), logger: logger, subordinateIDs: SubordinateIDs())
+                limits: Harness.quickLimits(), logger: logger, subordinateIDs: SubordinateIDs(),
+                descriptors: .init(method: SideListenerFixtures.expect, drain: drain))
             self.server = server
             let (ready, readyContinuation) = AsyncStream<Void>.makeStream()
             task = Task { try await server.run { readyContinuation.finish() } }
@@ -71,8 +73,12 @@ enum SideListenerFixtures {
         }
     }
 
-    /// Sends `frame` with `descriptors` in one sendmsg.
-    static func send(_ frame: String, passing descriptors: [CInt], on fd: CInt) {
+    /// The method the loop answers itself: the connection's next call may carry a descriptor.
+    static let expect = "org.example.side.Expect"
+
+    /// Sends `frame` with `descriptors` in one sendmsg; false if the kernel refused it.
+    @discardableResult
+    static func send(_ frame: String, passing descriptors: [CInt], on fd: CInt) -> Bool {
         var bytes = Array(frame.utf8)
         let header = MemoryLayout<cmsghdr>.size
         let length = header + descriptors.count * MemoryLayout<CInt>.size
@@ -87,7 +93,7 @@ enum SideListenerFixtures {
                 raw.storeBytes(of: descriptor, toByteOffset: header + index * 4, as: CInt.self)
             }
         }
-        _ = bytes.withUnsafeMutableBytes { bytes in
+        let sent = bytes.withUnsafeMutableBytes { bytes in
             control.withUnsafeMutableBytes { control in
                 var vector = iovec(iov_base: bytes.baseAddress, iov_len: bytes.count)
                 return withUnsafeMutablePointer(to: &vector) { vector in
@@ -100,6 +106,7 @@ enum SideListenerFixtures {
                 }
             }
         }
+        return sent >= 0
     }
 
     static func openDescriptors() -> Int {
@@ -125,8 +132,10 @@ enum SideListenerFixtures {
 extension ServerLoopTests {
     typealias Side = SideListenerFixtures
 
-    @Test func aDescriptorPassedWithACallIsItsHandlersAndNoOtherIsKept() async throws {
-        let server = try await Side.Server()
+    /// Both ways a loop takes descriptors: refused in the kernel unless asked for, and drained.
+    @Test(arguments: [false, true])
+    func aDescriptorPassedWithACallIsItsHandlersAndNoOtherIsKept(drain: Bool) async throws {
+        let server = try await Side.Server(drain: drain)
         let client = try TestClient(path: server.path)
         let sidePath = server.path + ".l"
         let listening = Side.listener(at: sidePath)
@@ -134,17 +143,28 @@ extension ServerLoopTests {
             close(listening)
             unlink(sidePath)
         }
+        func expect() {
+            client.send(TestClient.frame(Side.expect))
+            #expect(client.reply()?.error == nil)
+        }
+        expect()
         Side.send(TestClient.frame("org.example.side.Take"), passing: [listening], on: client.fd)
         let taken = client.reply()
         #expect(taken?.parameters["passed"] == true && taken?.parameters["listening"] == true)
         Side.send(TestClient.frame("org.example.side.Take"), passing: [], on: client.fd)
+        #expect(client.reply()?.parameters["passed"] == false)
+        // Not asked for: refused by the kernel, or taken and closed, never the call's.
+        let unasked = Side.send(TestClient.frame("org.example.side.Leave"), passing: [listening], on: client.fd)
+        #expect(unasked == drain)
+        if !unasked { client.send(TestClient.frame("org.example.side.Leave")) }
         #expect(client.reply()?.parameters["passed"] == false)
         // Calls whose descriptors are not taken, or come two at a time: none stays open in the server.
         let before = Side.openDescriptors()
         for _ in 0..<50 {
             var pair: [CInt] = [0, 0]
             socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair)
-            Side.send(TestClient.frame("org.example.side.Leave"), passing: pair, on: client.fd)
+            expect()
+            #expect(Side.send(TestClient.frame("org.example.side.Leave"), passing: pair, on: client.fd))
             #expect(client.reply()?.parameters["passed"] == true)
             close(pair[0])
             close(pair[1])
@@ -154,6 +174,7 @@ extension ServerLoopTests {
         var pair: [CInt] = [0, 0]
         socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair)
         let frame = TestClient.frame("org.example.side.Leave")
+        expect()
         Side.send(String(frame.prefix(10)), passing: [pair[0]], on: client.fd)
         client.send(String(frame.dropFirst(10)))
         #expect(client.reply()?.parameters["passed"] == false)
@@ -180,10 +201,15 @@ extension ServerLoopTests {
         let third = try TestClient(path: sidePath)
         third.send(TestClient.frame("org.example.side.Where"))
         #expect(third.reply()?.error == "org.example.side.TooMany")
-        // A descriptor sent on a side connection is never a call's.
+        // A descriptor sent on a side connection is never a call's: refused by
+        // the kernel where it can (the side listener's connections inherit it), else closed.
         var pair: [CInt] = [0, 0]
         socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair)
-        Side.send(TestClient.frame("org.example.side.Leave"), passing: [pair[0]], on: first.fd)
+        first.send(TestClient.frame(Side.expect))
+        #expect(first.reply()?.error == "org.varlink.service.PermissionDenied")
+        if !Side.send(TestClient.frame("org.example.side.Leave"), passing: [pair[0]], on: first.fd) {
+            first.send(TestClient.frame("org.example.side.Leave"))
+        }
         #expect(first.reply()?.parameters["passed"] == false)
         close(pair[0])
         close(pair[1])
@@ -194,7 +220,8 @@ extension ServerLoopTests {
         server.server.stopServing(side)
         #expect(first.closedByServer() && second.closedByServer())
         try await eventually { side.connections == 0 }
-        #expect(throws: TestFailure.self) { _ = try TestClient(path: sidePath) }
+        // The listening socket is closed by the closer, off the loop: soon, not at once.
+        try await eventually { (try? TestClient(path: sidePath)) == nil }
         await server.stop()
     }
 }

@@ -239,9 +239,12 @@ def test_path_rules_each_with_a_clear_error_and_no_file_left(server, make_tokend
 
 
 def raw_create(path_asked, fds, socket_path):
-    """CreateShare sent with `fds` (SCM_RIGHTS) in one sendmsg; the reply."""
+    """CreateShare sent with `fds` (SCM_RIGHTS) in one sendmsg, after
+    ExpectDescriptor (tokend's connections take descriptors only then); the reply."""
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(socket_path)
+        s.sendall(json.dumps({"method": B + "ExpectDescriptor", "parameters": {}}).encode() + b"\0")
+        assert json.loads(read_frame(s)) == {"parameters": {}}
         message = json.dumps({"method": B + "CreateShare", "parameters": {"path": path_asked}}).encode() + b"\0"
         s.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else [])
         return json.loads(read_frame(s))
@@ -268,14 +271,19 @@ def test_a_descriptor_is_checked_and_extra_ones_are_never_kept(server, make_toke
     reply = raw_create(os.path.join(workdir, "quiet.sock"), [unlistened.fileno()], daemon.socket)
     assert reply["parameters"]["reason"] == "the socket passed is not listening", reply
     # Many calls, each with descriptors it does not take, or more than one: tokend keeps none.
+    # Not asked for (no ExpectDescriptor), the kernel refuses them (SO_PASSRIGHTS, Linux 6.16+).
     before = open_descriptors(daemon.process.pid)
     for _ in range(50):
         a, b = socket.socketpair()
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(daemon.socket)
+            s.sendall(json.dumps({"method": B + "ExpectDescriptor", "parameters": {}}).encode() + b"\0")
+            assert json.loads(read_frame(s)) == {"parameters": {}}
             frame = json.dumps({"method": B + "GetStatus", "parameters": {}}).encode() + b"\0"
             s.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [a.fileno(), b.fileno()]))])
             assert "error" not in json.loads(read_frame(s))
+            with pytest.raises(PermissionError):
+                s.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [a.fileno()]))])
         a.close()
         b.close()
     wait_for(lambda: open_descriptors(daemon.process.pid) <= before, 10, "no descriptor kept of 100 passed")

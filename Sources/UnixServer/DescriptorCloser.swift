@@ -1,0 +1,133 @@
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Closes the descriptors tokend does not keep, on threads of their own.
+///
+/// A descriptor a peer hands in can hold close(2) for as long as the peer
+/// likes: a socket with SO_LINGER and a send queue nobody drains, a FUSE
+/// file, a Unix socket with such descriptors queued on it (closing it drops
+/// them, and the last reference's close runs in the closing thread). So
+/// nothing that came from a peer is closed on the server loop or the
+/// cooperative pool: it is handed here, to its person's lane.
+///
+/// A lane is one thread while it has descriptors to close and none
+/// otherwise, so one person's stuck close holds up only that person's other
+/// closes. Sockets get SO_LINGER off before their close. A person is stuck
+/// while a close of theirs has not returned for `stuckAfter`, or while
+/// `limit` of their descriptors wait: the server takes no further
+/// descriptors from them (`isStuck`) until their lane moves again.
+public final class DescriptorCloser: Sendable {
+    public let limit: Int
+    let stuckAfter: Duration
+    private let lanes = Mutex<[UInt32: Lane]>([:])
+
+    private struct Lane {
+        var queue: [CInt] = []
+        /// Queued, and the one being closed.
+        var pending = 0
+        /// When the close in progress began (CLOCK_MONOTONIC, ns).
+        var closingSince: Int64?
+    }
+
+    public init(limit: Int = 256, stuckAfter: Duration = .seconds(1)) {
+        self.limit = limit
+        self.stuckAfter = stuckAfter
+    }
+
+    /// Takes `fd`, which counts for `person`, and closes it on their lane.
+    public func close(_ fd: CInt, for person: UInt32) {
+        let idle = lanes.withLock { lanes in
+            let idle = lanes[person] == nil
+            lanes[person, default: Lane()].queue.append(fd)
+            lanes[person]?.pending += 1
+            return idle
+        }
+        if idle { startLane(for: person) }
+    }
+
+    /// Descriptors of `person` not yet closed.
+    public func pending(for person: UInt32) -> Int {
+        lanes.withLock { $0[person]?.pending ?? 0 }
+    }
+
+    /// Whether a close of `person`'s has not returned for `stuckAfter`, or
+    /// as many of their descriptors wait as may.
+    public func isStuck(_ person: UInt32) -> Bool {
+        let now = Self.monotonic()
+        let after = stuckAfter.components.seconds * 1_000_000_000 + stuckAfter.components.attoseconds / 1_000_000_000
+        return lanes.withLock { lanes in
+            guard let lane = lanes[person] else { return false }
+            return lane.pending >= limit || lane.closingSince.map { now - $0 >= after } == true
+        }
+    }
+
+    /// Descriptors of everyone not yet closed.
+    public var pending: Int { lanes.withLock { $0.values.reduce(0) { $0 + $1.pending } } }
+
+    private func startLane(for person: UInt32) {
+        final class Start {
+            let closer: DescriptorCloser
+            let person: UInt32
+            init(_ closer: DescriptorCloser, _ person: UInt32) {
+                self.closer = closer
+                self.person = person
+            }
+        }
+        var thread = pthread_t()
+        let argument = Unmanaged.passRetained(Start(self, person)).toOpaque()
+        let started = pthread_create(
+            &thread, nil,
+            { argument in
+                let start = Unmanaged<Start>.fromOpaque(argument!).takeRetainedValue()
+                start.closer.drain(start.person)
+                return nil
+            }, argument)
+        guard started == 0 else {
+            // No thread to be had: closing here may wait, but losing the descriptor is worse.
+            Unmanaged<Start>.fromOpaque(argument).release()
+            drain(person)
+            return
+        }
+        pthread_detach(thread)
+    }
+
+    /// Closes the lane's descriptors in order; the lane ends once it is empty.
+    private func drain(_ person: UInt32) {
+        while let fd = next(for: person) {
+            Self.closeWithoutLinger(fd)
+            lanes.withLock {
+                $0[person]?.pending -= 1
+                $0[person]?.closingSince = nil
+            }
+        }
+    }
+
+    private func next(for person: UInt32) -> CInt? {
+        let now = Self.monotonic()
+        return lanes.withLock { lanes in
+            guard let lane = lanes[person], !lane.queue.isEmpty else {
+                lanes[person] = nil
+                return nil
+            }
+            lanes[person]!.closingSince = now
+            return lanes[person]!.queue.removeFirst()
+        }
+    }
+
+    static func monotonic() -> Int64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
+    }
+
+    /// SO_LINGER off first (for a socket; anything else refuses it and is
+    /// closed as it is): a socket's unsent data no longer holds the close.
+    static func closeWithoutLinger(_ fd: CInt) {
+        var off = linger(l_onoff: 0, l_linger: 0)
+        _ = setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, socklen_t(MemoryLayout<linger>.size))
+        Glibc.close(fd)
+    }
+}
