@@ -95,3 +95,25 @@ def test_doctor_names_a_secret_others_may_read(server, make_tokend):
     assert "may be read by every user of this host" in doctor.says("credentials (default)")
     assert f"fix: chmod 0600 {secret_of(daemon)}" in doctor.says("credentials (default)")
     assert doctor.outcome("configuration") == "FAIL", "tokend --check-config refuses it too"
+
+
+def test_a_private_secret_another_user_owns_stops_tokend(server, make_tokend):
+    """Mode 0600 is private to its owner, and here the owner is someone else,
+    who can read the secret and change it (issue 49, finding 5): refused by
+    owner, as the open file is (fstat), and named with the chown that fixes it.
+    A symbolic link to it is judged by the file it reaches."""
+    daemon = make_tokend(server)
+    secret = secret_of(daemon)
+    os.chown(secret, 4344, 4344)
+    assert oct(os.stat(secret).st_mode & 0o777) == "0o600"
+    started = run_tokend(daemon.config)
+    assert started.returncode == EX_CONFIG, started
+    assert f"client-secret-file {secret} belongs to uid 4344" in started.stderr, started.stderr
+    assert f"fix: chown root {secret}" in started.stderr
+    assert not os.path.exists(daemon.socket), "it never served"
+    real = secret + ".real"
+    os.rename(secret, real)
+    os.symlink(real, secret)
+    assert run_tokend(daemon.config, "--check-config").returncode == EX_CONFIG
+    os.chown(real, 0, 0)
+    assert run_tokend(daemon.config, "--check-config").returncode == 0
