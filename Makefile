@@ -8,6 +8,13 @@ DEPS_EXTRA :=
 TEST_EXTRA :=
 BENCH_EXTRA :=
 CLEAN_EXTRA :=
+# Builds `make test` makes before its tests, in order (a part's build of its own, e.g. webview-c).
+TEST_BUILD_EXTRA :=
+# `make test` runs its phases one after another through mk/phases, which prints
+# their times at the end; each phase's make gets PHASED=1, and a prerequisite
+# written $(call needs,...) is left to the phase before it (no second no-op
+# `swift build` inside the next phase's time).
+needs = $(if $(PHASED),,$(1))
 .DEFAULT_GOAL := all
 include $(sort $(wildcard mk/*.mk))
 PREFIX ?= /usr/local
@@ -21,7 +28,7 @@ UNITDIR ?= /etc/systemd/system
 USERUNITDIR ?= /etc/systemd/user
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 
-.PHONY: deb-webview webview webview-deps webview-unit-test webview-test bench bench-flood bench-profile bench-syscalls test-crash demo-login demo-fleet deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
+.PHONY: deb-webview webview webview-deps webview-build-tests webview-unit-test webview-test build-tests test-long bench bench-flood bench-profile bench-syscalls test-crash demo-login demo-fleet deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -49,6 +56,10 @@ venv: deps $(VENV)/.done
 build:
 	$(SWIFT) build
 
+# The package and its unit tests in one build: `make test`'s compile phase.
+build-tests:
+	$(SWIFT) build --build-tests
+
 release:
 	$(SWIFT) build -c release
 
@@ -57,7 +68,7 @@ release:
 # other test's tasks wait (seconds, or for good when the blocked ones wait on
 # those tasks). The whole suite takes about 25 s so.
 unit-test:
-	$(SWIFT) test --no-parallel
+	$(SWIFT) test --no-parallel $(if $(PHASED),--skip-build)
 
 # Side by side on TEST_WORKERS pytest-xdist workers: the tests mostly wait on
 # their servers (run one at a time they keep a fifth to two fifths of one core
@@ -65,13 +76,20 @@ unit-test:
 # must not overlap are grouped by their marks (docs/testing.md); the 30 slowest
 # are listed after every run. The web view suite runs here against
 # tokend-webview; `make webview-test` runs it against every app (the C and
-# PyGObject ones too), as CI does.
+# PyGObject ones too), as CI does. Long campaigns and soaks (@pytest.mark.long)
+# run in `make test-long` only: neither `make test` nor CI runs them.
 TEST_WORKERS ?= 4
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup --durations=30
-integration-test: venv build webview
-	TOKEND_WEBVIEW_APPS=swift $(PY) -m pytest -q $(PYTEST_PARALLEL) Tests/integration
+integration-test: $(call needs,venv build webview)
+	TOKEND_WEBVIEW_APPS=swift $(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not long" Tests/integration
 
-test: venv build webview unit-test webview-unit-test integration-test fuzz-smoke $(TEST_EXTRA)
+test-long: venv build webview
+	TOKEND_WEBVIEW_APPS=swift $(PY) -m pytest -q $(PYTEST_PARALLEL) -m long Tests/integration
+
+TEST_PHASES = venv build-tests webview-build-tests $(TEST_BUILD_EXTRA) fuzz-build \
+	unit-test webview-unit-test integration-test fuzz-smoke $(TEST_EXTRA)
+test:
+	@mk/phases --phased "make test" "$(MAKE)" $(TEST_PHASES)
 
 # Web views (webview/): tokend-webview and the TokendWebView library on
 # WebKitGTK 6.0. A package of its own, so nothing else needs WebKitGTK to build.
@@ -85,12 +103,15 @@ webview-deps:
 webview: webview-deps
 	cd webview && $(SWIFT) build
 
-webview-unit-test: webview
-	cd webview && $(SWIFT) test
+webview-build-tests: webview-deps
+	cd webview && $(SWIFT) build --build-tests
+
+webview-unit-test: $(call needs,webview)
+	cd webview && $(SWIFT) test $(if $(PHASED),--skip-build)
 
 # The web view's own checks: its unit tests, and the app under Xvfb against tokend and the authorization server.
 webview-test: venv build webview-unit-test
-	$(PY) -m pytest -q $(PYTEST_PARALLEL) Tests/integration/test_webview.py Tests/integration/test_webview_gi.py
+	$(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not long" Tests/integration/test_webview.py Tests/integration/test_webview_gi.py
 
 # kill -9 campaign against the real server: 200 kills with a 5 s grace period
 # (must lose nothing) and 200 with none (the loss rate is reported). Its
@@ -105,15 +126,20 @@ test-crash: venv
 # libFuzzer targets (Tests/Fuzz): Varlink framing/parsing/dispatch, token
 # responses, Set-Cookie, redaction of secrets in every encoding. `make fuzz` runs each FUZZ_SECONDS (default 300);
 # `make test` runs each for 10 s.
+# The targets are built again only when a file they compile changes.
 FUZZ_DIR := .build/fuzz
 FUZZ_SECONDS ?= 300
-fuzz-build:
+FUZZ_SOURCES := Tests/Fuzz/build.sh $(wildcard Tests/Fuzz/*.swift \
+	$(foreach m,Varlink Secrets Loopback CookieJar OAuth StateStore,Sources/$(m)/*.swift))
+fuzz-build: $(FUZZ_DIR)/.built
+$(FUZZ_DIR)/.built: $(FUZZ_SOURCES)
 	Tests/Fuzz/build.sh $(FUZZ_DIR)
+	touch $@
 
 fuzz: fuzz-build
 	Tests/Fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
-fuzz-smoke: fuzz-build
+fuzz-smoke: $(call needs,fuzz-build)
 	Tests/Fuzz/run.sh $(FUZZ_DIR) 10
 
 # The benchmark: tokend against a C epoll limit server and oidc-agent, one

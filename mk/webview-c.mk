@@ -13,7 +13,7 @@ WEBVIEW_C_PACKAGES := libwebkitgtk-6.0-dev libwebkit2gtk-4.1-dev libgtk-3-dev go
 	libgirepository1.0-dev python3-gi gir1.2-webkit-6.0 gir1.2-webkit2-4.1 gir1.2-gtk-3.0 gir1.2-gtk-4.0 \
 	gjs chrpath xvfb xauth imagemagick
 DEPS_EXTRA += $(WEBVIEW_C_PACKAGES)
-CLEAN_EXTRA += webview/.build-c webview/.build-6 webview/.build-4.1
+CLEAN_EXTRA += webview/.build-c webview/.build-4.1
 
 WEBVIEW_C := webview/.build-c
 WEBVIEW_C_LIB := $(WEBVIEW_C)/lib
@@ -28,13 +28,16 @@ webview-c-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-# One build of the core per WebKitGTK API, each in a scratch directory of its own.
+# One build of the core per WebKitGTK API. The 6.0 one shares webview/.build with
+# `make webview` (release beside debug: one resolution and checkout of the
+# dependencies, not two); the 4.1 one has a directory of its own, since the trait
+# recompiles TokendWebView, and sharing would rebuild both cores on every run.
 webview-c-backends: webview-c-deps
-	cd webview && $(SWIFT) build -c release --product tokend-webview-backend --scratch-path .build-6
+	cd webview && $(SWIFT) build -c release --product tokend-webview-backend
 	cd webview && $(SWIFT) build -c release --product tokend-webview-backend --scratch-path .build-4.1 \
 		--disable-default-traits --traits WebKitGTK4_1
 	install -d $(WEBVIEW_C_LIB)/tokend-webview-1
-	install -m 0644 webview/.build-6/release/libtokend-webview-backend.so $(WEBVIEW_C_LIB)/tokend-webview-1/libtokend-webview-6.so
+	install -m 0644 webview/.build/release/libtokend-webview-backend.so $(WEBVIEW_C_LIB)/tokend-webview-1/libtokend-webview-6.so
 	install -m 0644 webview/.build-4.1/release/libtokend-webview-backend.so $(WEBVIEW_C_LIB)/tokend-webview-1/libtokend-webview-4.1.so
 	chrpath -d $(WEBVIEW_C_LIB)/tokend-webview-1/*.so  # SwiftPM's $$ORIGIN: the Swift runtime is inside
 
@@ -77,8 +80,10 @@ webview-c: webview-c-deps webview-c-backends $(WEBVIEW_C_LIB)/libtokend-webview.
 webview-deps: webview-c-deps
 
 # The web view suite runs against the library's apps too (make integration-test runs
-# Tests/integration whole): they need it built.
-integration-test webview-test: webview-c
+# Tests/integration whole): they need it built. `make test` builds it as a phase of its own.
+TEST_BUILD_EXTRA += webview-c
+integration-test: $(call needs,webview-c)
+webview-test: webview-c
 
 webview-c-test: venv build webview webview-c
 	$(PY) -m pytest -q Tests/integration/test_webview.py Tests/integration/test_webview_gi.py -k "not swift"

@@ -280,6 +280,11 @@ def open_to_other_users(make_tokend, server, workdir, access, **daemon):
 #                                     another, on one worker (xdist_group NAME)
 #   @pytest.mark.alone("why")         nothing else runs while it does
 #
+# A long campaign or soak says so, and why; `make test` and CI leave it out
+# (-m "not long"), `make test-long` runs these and no others:
+#
+#   @pytest.mark.long("why")
+#
 # Most tests carry their marks themselves. FIXTURE_MARKS marks every test that
 # uses a fixture which takes something of the whole machine's; FILE_MARKS holds
 # the marks of tests in files others were editing when the harness landed
@@ -317,6 +322,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "uses(name, why): runs one after another with every other test "
                             "that uses `name` (a resource of the machine's), on one worker")
     config.addinivalue_line("markers", "alone(why): runs with no other test running beside it")
+    config.addinivalue_line("markers", "long(why): a long campaign or soak, run by `make test-long`, "
+                            "not by `make test` or CI")
     if WORKER is None and getattr(config.option, "numprocesses", None):
         # Made before the workers start: they inherit the variable.
         os.environ[RUN] = tempfile.mkdtemp(prefix="tkrun", dir="/tmp")
@@ -328,8 +335,8 @@ def pytest_unconfigure(config):
 
 
 def _marks(item):
-    """The item's `uses` and `alone` marks: its own, its fixtures', its file's entry in FILE_MARKS."""
-    marks = [m for m in item.iter_markers() if m.name in ("uses", "alone")]
+    """The item's `uses`, `alone` and `long` marks: its own, its fixtures', its file's entry in FILE_MARKS."""
+    marks = [m for m in item.iter_markers() if m.name in ("uses", "alone", "long")]
     for fixture in item.fixturenames:
         marks += [m.mark for m in FIXTURE_MARKS.get(fixture, [])]
     name = os.path.basename(item.nodeid.split("::", 1)[0]) + "::" + item.nodeid.split("::", 1)[-1]
@@ -339,10 +346,14 @@ def _marks(item):
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Each `uses` or `alone` mark becomes the test's xdist group; a test can be in one group only."""
+    """Each `uses` or `alone` mark becomes the test's xdist group; a test can be in one group only.
+    A `long` mark from the tables is put on the test itself, where `-m long` (run after this) sees it."""
     problems = []
     for item in items:
         marks = _marks(item)
+        if not item.get_closest_marker("long"):
+            for mark in (m for m in marks if m.name == "long"):
+                item.add_marker(mark)
         for mark in marks:
             arity = 2 if mark.name == "uses" else 1
             if len(mark.args) != arity or mark.kwargs or not all(isinstance(a, str) and a for a in mark.args):
