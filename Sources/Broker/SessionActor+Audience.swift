@@ -30,8 +30,11 @@ extension SessionActor {
     /// The resources the provider says `accessToken` covers; nil when it does
     /// not say, or says something tokend cannot map to the session's resources.
     /// Asked only of sessions with resources (an introspection costs a request).
+    /// Whether a new access token's audience is confirmed (the session has resources).
+    var asksAudience: Bool { !keyPolicy.resources.isEmpty || !record.grantResources.isEmpty }
+
     func confirmedAudience(of accessToken: Secret) async -> [String]? {
-        guard !keyPolicy.resources.isEmpty || !record.grantResources.isEmpty else { return nil }
+        guard asksAudience else { return nil }
         switch await endpoint.audience(of: accessToken) {
         case .unknown(let why):
             logger.info("token audience not confirmed: taken to cover every resource of the grant", metadata: ["why": "\(why)"])

@@ -331,6 +331,7 @@ extension SessionActor {
             resource: key.resource, scope: key.scope, accessToken: response.accessToken, tokenType: response.tokenType,
             grantedScope: response.scope, expiresAt: lifetime.expiresAt, generation: (previous?.generation ?? 0) + 1,
             lastRefreshAt: issuedAt, lastUsedAt: SessionRecord.clampedTime(lastUsed))
+        await keepRotated(response)
         held.audience = await confirmedAudience(of: response.accessToken)
         makeRoom(for: key)
         next.keyedTokens = record.keyedTokens.filter { $0.resource != key.resource || $0.scope != key.scope }

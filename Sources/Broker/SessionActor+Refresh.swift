@@ -174,6 +174,7 @@ extension SessionActor {
         cookieChanges: [CookieChange]
     ) async throws -> Token {
         var next = applying(response, to: record, issuedAt: Int(startedAt))
+        await keepRotated(response)
         next.audience = await confirmedAudience(of: response.accessToken)
         switch await persist(next, what: "refreshed state") {
         case .saved: break
@@ -378,6 +379,21 @@ extension SessionActor {
             noteStoreProblem("\(error)")
             return .fleetUnreachable("\(error)")
         }
+    }
+
+    /// A rotated refresh token is on disk before anything else is awaited
+    /// for its answer: confirming the new access token's audience may ask the
+    /// provider (introspection, up to upstream-timeout), and a crash or a
+    /// restart meanwhile would replay the spent token, which a provider with
+    /// reuse detection answers by revoking the grant. What is written keeps
+    /// the current access token and its audience; the full record follows.
+    func keepRotated(_ response: TokenResponse) async {
+        guard asksAudience, let rotated = response.refreshToken, rotated.reveal() != record.refreshToken?.reveal() else {
+            return
+        }
+        var kept = record
+        kept.refreshToken = rotated
+        await persist(kept, what: "rotated refresh token", toFleet: false)
     }
 
     /// A fleet write failed during a refresh: this host's refresh stops here
