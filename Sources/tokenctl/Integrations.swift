@@ -146,6 +146,13 @@ struct ExecCommand: AsyncParsableCommand {
     @Argument(parsing: .captureForPassthrough, help: "The command and its arguments (after --).")
     var command: [String]
 
+    /// -h and --help before the command (or before --) ask for this help, not for a run.
+    func validate() throws {
+        if command.prefix(while: { $0 != "--" }).contains(where: { $0 == "-h" || $0 == "--help" }) {
+            throw CleanExit.helpRequest(self)
+        }
+    }
+
     func run() async throws {
         let arguments = command.first == "--" ? Array(command.dropFirst()) : command
         guard let program = arguments.first else { throw ValidationError("name a command: tokenctl exec -- COMMAND") }

@@ -6,9 +6,10 @@ import Glibc
 struct MetricsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "metrics", abstract: "Print tokend's metrics (OpenMetrics text).")
-    @OptionGroup var common: Common
+    @OptionGroup var connection: Connection
 
     func run() async throws {
+        let common = connection.common
         let client = try await common.connect()
         print(try await common.run { try await client.metrics() }, terminator: "")
     }

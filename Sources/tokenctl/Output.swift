@@ -11,6 +11,24 @@ func formatTime(_ unix: Int) -> String {
 
 func jsonText(_ value: JSONValue) -> String { JSONWriter.string(value) }
 
+/// tokenctl's JSON conventions on top of tokend's: a file mode is octal text ("0600").
+func cliJSON(_ value: JSONValue) -> JSONValue {
+    switch value {
+    case .object(let object):
+        var converted: [String: JSONValue] = [:]
+        for (key, value) in object {
+            if key == "mode", case .int(let mode) = value {
+                converted[key] = .string("0" + String(mode, radix: 8))
+            } else {
+                converted[key] = cliJSON(value)
+            }
+        }
+        return .object(converted)
+    case .array(let items): return .array(items.map(cliJSON))
+    default: return value
+    }
+}
+
 func printStatus(_ status: SessionStatus) {
     print("session:      \(status.session)")
     print("state:        \(status.state)")

@@ -81,16 +81,17 @@ struct ShareCreateCommand: AsyncParsableCommand {
 
 struct ShareListCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "list", abstract: "List your shares (root: everyone's).")
-    @OptionGroup var common: Common
-    @Flag(help: "Print one JSON object per line.")
+    @OptionGroup var connection: Connection
+    @Flag(help: "Print one JSON object per line (mode as octal text, \"0600\").")
     var json = false
 
     func run() async throws {
+        let common = connection.common
         let client = try await common.connect()
         let shares = try await shareRun(common) { try await client.shares() }
         for share in shares {
             if json {
-                print(jsonText(share.json))
+                print(jsonText(cliJSON(share.json)))
             } else {
                 print(
                     "\(share.path)\t\(share.session)\t\(share.resources.isEmpty ? "-" : share.resources.joined(separator: ","))"
@@ -103,11 +104,12 @@ struct ShareListCommand: AsyncParsableCommand {
 struct ShareRevokeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "revoke", abstract: "End a share: tokend closes it and its connections; its socket file is removed.")
-    @OptionGroup var common: Common
+    @OptionGroup var connection: Connection
     @Argument(help: "The share's path.")
     var path: String
 
     func run() async throws {
+        let common = connection.common
         let path = ShareFile.absolute(path)
         let client = try await common.connect()
         try await shareRun(common) { try await client.revokeShare(path: path) }

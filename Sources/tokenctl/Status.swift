@@ -6,11 +6,11 @@ struct StatusCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status", abstract: "Say what each session is doing and what to do about it.",
         discussion: """
-            Without --session: every session this user may read. --json prints one session's status \
-            (the default session unless --session names one) as tokend gives it.
+            Without --session: every session this user may read; with it, that session. --json prints \
+            each one's status as tokend gives it, one JSON object per line.
             """)
     @OptionGroup var common: Common
-    @Flag(help: "Print the session's status as JSON.")
+    @Flag(help: "Print each session's status as JSON, one object per line.")
     var json = false
 
     func run() async throws {
@@ -23,16 +23,13 @@ struct StatusCommand: AsyncParsableCommand {
 
     static func text(common: Common, json: Bool) async throws -> String {
         let client = try await common.connect()
-        if json {
-            let status = try await common.run { try await client.status(session: common.session) }
-            return jsonText(status.json)
-        }
         let statuses: [SessionStatus]
         if let session = common.session {
             statuses = [try await common.run { try await client.status(session: session) }]
         } else {
             statuses = try await common.run { try await client.sessions() }
         }
+        if json { return statuses.map { jsonText($0.json) }.joined(separator: "\n") }
         if statuses.isEmpty {
             return "No session this user may read: `tokenctl doctor` checks this user's access."
         }

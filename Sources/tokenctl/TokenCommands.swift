@@ -20,12 +20,18 @@ struct TokenCommand: AsyncParsableCommand {
     @Option(help: "Seconds of validity the token must have left.")
     var minValid: Int?
     @OptionGroup var key: KeyOptions
+    @Flag(help: "Print the token with its type, generation (name it after a 401: tokenctl refresh --stale-generation N) and expiresAt, as JSON.")
+    var json = false
 
     func run() async throws {
         let client = try await common.connect()
         let token = try await common.run {
             try await client.token(
                 session: common.session, minValidSeconds: minValid, resource: key.resource, scope: key.scope)
+        }
+        if json {
+            print(jsonText(token.json))
+            return
         }
         if header { try refuseDPoPBound(token, by: "token --header") }
         print(header ? "Authorization: \(token.authorizationHeaderValue)" : token.accessToken)

@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import Synchronization
 import TokendClient
+import TokendInterface
+import Varlink
 
 #if canImport(Glibc)
 import Glibc
@@ -43,11 +45,24 @@ enum Exit {
     }
 }
 
+/// The socket alone, for commands that act on no one session (sessions,
+/// metrics, shares, version): they take no --session rather than ignore one.
+struct Connection: ParsableArguments {
+    @Option(help: "tokend's socket (default: $TOKEND_SOCKET, else \(TokendClient.defaultSocket)).")
+    var socket: String?
+
+    var common: Common {
+        var common = Common()
+        common.socket = socket
+        return common
+    }
+}
+
 struct Common: ParsableArguments {
     @Option(help: "tokend's socket (default: $TOKEND_SOCKET, else \(TokendClient.defaultSocket)).")
     var socket: String?
 
-    @Option(help: "Session name (default: \"default\").")
+    @Option(help: "The session to act on (default: \"default\"; tokend refuses a name it does not know).")
     var session: String?
 
     func connect() async throws -> TokendClient {
@@ -118,16 +133,21 @@ struct Common: ParsableArguments {
 
 struct SessionsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "sessions", abstract: "List the configured sessions.")
-    @OptionGroup var common: Common
-    @Flag(help: "Print one JSON object per line.")
+    @OptionGroup var connection: Connection
+    @Flag(help: "Print one JSON object per line: session, state, generation, expiresAt.")
     var json = false
 
     func run() async throws {
+        let common = connection.common
         let client = try await common.connect()
         let sessions = try await common.run { try await client.sessions() }
         for status in sessions {
             if json {
-                print(jsonText(status.json))
+                var line: [String: JSONValue] = [
+                    "session": .string(status.session), "state": .string(status.state), "generation": .int(status.generation),
+                ]
+                if let expiresAt = status.expiresAt { line["expiresAt"] = .int(expiresAt) }
+                print(jsonText(.object(line)))
             } else {
                 let expiry = status.expiresAt.map { "expires \(formatTime($0))" } ?? ""
                 print("\(status.session)\t\(status.state)\tgeneration \(status.generation)\t\(expiry)")
@@ -263,10 +283,11 @@ struct Tokenctl: AsyncParsableCommand {
         commandName: "tokenctl",
         abstract: "Ask tokend for tokens and manage its sessions.",
         discussion: Exit.helpText,
+        version: Release.version,
         subcommands: [
             TokenCommand.self, RefreshCommand.self, StatusCommand.self, SessionsCommand.self, LoginCommand.self,
             LogoutCommand.self, WatchCommand.self, CookiesCommand.self, BrowserBridgeCommand.self,
             GitCredentialCommand.self, KubeCredentialCommand.self, ExecCommand.self, ProofCommand.self, MetricsCommand.self,
-            DoctorCommand.self, ResetStrategyCommand.self, AgentCommand.self, ShareCommand.self,
+            DoctorCommand.self, ResetStrategyCommand.self, AgentCommand.self, ShareCommand.self, VersionCommand.self,
         ])
 }

@@ -16,6 +16,10 @@ import Glibc
 let allowedCallers: Set<String> = ["chrome-extension://eidjeejmieedlnhkabcigeekkgfpheoa/", "bridge@tokend.io"]
 
 let arguments = CommandLine.arguments.dropFirst()
+if let first = arguments.first, ["-h", "--help", "--version"].contains(first) {
+    print(first == "--version" ? Release.version : NativeHostUsage.text)
+    exit(0)
+}
 guard arguments.contains(where: allowedCallers.contains) else {
     let caller = arguments.first ?? "(none)"
     FileHandle.standardError.write(Data("tokend-native-host: refusing caller \(caller): not the tokend extension\n".utf8))

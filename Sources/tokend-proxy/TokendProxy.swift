@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import TokendInterface
 
 /// `tokend-proxy`: a local HTTP/1.1 proxy to one upstream that puts the
 /// session's access token and cookies on every request, so that programs
@@ -19,7 +20,8 @@ struct TokendProxy: AsyncParsableCommand {
             No web page may use the proxy: a request whose Host is not the address it listens on gets \
             421, one with another origin's Origin or a Sec-Fetch-Site other than same-origin or none \
             gets 403.
-            """)
+            """,
+        version: Release.version)
 
     @Option(help: "The tokend session (default: default).")
     var session: String?
