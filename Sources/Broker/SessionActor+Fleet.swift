@@ -124,6 +124,7 @@ extension SessionActor {
             if next.phase == .active, next.refreshStartedAt != nil, !stopping {
                 let generation = next.generation
                 inFlight = Task { try await self.performFleetRefresh(from: generation, onlyIfMarked: true) }
+                inFlightRenews = nil
             }
         }
     }

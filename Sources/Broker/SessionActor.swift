@@ -47,6 +47,11 @@ public actor SessionActor {
     /// `tokenChanged` (an init parameter) is called whenever it is set.
     public nonisolated let snapshot: TokenSnapshot
     var inFlight: Task<Token, Error>?
+    /// The generation the refresh in flight renews; nil when it only follows
+    /// another host's refresh (see adoptShared), which may end on any generation.
+    var inFlightRenews: Int?
+    /// Callers awaiting a refresh someone else started (tests wait for them).
+    var refreshWaiters = 0
     /// The refresh in flight for each other key (see SessionActor+Keys).
     var keyedInFlight: [TokenKey: Task<Token, Error>] = [:]
     /// Every upstream refresh, for any key, takes its turn: each uses the
@@ -198,6 +203,7 @@ public actor SessionActor {
         } else if record.phase == .active, record.refreshStartedAt != nil {
             logger.warning("previous process stopped during a refresh; retrying once with the stored refresh token")
             inFlight = Task { try await self.performRefresh(afterCrash: true) }
+            inFlightRenews = record.generation
         }
         if phaseSince == nil { phaseSince = clock.now() }
         dropKeysNoLongerAllowed()
@@ -259,9 +265,25 @@ public actor SessionActor {
     /// does. `mayStart` returns nil to allow it, or the seconds to wait.
     public func refresh(staleGeneration: Int?, mayStart: @Sendable () -> Int? = { nil }) async throws -> Token {
         let refused = staleGeneration.map { min($0, record.generation) }
+        if let refused { await awaitRefreshesThatMayEnd(on: refused) }
         let token = try await refreshOrCurrent(staleGeneration: staleGeneration, mayStart: mayStart)
         guard let refused, token.generation <= refused else { return token }
         throw noNewerToken()
+    }
+
+    /// Waits out a refresh in flight that may end on the refused generation
+    /// itself: one that renews an older generation (a fleet host that started
+    /// it before the refused token arrived from another host), or one that only
+    /// follows another host's refresh. Joining it would leave the caller with
+    /// no newer token and no refresh of its own; once it ends, the caller's
+    /// refresh starts as usual. A refresh of the refused generation is joined.
+    func awaitRefreshesThatMayEnd(on refused: Int) async {
+        while let task = inFlight, (inFlightRenews ?? Int.min) < refused {
+            refreshWaiters += 1
+            _ = try? await task.value
+            refreshWaiters -= 1
+            if inFlight == task { return }
+        }
     }
 
     /// Why a refresh that was asked for brought no newer token.
@@ -298,6 +320,8 @@ public actor SessionActor {
     func joinOrStartRefresh(countAsCoalesced: Bool) async throws -> Token {
         if let inFlight {
             if countAsCoalesced { coalesced += 1 }
+            refreshWaiters += 1
+            defer { refreshWaiters -= 1 }
             return try await inFlight.value
         }
         if stopping {
@@ -309,6 +333,7 @@ public actor SessionActor {
                 ? self.performRefresh(afterCrash: false) : self.performFleetRefresh(from: generation, onlyIfMarked: false)
         }
         inFlight = task
+        inFlightRenews = generation
         return try await task.value
     }
 
