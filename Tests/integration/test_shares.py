@@ -152,7 +152,7 @@ def test_through_a_share_a_user_with_no_rights_gets_a_token_and_nothing_else(ser
         assert reply.get("error") == "org.varlink.service.PermissionDenied", (method, parameters, reply)
     assert "share call refused" in daemon.logs()
     shares = listed(daemon, CREATOR)
-    assert [(s["path"], s["session"], s["mode"]) for s in shares] == [(path, "default", 0o666)], shares
+    assert [(s["path"], s["session"], s["mode"]) for s in shares] == [(path, "default", "0666")], shares
     assert listed(daemon, OTHER) == [], "another reader does not see it"
     assert ctl_as(OTHER, daemon, "share", "revoke", path).returncode == 1, "nor end it"
 

@@ -1,0 +1,126 @@
+"""One set of conventions across tokenctl's commands (issue 54; written down in
+tokenctl(1), CONVENTIONS), held by walking every subcommand tokenctl's help
+lists: -h and --help answer offline; every command that reads has --json;
+--session only where it acts, and a name tokend does not know is refused
+(exit 5); --version on every binary, and `tokenctl version` shows tokend's."""
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import BIN, login
+
+TOKENCTL = os.path.join(BIN, "tokenctl")
+
+
+def run(*args, env=None, input=None, timeout=30):
+    return subprocess.run([TOKENCTL, *args], capture_output=True, text=True, env=env, input=input,
+                          timeout=timeout, stdin=None if input is not None else subprocess.DEVNULL)
+
+
+def subcommands(path=()):
+    """Every command path tokenctl's help lists, nested ones (share create) included."""
+    text = run(*path, "--help").stdout
+    if "SUBCOMMANDS:" not in text:
+        return [path]
+    names = re.findall(r"^  ([a-z][a-z-]+)\s", text.split("SUBCOMMANDS:")[1], re.M)
+    found = []
+    for name in names:
+        if name != "help":
+            found += subcommands(path + (name,))
+    return found
+
+
+COMMANDS = subcommands()
+# The commands that read (print what tokend or this machine holds).
+READERS = [("token",), ("status",), ("sessions",), ("cookies",), ("share", "list"), ("version",)]  # watch prints JSON only
+# The commands that act on no one session: no --session to ignore.
+SESSIONLESS = [("sessions",), ("metrics",), ("share", "list"), ("share", "revoke"), ("version",),
+               ("browser-bridge",)]
+# What each command that takes --session needs besides it to get as far as asking tokend.
+ARGUMENTS = {
+    ("cookies",): ["https://app.example.com/"], ("exec",): ["--", "true"], ("git-credential",): ["get"],
+    ("proof",): ["--method", "GET", "--url", "https://api.example.com/"], ("share", "create"): ["SHARE"],
+}
+# Commands whose --session is not a call to tokend naming it (they start and wait, or read files).
+NOT_CALLED = {("agent",): "a desktop agent that waits on the session bus", ("login",): "checked below with input",
+              ("doctor",): "checks this machine; an unknown session is one of its findings"}
+
+
+def test_the_walk_finds_every_command():
+    assert len(COMMANDS) >= 20 and ("share", "create") in COMMANDS and ("exec",) in COMMANDS, COMMANDS
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) for p in COMMANDS])
+def test_help_answers_offline(path, workdir):
+    env = {"PATH": os.environ["PATH"], "HOME": workdir, "TOKEND_SOCKET": os.path.join(workdir, "none")}
+    for flag in ("-h", "--help"):
+        result = run(*path, flag, env=env)
+        assert result.returncode == 0 and "USAGE:" in result.stdout, (path, flag, result.stderr)
+
+
+@pytest.mark.parametrize("path", READERS, ids=[" ".join(p) for p in READERS])
+def test_every_reading_command_has_json(path):
+    assert path in COMMANDS
+    assert "--json" in run(*path, "--help").stdout, path
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) for p in COMMANDS])
+def test_session_only_where_it_acts_and_an_unknown_one_is_refused(path, server, make_tokend, workdir):
+    offered = "--session" in run(*path, "--help").stdout
+    if path in SESSIONLESS:
+        assert not offered, f"{' '.join(path)} acts on no one session, yet offers --session"
+        return
+    if not offered or path in NOT_CALLED:
+        return
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    extra = [os.path.join(workdir, a) if a == "SHARE" else a for a in ARGUMENTS.get(path, [])]
+    result = run(*path, "--socket", daemon.socket, "--session", "nope", *extra, input="")
+    assert result.returncode == 5, (path, result.returncode, result.stdout, result.stderr)
+
+
+def test_login_refuses_an_unknown_session(server, make_tokend):
+    daemon = make_tokend(server).start()
+    status, grant = server.password_grant()
+    result = daemon.ctl("login", "--session", "nope", input=grant["refresh_token"] + "\n")
+    assert result.returncode == 5, result.stderr
+
+
+@pytest.mark.parametrize("binary", ["tokend", "tokenctl", "tokend-proxy", "tokend-native-host"])
+def test_every_binary_has_version(binary):
+    result = subprocess.run([os.path.join(BIN, binary), "--version"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0 and re.fullmatch(r"\d+\.\d+\.\d+\n", result.stdout), (binary, result)
+
+
+def test_version_shows_tokends_too(server, make_tokend):
+    daemon = make_tokend(server).start()
+    mine = run("--version").stdout.strip()
+    theirs = subprocess.run([os.path.join(BIN, "tokend"), "--version"], capture_output=True, text=True).stdout.strip()
+    result = daemon.ctl("version", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"tokenctl": mine, "tokend": theirs}
+    assert f"tokend {theirs}" in daemon.ctl("version").stdout
+
+
+def test_json_covers_every_session_unless_one_is_named(server, make_tokend):
+    """status --json and sessions --json: one object per session, the same sessions."""
+    daemon = make_tokend(server, sessions={"other": {"token-endpoint": server.token_url, "client-id": "x",
+                                                     "client-auth": "none"}}).start()
+    login(daemon, server)
+    lines = [json.loads(l) for l in daemon.ctl("status", "--json").stdout.splitlines()]
+    assert sorted(s["session"] for s in lines) == ["default", "other"], lines
+    listed = [json.loads(l) for l in daemon.ctl("sessions", "--json").stdout.splitlines()]
+    assert sorted(s["session"] for s in listed) == ["default", "other"]
+    assert set(listed[0]) <= {"session", "state", "generation", "expiresAt"}, "a summary, not the whole status"
+    one = [json.loads(l) for l in daemon.ctl("status", "--session", "other", "--json").stdout.splitlines()]
+    assert [s["session"] for s in one] == ["other"]
+
+
+def test_token_json_names_the_generation(server, make_tokend):
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    token = json.loads(daemon.ctl("token", "--json").stdout)
+    assert token["generation"] == 1 and token["accessToken"] and token["tokenType"] == "Bearer"
