@@ -199,7 +199,7 @@ public final class TokendClient: Sendable {
         } catch let error as VarlinkError {
             throw TokendClientError(error)
         } catch {
-            throw .unreachable(socket: socket, reason: "the connection failed (\(error))")
+            throw .unreachable(socket: socket, reason: "the connection failed (\(describeConnectError(error)))")
         }
         do {
             return try JSONValue.object(answer).decode(Reply.self)
@@ -216,5 +216,7 @@ func describeConnectError(_ error: Error) -> String {
     if text.contains("Permission denied") || text.contains("EACCES") {
         return "permission denied (is this user in the socket's group?)"
     }
-    return text
+    // A library's own wording (NIO's "connection reset (error set): ...") means nothing to a user.
+    if text.contains("reset") || text.contains("EPIPE") || text.contains("Broken pipe") { return "tokend closed the connection" }
+    return "the connection failed"
 }

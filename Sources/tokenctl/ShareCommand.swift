@@ -150,8 +150,10 @@ func shareRun<T>(_ common: Common, _ body: () async throws -> T) async throws ->
 /// What `tokenctl` says to a caller tokend refuses: from inside a user
 /// namespace (a rootless container), tokend sees a subordinate uid, which it
 /// refuses; a share is the way in.
-func permissionDeniedAdvice() -> String {
-    let admin = "Ask the administrator to add this user to tokend's group or policy."
+func permissionDeniedAdvice(session: String? = nil) -> String {
+    let table = session.map { "[sessions.\($0).access] (else [access])" } ?? "[access]"
+    let admin = "To read, the administrator adds this user to read-users "
+        + "or a group of read-groups in \(table) of tokend.toml (to log in: admin-users or admin-groups), then reloads tokend."
     guard let map = try? String(contentsOfFile: "/proc/self/uid_map", encoding: .utf8),
         map.split(whereSeparator: \.isWhitespace) != ["0", "0", "4294967295"]
     else { return admin }

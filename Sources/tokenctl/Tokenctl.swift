@@ -94,6 +94,17 @@ struct Common: ParsableArguments {
     static func advice(for error: TokendClientError, session: String?) -> (Int32, String) {
         let sessionFlag = session.map { " --session \($0)" } ?? ""
         switch error {
+        case .unreachable(let socket, let reason) where reason.hasPrefix("permission denied"):
+            return (Exit.unreachable,
+                "tokend is there, but this user may not open its socket: `ls -l \(socket)` names the group that may; "
+                    + "ask the administrator to add this user to it (then log in again), or point --socket at a share of yours.")
+        case .upstreamUnavailable(_, let reason, _)
+            where reason.contains("endpoint is configured") || reason.contains("is not known yet"):
+            // A missing endpoint is the configuration's, not an outage: nothing retries it.
+            return (Exit.failure,
+                "This is tokend's configuration, not an outage: set the endpoint in [sessions.\(session ?? "default")] of "
+                    + "tokend.toml (or an issuer whose discovery document names it), `tokend --check-config`, reload tokend; "
+                    + "or log in another way (--browser, or a refresh token on standard input).")
         case .unreachable:
             return (Exit.unreachable,
                 "Start it with `systemctl start tokend.socket` (or `systemctl --user start tokend.socket`), or point --socket / TOKEND_SOCKET at the running tokend.")
@@ -107,7 +118,7 @@ struct Common: ParsableArguments {
         case .noSuchSession:
             return (Exit.noSuchSession, "`tokenctl sessions` lists the configured sessions.")
         case .permissionDenied:
-            return (Exit.permissionDenied, permissionDeniedAdvice())
+            return (Exit.permissionDenied, permissionDeniedAdvice(session: session))
         case .rateLimited:
             return (Exit.rateLimited,
                 "Pass --stale-generation N (the generation of the token you hold): compare-and-refresh is not limited.")

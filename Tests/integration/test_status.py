@@ -53,7 +53,7 @@ def test_a_refused_refresh_token_says_login_required_and_the_command(server, mak
     assert server.post("/o/token/", grant_type="refresh_token", refresh_token=stolen)[0] == 200
     refused_at = int(time.time())
     assert daemon.ctl("refresh").returncode == 2
-    machine = json.loads(daemon.ctl("status", "--json").stdout)
+    machine = json.loads(daemon.ctl("status", "--session", "default", "--json").stdout)
     assert machine["state"] == "loginRequired" and "invalid_grant" in machine["lastError"]
     assert refused_at - 1 <= machine["stateSince"] <= time.time() + 1, machine
     text = status_text(daemon)
