@@ -1,10 +1,10 @@
 """Errors say what is wrong and what to do (issue 54, item 3): a missing
-endpoint is the configuration's, not an outage; a refused caller is told the
-[access] keys of the session it named"""
+endpoint is the configuration's, not an outage; EACCES on the socket is not
+a stopped tokend."""
 import os
 import subprocess
 
-from conftest import BIN, 
+from conftest import BIN
 
 
 def test_a_device_login_without_a_device_endpoint_is_a_configuration_problem(server, make_tokend):
