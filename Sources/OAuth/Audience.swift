@@ -25,12 +25,13 @@ public enum AudienceReading: Sendable, Equatable {
     /// `aud` from an introspection answer (RFC 7662 §2.2): a string or an array of strings; nil when
     /// absent, empty, or not all strings (an audience that restricts nothing says nothing).
     static func introspected(_ body: [UInt8]) -> (active: Bool, audience: [String]?)? {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else { return nil }
-        let active = object["active"] as? Bool ?? false
+        guard let object = providerObject(body) else { return nil }
+        // `true`, or the number 1 some servers write for it.
+        let active = object["active"]?.boolValue ?? (object["active"]?.intValue == 1)
         switch object["aud"] {
-        case let one as String where !one.isEmpty: return (active, [one])
-        case let many as [Any]:
-            let strings = many.compactMap { $0 as? String }.filter { !$0.isEmpty }
+        case .string(let one) where !one.isEmpty: return (active, [one])
+        case .array(let many):
+            let strings = many.compactMap(\.stringValue).filter { !$0.isEmpty }
             return (active, strings.isEmpty || strings.count != many.count ? nil : strings)
         default: return (active, nil)
         }
