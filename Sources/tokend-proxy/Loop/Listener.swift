@@ -1,4 +1,5 @@
 import NIOCore  // SocketAddress, for what the listener is bound to
+import Persons
 
 #if canImport(Glibc)
 import Glibc
@@ -113,9 +114,6 @@ struct Listener: Sendable {
 
     /// The connecting process's uid (SO_PEERCRED) on a Unix socket; nil when the kernel does not say.
     static func peerUID(_ fd: CInt) -> UInt32? {
-        var credentials = (pid: Int32(0), uid: UInt32(0), gid: UInt32(0))  // struct ucred, which glibc declares only for _GNU_SOURCE
-        var size = socklen_t(MemoryLayout.size(ofValue: credentials))
-        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0 else { return nil }
-        return credentials.uid
+        SocketPeer.of(unixSocket: fd, groups: false)?.uid
     }
 }

@@ -6,7 +6,8 @@ import Glibc
 /// socket diagnostics (NETLINK_SOCK_DIAG, what `ss` asks), one exact look-up
 /// of the peer's socket by its four addresses, not a scan of /proc/net/tcp.
 /// One netlink socket per loop, used from that loop's thread only.
-final class PeerOwner {
+/// The peer of a Unix socket is read with `SocketPeer.of(unixSocket:)`.
+public final class PeerOwner {
     private let netlink: CInt
     private var sequence: UInt32 = 0
 
@@ -21,7 +22,7 @@ final class PeerOwner {
     /// inet_diag_sockid (48) + expires, rqueue, wqueue (12).
     private static let uidOffset = 80
 
-    init?() {
+    public init?() {
         netlink = socket(AF_NETLINK, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), Self.netlinkSockDiag)
         guard netlink >= 0 else { return nil }
         // A reply that does not come within a second is no reply: the connection counts as no one's.
@@ -33,7 +34,7 @@ final class PeerOwner {
 
     /// The uid owning the socket at the other end of `fd`, an accepted loopback TCP connection; nil when
     /// the kernel does not say (the peer is gone already, or is not on this host).
-    func uid(ofPeerOf fd: CInt) -> UInt32? {
+    public func uid(ofPeerOf fd: CInt) -> UInt32? {
         guard let local = Self.address(fd, getsockname), let peer = Self.address(fd, getpeername), local.family == peer.family else {
             return nil
         }
