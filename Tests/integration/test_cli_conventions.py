@@ -124,3 +124,20 @@ def test_token_json_names_the_generation(server, make_tokend):
     login(daemon, server)
     token = json.loads(daemon.ctl("token", "--json").stdout)
     assert token["generation"] == 1 and token["accessToken"] and token["tokenType"] == "Bearer"
+
+
+def test_the_conventions_and_troubleshooting_are_written_down():
+    """tokenctl(1) names each convention this file holds; tokenctl(1), tokend(8) and tokend-proxy(1)
+    have a TROUBLESHOOTING section, and tokenctl's names every exit code but 0, 64, 127 and 130."""
+    from test_manuals import page_text
+    text = page_text("tokenctl.1")
+    conventions = text.split("CONVENTIONS")[1].split("COMMANDS")[0]
+    for named in ["-h and --help", "offline", "--json", "every session", "--session names one", '"0600"',
+                  "refused (exit 5)", "--version on every binary", "tokenctl version"]:
+        assert named in conventions, named
+    for path in READERS:
+        assert " ".join(path) in conventions, path
+    for page in ("tokenctl.1", "tokend.8", "tokend-proxy.1"):
+        assert "TROUBLESHOOTING" in page_text(page), page
+    trouble = text.split("TROUBLESHOOTING")[1].split("SEE ALSO")[0]
+    assert [c for c in range(1, 10) if f"[{c}]" not in trouble] == []
