@@ -309,6 +309,8 @@ FILE_MARKS = [
     ("test_dpop_proxy.py::test_a_refused_proof_is_a_clear_status_logged_once",
      pytest.mark.alone("120 requests at once must outrun the refill of tokend's bound on proofs (some 503s "
                        "asserted): whether they do depends on how fast they arrive, which other tests slow")),
+    ("test_fleet.py::test_proactive_refresh_over_ten_lifetimes_happens_once_per_lifetime",
+     pytest.mark.long("a soak: ten token lifetimes of 4 s each, watched on three hosts (45 s or more)")),
     ("test_hostile_peers.py::test_accepting_resumes_as_soon_as_a_descriptor_frees",
      pytest.mark.alone("asserts tokend accepts within 0.25 s of a descriptor freeing: on 2 cores shared "
                        "with other tests that is their scheduling, not tokend's")),
@@ -353,7 +355,7 @@ def pytest_collection_modifyitems(config, items):
         marks = _marks(item)
         if not item.get_closest_marker("long"):
             for mark in (m for m in marks if m.name == "long"):
-                item.add_marker(mark)
+                item.add_marker(pytest.mark.long(*mark.args, **mark.kwargs))
         for mark in marks:
             arity = 2 if mark.name == "uses" else 1
             if len(mark.args) != arity or mark.kwargs or not all(isinstance(a, str) and a for a in mark.args):
@@ -380,6 +382,28 @@ def pytest_collection_finish(session):
 
 
 _ALONE = pytest.StashKey[bool]()
+
+# The time each file adds to a run: its tests' set-ups, calls and tear-downs,
+# summed (on one worker they would follow each other). A file over the budget
+# says why in its header (docs/testing.md).
+FILE_BUDGET = 90.0
+_file_seconds = {}
+
+
+def pytest_runtest_logreport(report):
+    if WORKER is None:  # the controller (or a run without workers) hears every worker's reports
+        name = report.nodeid.split("::", 1)[0]
+        _file_seconds[name] = _file_seconds.get(name, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if WORKER is not None or not _file_seconds:
+        return
+    slowest = sorted(_file_seconds.items(), key=lambda item: -item[1])[:15]
+    terminalreporter.section("the 15 files that add the most time (set-ups, calls, tear-downs summed)")
+    for name, seconds in slowest:
+        over = f"  (over {FILE_BUDGET:.0f} s: its header says why)" if seconds > FILE_BUDGET else ""
+        terminalreporter.write_line(f"{seconds:8.1f}s  {name}{over}")
 
 
 class _Turnstile:

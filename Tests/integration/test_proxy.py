@@ -477,6 +477,7 @@ def test_an_https_upstream_is_spoken_to_over_tls_and_one_it_cannot_trust_gets_50
         api.stop()
 
 
+@pytest.mark.long("a soak: 4,000 TLS connections one after another, a minute or more on 2 cores")
 def test_tls_connections_the_upstream_closes_leave_no_memory_behind(server, make_tokend, workdir):
     """4,000 TLS connections, each closed by the upstream after one answer: the proxy's memory stays flat
     (each one's TLS state is let go of when its socket closes)."""
