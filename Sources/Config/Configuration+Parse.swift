@@ -265,7 +265,8 @@ struct TableReader {
         for name in table.keys.sorted() where !names.contains(name) {
             throw ConfigError(
                 file: file, key: key(name),
-                problem: "unknown key (known here: \(names.sorted().joined(separator: ", ")))")
+                problem: nearestName(to: name, in: names).map { "unknown key; did you mean \"\($0)\"?" }
+                    ?? "unknown key (known here: \(names.sorted().joined(separator: ", ")))")
         }
     }
 

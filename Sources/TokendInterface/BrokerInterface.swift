@@ -52,8 +52,22 @@ public enum BrokerInterface {
     /// Where tokend listens when nothing else is said: the system socket.
     public static let defaultSocket = "/run/tokend/io.tokend.Broker"
 
-    /// How every client finds tokend: `explicit`, else $TOKEND_SOCKET, else the system socket.
+    /// How every client finds tokend: `explicit`, else $TOKEND_SOCKET, else the system socket, else
+    /// (no system socket) a per-user tokend's at $XDG_RUNTIME_DIR/tokend/io.tokend.Broker when it exists.
     public static func socketPath(_ explicit: String? = nil) -> String {
-        explicit ?? ProcessInfo.processInfo.environment["TOKEND_SOCKET"] ?? defaultSocket
+        let environment = ProcessInfo.processInfo.environment
+        if let path = explicit ?? environment["TOKEND_SOCKET"] { return path }
+        if !FileManager.default.fileExists(atPath: defaultSocket), let user = userSocket(environment),
+            FileManager.default.fileExists(atPath: user)
+        {
+            return user
+        }
+        return defaultSocket
+    }
+
+    /// A per-user tokend's socket (`systemctl --user`): $XDG_RUNTIME_DIR/tokend/io.tokend.Broker.
+    public static func userSocket(_ environment: [String: String]) -> String? {
+        guard let runtime = environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/") else { return nil }
+        return runtime + "/tokend/io.tokend.Broker"
     }
 }

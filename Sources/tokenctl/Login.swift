@@ -119,8 +119,32 @@ struct LoginCommand: AsyncParsableCommand {
             throw ExitCode(Exit.failure)
         }
         let client = try await common.connect()
-        let status = try await common.run { try await client.login(session: common.session, refreshToken: token) }
+        let status: SessionStatus
+        do {
+            status = try await client.login(session: common.session, refreshToken: token)
+        } catch .loginRequired(let session, let reason) {
+            // The provider refused the token handed in: a refused login (8), not a session to log in (2).
+            FileHandle.standardError.write(Data("""
+                tokenctl: the token endpoint refused this refresh token for session \(session) (\(reason))
+                  \(Common.advice(for: .loginDenied(reason: reason), session: common.session).1)
+
+                """.utf8))
+            throw ExitCode(Exit.loginFailed)
+        } catch {
+            let _: Void = try await common.run { throw error }
+            return
+        }
         printStatus(status)
+        if status.state != "active" {
+            // Stored, but not yet exchanged: the endpoint did not answer. tokend keeps trying it.
+            let sessionFlag = common.session.map { " --session \($0)" } ?? ""
+            FileHandle.standardError.write(Data("""
+                tokenctl: the refresh token is stored, but the token endpoint did not answer (\(status.lastError ?? status.state));                 tokend keeps retrying
+                  `tokenctl status\(sessionFlag)` shows when it succeeds.
+
+                """.utf8))
+            throw ExitCode(Exit.upstreamUnavailable)
+        }
     }
 
     /// On Ctrl-C: cancel the pending login in tokend, then exit 130. The

@@ -7,7 +7,7 @@ struct StatusCommand: AsyncParsableCommand {
         commandName: "status", abstract: "Say what each session is doing and what to do about it.",
         discussion: """
             Without --session: every session this user may read; with it, that session. --json prints \
-            each one's status as tokend gives it, one JSON object per line.
+            each one's status as tokend gives it, one JSON object per line. Exits 2 when a session it             shows needs a login.
             """)
     @OptionGroup var common: Common
     @Flag(help: "Print each session's status as JSON, one object per line.")
@@ -16,12 +16,22 @@ struct StatusCommand: AsyncParsableCommand {
     func run() async throws {
         let common = common
         let json = json
-        guard let text = try await answered(within: replySeconds, { try await Self.text(common: common, json: json) })
+        guard let (text, loginRequired) = try await answered(within: replySeconds, {
+            try await Self.text(common: common, json: json)
+        })
         else { throw common.wedged() }
         print(text)
+        // A script asks `tokenctl status` whether a session needs a person: exit 2 says so.
+        if loginRequired { throw ExitCode(Exit.loginRequired) }
     }
 
-    static func text(common: Common, json: Bool) async throws -> String {
+    /// The text, and whether a session it covers needs a login.
+    static func text(common: Common, json: Bool) async throws -> (String, Bool) {
+        let statuses = try await Self.statuses(common: common)
+        return (Self.text(statuses, json: json), statuses.contains { $0.state == "loginRequired" })
+    }
+
+    static func statuses(common: Common) async throws -> [SessionStatus] {
         let client = try await common.connect()
         let statuses: [SessionStatus]
         if let session = common.session {
@@ -29,6 +39,10 @@ struct StatusCommand: AsyncParsableCommand {
         } else {
             statuses = try await common.run { try await client.sessions() }
         }
+        return statuses
+    }
+
+    static func text(_ statuses: [SessionStatus], json: Bool) -> String {
         if json { return statuses.map { jsonText($0.json) }.joined(separator: "\n") }
         if statuses.isEmpty {
             return "No session this user may read: `tokenctl doctor` checks this user's access."

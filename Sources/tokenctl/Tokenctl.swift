@@ -52,7 +52,8 @@ struct Connection: ParsableArguments {
     var socket: String?
 
     var common: Common {
-        var common = Common()
+        // Parsed from nothing, not Common(): an @Option never decoded traps when read (the error advice reads session).
+        var common = (try? Common.parse([])) ?? Common()
         common.socket = socket
         return common
     }

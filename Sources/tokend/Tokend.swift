@@ -102,6 +102,16 @@ struct Tokend: AsyncParsableCommand {
         } catch let error as OwnerLockError {
             FileHandle.standardError.write(Data("tokend: \(error)\n".utf8))
             throw ExitCode(exitAlreadyRunning)
+        } catch let error as AtomicFile.WriteError where error.step == "mkdir" && error.errno == EACCES && getuid() != 0 {
+            // A user trying tokend by hand: the default state directory is root's to make.
+            FileHandle.standardError.write(Data("""
+                tokend: \(error)
+                  tokend runs as uid \(getuid()), which may not create it: run it as root (tokend.service), \
+                set state-directory (and socket) in [daemon] of \(config) to directories this user may create, \
+                or run the per-user unit (systemctl --user start tokend.socket).
+
+                """.utf8))
+            throw ExitCode(exitConfigError)
         } catch {
             FileHandle.standardError.write(Data("tokend: \(error)\n".utf8))
             throw ExitCode(exitConfigError)
