@@ -19,7 +19,7 @@ import UnixServer
 /// tokend as one service: sessions, the Varlink socket, systemd notification,
 /// the watchdog, reload on SIGHUP and graceful shutdown.
 public final class Daemon: Service, CustomStringConvertible {
-    public static let version = "0.1.0"
+    public static let version = Release.version
 
     let configPath: String
     let environment: [String: String]
