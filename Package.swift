@@ -105,7 +105,7 @@ let package = Package(
         .executableTarget(name: "tokenctl", dependencies: ["Config", "CSystemd", "HTTPHead", "Loopback", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
         // A local HTTP proxy that puts the session's token and cookies on requests to one upstream.
         .executableTarget(name: "tokend-proxy", dependencies: [
-            "CLinux", "HTTPHead", "Loopback", "Persons", "TokendClient", argumentParser, logging, nio,
+            "CLinux", "Deadline", "HTTPHead", "Loopback", "Persons", "TokendClient", argumentParser, logging, nio,
             .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ], swiftSettings: strict),

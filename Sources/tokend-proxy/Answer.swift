@@ -16,9 +16,10 @@ struct Answer: Sendable {
 
     /// tokend said no, or is not there.
     static func tokendFailed(_ error: any Error) -> Answer {
+        if error is TokendTimedOut { return Answer(status: .gatewayTimeout, message: "\(error)") }
         switch error as? TokendClientError {
-        case .permissionDenied?: Answer(status: .forbidden, message: "tokend: \(error)")
-        default: Answer(status: .serviceUnavailable, message: "tokend: \(error)")
+        case .permissionDenied?: return Answer(status: .forbidden, message: "tokend: \(error)")
+        default: return Answer(status: .serviceUnavailable, message: "tokend: \(error)")
         }
     }
 

@@ -1,3 +1,4 @@
+import Deadline
 import Foundation
 import Logging
 import Synchronization
@@ -101,6 +102,8 @@ final class Credentials: Sendable {
     let scope: String?
     let socket: String?
     let logger: Logger
+    /// How long tokend may take to answer one request's call (connecting included): --timeout.
+    let tokendTimeout: Duration
     private let state = Mutex(State())
     private let tokend = Mutex<TokendClient?>(nil)
     /// DPoP: whether the tokens are bound, the upstream's nonce, the refusals logged.
@@ -113,7 +116,11 @@ final class Credentials: Sendable {
     /// every answer).
     private let rejectionLogged = Atomic(false)
 
-    init(session: String?, resource: String? = nil, scope: String? = nil, socket: String?, passCookies: Bool = false, logger: Logger) {
+    init(
+        session: String?, resource: String? = nil, scope: String? = nil, socket: String?, passCookies: Bool = false,
+        tokendTimeout: Duration = .seconds(60), logger: Logger
+    ) {
+        self.tokendTimeout = tokendTimeout
         self.session = session
         self.resource = resource
         self.scope = scope
@@ -291,21 +298,36 @@ final class Credentials: Sendable {
         }
     }
 
-    /// tokend, connected once and again after it restarts (one retry on a new connection).
-    func withTokend<T: Sendable>(_ body: (TokendClient) async throws -> T) async throws -> T {
-        var attempt = 0
-        while true {
-            attempt += 1
-            let client = try await connectedTokend()
-            do {
-                return try await body(client)
-            } catch let error as TokendClientError {
-                guard case .unreachable(_, let reason) = error, attempt == 1 else { throw error }
-                tokend.withLock { if $0 === client { $0 = nil } }
-                logger.info("reconnecting to tokend", metadata: ["reason": "\(reason)"])
-                await client.close()
+    /// tokend, connected once and again after it restarts (one retry on a new connection), within
+    /// `tokendTimeout`: a tokend that accepts and never answers (stopped, or stuck) costs a request that
+    /// long, then `TokendTimedOut` (504). The connection it did not answer on is closed, so that what
+    /// waits on it ends too and the next call connects again.
+    func withTokend<T: Sendable>(_ body: @escaping @Sendable (TokendClient) async throws -> T) async throws -> T {
+        let used = Mutex<TokendClient?>(nil)
+        let answered = try await within(tokendTimeout) {
+            var attempt = 0
+            while true {
+                attempt += 1
+                let client = try await self.connectedTokend()
+                used.withLock { $0 = client }
+                do {
+                    return try await body(client)
+                } catch let error as TokendClientError {
+                    guard case .unreachable(_, let reason) = error, attempt == 1 else { throw error }
+                    self.tokend.withLock { if $0 === client { $0 = nil } }
+                    self.logger.info("reconnecting to tokend", metadata: ["reason": "\(reason)"])
+                    await client.close()
+                }
             }
         }
+        guard let answered else {
+            if let stuck = used.withLock({ $0 }) {
+                tokend.withLock { if $0 === stuck { $0 = nil } }
+                await stuck.close()
+            }
+            throw TokendTimedOut(limit: tokendTimeout)
+        }
+        return answered
     }
 
     private func connectedTokend() async throws -> TokendClient {
@@ -319,4 +341,10 @@ final class Credentials: Sendable {
         if kept !== client { await client.close() }  // another task connected first
         return kept
     }
+}
+
+/// tokend took longer than --timeout to answer (it accepted, so it is there: stopped, or stuck).
+struct TokendTimedOut: Error, CustomStringConvertible {
+    let limit: Duration
+    var description: String { "tokend did not answer within \(limit.components.seconds) s (--timeout)" }
 }

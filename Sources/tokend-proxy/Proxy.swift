@@ -40,7 +40,9 @@ final class Proxy: Sendable {
     ) {
         self.maxConnectionsPerUser = maxConnectionsPerUser ?? maxConnections
         self.upstream = upstream
-        credentials = Credentials(session: session, resource: resource, scope: scope, socket: tokendSocket, passCookies: passCookies, logger: logger)
+        credentials = Credentials(
+            session: session, resource: resource, scope: scope, socket: tokendSocket, passCookies: passCookies,
+            tokendTimeout: timeout, logger: logger)
         self.keepalive = keepalive
         self.keepaliveTimeout = keepaliveTimeout
         self.stopTimeout = stopTimeout
