@@ -147,8 +147,10 @@ final class Shares: Sendable {
         guard let entry = entries.withLock({ $0.removeValue(forKey: id) }) else { return }
         entry.expiry.cancel()
         server.withLock { $0 }?.stopServing(entry.listener)
-        Notifier.removeStored(name: Self.storeName(entry.record.id))
+        // The record goes first: a crash before systemd drops its copy of the socket then finds the
+        // socket without a record at start, and `restore` closes it, instead of serving the share again.
         persist()
+        Notifier.removeStored(name: Self.storeName(entry.record.id))
         logger.notice(
             "share ended",
             metadata: ["path": "\(entry.record.path)", "session": "\(entry.record.session)", "reason": "\(reason)"])
