@@ -18,7 +18,8 @@ struct AgentCommand: AsyncParsableCommand {
             is told who may. The notification closes when the session is active again. The agent changes \
             nothing in tokend by itself. Without a session bus it says so and exits 1.
             """)
-    @OptionGroup var common: Common
+    @OptionGroup var scope: EverySession
+    var common: Common { scope.common }
     @Option(help: "tokend's configuration, read for who may sign in (default: $TOKEND_CONFIG, else /etc/tokend/tokend.toml).")
     var config: String?
 

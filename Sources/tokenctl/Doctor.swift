@@ -11,9 +11,12 @@ struct DoctorCommand: AsyncParsableCommand {
             fixes it) or skip (does not apply, or this user cannot see it). Exit status 0 when nothing fails, 1 \
             otherwise. Run as root to see what only tokend's user may read.
             """)
-    @OptionGroup var common: Common
+    @OptionGroup var scope: EverySession
+    var common: Common { scope.common }
     @Option(help: "tokend's configuration (default: $TOKEND_CONFIG, else /etc/tokend/tokend.toml).")
     var config: String?
+    @Flag(help: "Print one JSON object per check: check, outcome (ok, warn, FAIL, skip), detail, fix.")
+    var json = false
 
     func run() async throws {
         let environment = ProcessInfo.processInfo.environment
@@ -27,7 +30,7 @@ struct DoctorCommand: AsyncParsableCommand {
         func report(_ results: [DoctorResult]) {
             // Written at once, so a slow check (a provider that does not answer) shows where it is.
             for result in results {
-                FileHandle.standardOutput.write(Data((result.line + "\n").utf8))
+                FileHandle.standardOutput.write(Data(((json ? jsonText(result.json) : result.line) + "\n").utf8))
                 failed = failed || result.outcome == .fail
             }
         }

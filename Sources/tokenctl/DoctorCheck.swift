@@ -1,4 +1,5 @@
 import Foundation
+import Varlink
 
 /// One line of `tokenctl doctor`: what was checked, how it went, and for
 /// anything short of ok the command or setting that fixes it.
@@ -31,6 +32,15 @@ struct DoctorResult: Equatable, Sendable {
 
     static func skip(_ check: String, _ detail: String) -> DoctorResult {
         DoctorResult(check: check, outcome: .skip, detail: detail, fix: nil)
+    }
+
+    /// The result for `doctor --json`.
+    var json: JSONValue {
+        var object: [String: JSONValue] = [
+            "check": .string(check), "outcome": .string(outcome.rawValue), "detail": .string(detail),
+        ]
+        if let fix { object["fix"] = .string(fix) }
+        return .object(object)
     }
 
     /// "FAIL  socket: … — fix: …", the outcome padded so the checks line up;

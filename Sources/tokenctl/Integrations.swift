@@ -19,6 +19,8 @@ struct GitCredentialCommand: AsyncParsableCommand {
         abstract: "git credential helper: access tokens for the hosts a session lists in git-hosts.")
     @Option(help: "tokend's socket (default: $TOKEND_SOCKET, else \(TokendClient.defaultSocket)).")
     var socket: String?
+    @Option(help: "Answer for this session only, when its git-hosts lists the host (default: the session whose git-hosts lists it).")
+    var session: String?
     @Argument(help: "get, store or erase (git passes it).")
     var operation: String
     /// For a host whose API is one of the session's resources:
@@ -26,6 +28,15 @@ struct GitCredentialCommand: AsyncParsableCommand {
     @OptionGroup var key: KeyOptions
 
     func run() async throws {
+        if let session {
+            // A name tokend does not know is a mistake in git's configuration: said, and exit 5, like every command.
+            var common = (try? Common.parse([])) ?? Common()
+            common.socket = socket
+            common.session = session
+            let client = try await common.connect()
+            _ = try await common.run { try await client.status(session: session) }
+            await client.close()
+        }
         let request = Self.readRequest()
         guard operation == "get" || operation == "erase" else { return }  // store: tokend keeps the token
         guard let host = request.fields["host"] else { return }
@@ -41,7 +52,7 @@ struct GitCredentialCommand: AsyncParsableCommand {
             return
         }
         guard let sessions = try? await client.sessions(),
-            let session = sessions.first(where: { $0.gitHosts.contains(host) })
+            let session = sessions.first(where: { $0.gitHosts.contains(host) && (self.session ?? $0.session) == $0.session })
         else { return }  // not ours: git asks the next helper
         do {
             let token = try await client.token(session: session.session, resource: key.resource, scope: key.scope)

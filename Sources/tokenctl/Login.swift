@@ -32,6 +32,8 @@ struct LoginCommand: AsyncParsableCommand {
     var redirectUri: String?
     @Option(help: "File holding the refresh token (default: standard input).")
     var refreshTokenFile: String?
+    @Flag(help: "Print the result (the session's status, times as RFC 3339) as JSON; the prompts go to standard error.")
+    var json = false
 
     func validate() throws {
         if [device, browser, refreshTokenFile != nil].filter({ $0 }).count > 1 {
@@ -56,7 +58,16 @@ struct LoginCommand: AsyncParsableCommand {
         let client = try await common.connect()
         let status = flow == "device" ? try await deviceLogin(client) : try await browserLogin(client)
         FileHandle.standardError.write(Data("Logged in.\n".utf8))
-        printStatus(status)
+        show(status)
+    }
+
+    /// A prompt: on standard output, or standard error when that is the JSON's.
+    func say(_ text: String) {
+        if json { FileHandle.standardError.write(Data((text + "\n").utf8)) } else { print(text) }
+    }
+
+    func show(_ status: SessionStatus) {
+        if json { print(jsonText(cliJSON(status.json))) } else { printStatus(status) }
     }
 
     var hasDesktop: Bool {
@@ -68,12 +79,12 @@ struct LoginCommand: AsyncParsableCommand {
         let login = try await common.run { try await client.beginLogin(session: common.session, flow: "device") }
         let cancel = cancelOnInterrupt(client, login)
         defer { cancel.cancel() }
-        print("To log in, open \(login.verificationUri ?? "the provider's device page") and enter the code:")
-        print("")
-        print("    \(login.userCode ?? "")")
-        print("")
-        if let complete = login.verificationUriComplete { print("Or open \(complete)") }
-        print("The code expires \(formatTime(login.expiresAt)).")
+        say("To log in, open \(login.verificationUri ?? "the provider's device page") and enter the code:")
+        say("")
+        say("    \(login.userCode ?? "")")
+        say("")
+        if let complete = login.verificationUriComplete { say("Or open \(complete)") }
+        say("The code expires \(formatTime(login.expiresAt)).")
         fflush(nil)
         let progress = showWaiting("Waiting for approval")
         defer { progress.cancel() }
@@ -94,7 +105,7 @@ struct LoginCommand: AsyncParsableCommand {
         }
         let cancel = cancelOnInterrupt(client, browser.login)
         defer { cancel.cancel() }
-        print("Open this URL in a browser on this machine to log in:\n\n    \(browser.startURL)\n")
+        say("Open this URL in a browser on this machine to log in:\n\n    \(browser.startURL)\n")
         fflush(nil)
         if !noOpen, hasDesktop { BrowserLogin.startBrowser(browser.startURL) }
         let progress = showWaiting("Waiting for the browser")
@@ -134,7 +145,7 @@ struct LoginCommand: AsyncParsableCommand {
             let _: Void = try await common.run { throw error }
             return
         }
-        printStatus(status)
+        show(status)
         if status.state != "active" {
             // Stored, but not yet exchanged: the endpoint did not answer. tokend keeps trying it.
             let sessionFlag = common.session.map { " --session \($0)" } ?? ""

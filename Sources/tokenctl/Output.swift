@@ -11,7 +11,14 @@ func formatTime(_ unix: Int) -> String {
 
 func jsonText(_ value: JSONValue) -> String { JSONWriter.string(value) }
 
-/// tokenctl's JSON conventions on top of tokend's: a file mode is octal text ("0600").
+/// A Unix time as RFC 3339 in UTC: "2026-12-01T23:41:33Z".
+func rfc3339(_ unix: Int) -> String {
+    ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: TimeInterval(unix)))
+}
+
+/// tokenctl's JSON conventions on top of tokend's wire values (Unix seconds, modes as numbers):
+/// a time (a key ending in "At" or "Since": expiresAt, stateSince, ...) is RFC 3339 text, a file
+/// mode octal text ("0600"). Every `--json` goes through here.
 func cliJSON(_ value: JSONValue) -> JSONValue {
     switch value {
     case .object(let object):
@@ -19,6 +26,8 @@ func cliJSON(_ value: JSONValue) -> JSONValue {
         for (key, value) in object {
             if key == "mode", case .int(let mode) = value {
                 converted[key] = .string("0" + String(mode, radix: 8))
+            } else if key.hasSuffix("At") || key.hasSuffix("Since"), case .int(let time) = value {
+                converted[key] = .string(rfc3339(time))
             } else {
                 converted[key] = cliJSON(value)
             }

@@ -7,9 +7,10 @@ struct StatusCommand: AsyncParsableCommand {
         commandName: "status", abstract: "Say what each session is doing and what to do about it.",
         discussion: """
             Without --session: every session this user may read; with it, that session. --json prints \
-            each one's status as tokend gives it, one JSON object per line. Exits 2 when a session it             shows needs a login.
+            each one's status as tokend gives it (times as RFC 3339), one JSON object per line. Exits 2 when a session it             shows needs a login.
             """)
-    @OptionGroup var common: Common
+    @OptionGroup var scope: EverySession
+    var common: Common { scope.common }
     @Flag(help: "Print each session's status as JSON, one object per line.")
     var json = false
 
@@ -43,7 +44,7 @@ struct StatusCommand: AsyncParsableCommand {
     }
 
     static func text(_ statuses: [SessionStatus], json: Bool) -> String {
-        if json { return statuses.map { jsonText($0.json) }.joined(separator: "\n") }
+        if json { return statuses.map { jsonText(cliJSON($0.json)) }.joined(separator: "\n") }
         if statuses.isEmpty {
             return "No session this user may read: `tokenctl doctor` checks this user's access."
         }

@@ -30,7 +30,7 @@ struct TokenCommand: AsyncParsableCommand {
                 session: common.session, minValidSeconds: minValid, resource: key.resource, scope: key.scope)
         }
         if json {
-            print(jsonText(token.json))
+            print(jsonText(cliJSON(token.json)))
             return
         }
         if header { try refuseDPoPBound(token, by: "token --header") }

@@ -59,6 +59,23 @@ struct Connection: ParsableArguments {
     }
 }
 
+/// For commands that cover every session this user may read unless --session
+/// names one (status, doctor, agent): the same options as Common, with that default said.
+struct EverySession: ParsableArguments {
+    @Option(help: "tokend's socket (default: $TOKEND_SOCKET, else \(TokendClient.defaultSocket)).")
+    var socket: String?
+
+    @Option(help: "Only this session (default: every session this user may read; tokend refuses a name it does not know).")
+    var session: String?
+
+    var common: Common {
+        var common = (try? Common.parse([])) ?? Common()
+        common.socket = socket
+        common.session = session
+        return common
+    }
+}
+
 struct Common: ParsableArguments {
     @Option(help: "tokend's socket (default: $TOKEND_SOCKET, else \(TokendClient.defaultSocket)).")
     var socket: String?
@@ -159,7 +176,7 @@ struct SessionsCommand: AsyncParsableCommand {
                     "session": .string(status.session), "state": .string(status.state), "generation": .int(status.generation),
                 ]
                 if let expiresAt = status.expiresAt { line["expiresAt"] = .int(expiresAt) }
-                print(jsonText(.object(line)))
+                print(jsonText(cliJSON(.object(line))))
             } else {
                 let expiry = status.expiresAt.map { "expires \(formatTime($0))" } ?? ""
                 print("\(status.session)\t\(status.state)\tgeneration \(status.generation)\t\(expiry)")
@@ -257,7 +274,7 @@ struct CookiesCommand: AsyncParsableCommand {
             return
         }
         let set = try await common.run { try await client.cookies(session: common.session, url: url!) }
-        print(json ? jsonText(set.json) : set.header)
+        print(json ? jsonText(cliJSON(set.json)) : set.header)
     }
 }
 

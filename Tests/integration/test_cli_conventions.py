@@ -35,7 +35,8 @@ def subcommands(path=()):
 
 COMMANDS = subcommands()
 # The commands that read (print what tokend or this machine holds).
-READERS = [("token",), ("status",), ("sessions",), ("cookies",), ("share", "list"), ("version",)]  # watch prints JSON only
+READERS = [("token",), ("status",), ("sessions",), ("cookies",), ("share", "list"), ("version",), ("doctor",),
+           ("login",)]  # watch prints tokend's events, JSON only
 # The commands that act on no one session: no --session to ignore.
 SESSIONLESS = [("sessions",), ("metrics",), ("share", "list"), ("share", "revoke"), ("version",),
                ("browser-bridge",)]
@@ -131,8 +132,8 @@ def test_the_conventions_and_troubleshooting_are_written_down():
     have a TROUBLESHOOTING section, and tokenctl's names every exit code but 0, 64, 127 and 130."""
     from test_manuals import page_text
     text = page_text("tokenctl.1")
-    conventions = text.split("CONVENTIONS")[1].split("COMMANDS")[0]
-    for named in ["-h and --help", "offline", "--json", "every session", "--session names one", '"0600"',
+    conventions = " ".join(text.split("CONVENTIONS")[1].split("COMMANDS")[0].split())
+    for named in ["-h and --help", "offline", "--json", "every session", "--session names one", '"0600"', "RFC 3339",
                   "refused (exit 5)", "--version on every binary", "tokenctl version"]:
         assert named in conventions, named
     for path in READERS:
@@ -141,3 +142,60 @@ def test_the_conventions_and_troubleshooting_are_written_down():
         assert "TROUBLESHOOTING" in page_text(page), page
     trouble = text.split("TROUBLESHOOTING")[1].split("SEE ALSO")[0]
     assert [c for c in range(1, 10) if f"[{c}]" not in trouble] == []
+
+
+RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+
+def test_json_times_are_rfc3339_everywhere(server, make_tokend, workdir):
+    """Every time a --json prints is RFC 3339 text, and no Unix integer is left under a time's name."""
+    daemon = make_tokend(server).start()
+    result = daemon.ctl("login", "--json", input=server.password_grant()[1]["refresh_token"] + "\n")
+    assert result.returncode == 0, result.stderr
+    printed = {"login": [json.loads(result.stdout)]}
+    for path in (("token",), ("status",), ("sessions",), ("share", "list")):
+        if path == ("share", "list"):
+            assert run("share", "create", "--socket", daemon.socket, os.path.join(workdir, "s.sock")).returncode == 0
+        result = run(*path, "--socket", daemon.socket, "--json")
+        assert result.returncode == 0, (path, result.stderr)
+        printed[" ".join(path)] = [json.loads(line) for line in result.stdout.splitlines()]
+    times = {}
+    for command, objects in printed.items():
+        for o in objects:
+            for key, value in o.items():
+                if key.endswith("At") or key.endswith("Since"):
+                    times[f"{command} {key}"] = value
+    for name in ("login expiresAt", "token expiresAt", "status expiresAt", "status lastRefreshAt",
+                 "sessions expiresAt", "share list expiresAt"):
+        assert name in times, (name, printed)
+    assert {n: v for n, v in times.items() if not (v is None or isinstance(v, str) and RFC3339.fullmatch(v))} == {}
+
+
+def test_doctor_json_is_one_object_per_check(server, make_tokend):
+    daemon = make_tokend(server).start()
+    login(daemon, server)
+    result = daemon.ctl("doctor", "--json", "--config", daemon.config)
+    checks = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(checks) >= 4, result.stdout
+    assert all(c["outcome"] in ("ok", "warn", "FAIL", "skip") and c["check"] and "detail" in c for c in checks)
+    assert any(c["check"] == "session default" and c["outcome"] == "ok" for c in checks), checks
+
+
+@pytest.mark.parametrize("path", [("status",), ("doctor",), ("agent",)])
+def test_session_help_states_the_real_default(path):
+    """status, doctor and agent cover every session unless --session names one; their help says so."""
+    text = " ".join(run(*path, "--help").stdout.split())
+    assert "--session <session> Only this session (default: every session this user may read" in text, text
+
+
+def test_git_credential_honours_session(server, make_tokend):
+    """Two sessions list the same host: --session picks which one's token git gets."""
+    daemon = make_tokend(server, **{"git-hosts": '["git.example.com"]'},
+                         sessions={"other": {"token-endpoint": server.token_url, "client-id": "x",
+                                             "client-auth": "none", "git-hosts": ["git.example.com"]}}).start()
+    login(daemon, server)
+    request = "protocol=https\nhost=git.example.com\n\n"
+    default = run("git-credential", "--socket", daemon.socket, "--session", "default", "get", input=request)
+    assert default.returncode == 0 and "password=" in default.stdout, default.stderr
+    other = run("git-credential", "--socket", daemon.socket, "--session", "other", "get", input=request)
+    assert other.returncode == 0 and "password=" not in other.stdout, "other has no token: no answer from it"

@@ -21,7 +21,8 @@ def status_text(daemon, *args):
     before = time.time()
     run = subprocess.run([os.path.join(BIN, "tokenctl"), "status", "--socket", daemon.socket, *args],
                          capture_output=True, text=True, timeout=30, env={**os.environ, "TZ": "UTC"})
-    assert run.returncode == 0, run.stderr
+    # Exit 2 exactly when a session it shows needs a login (tokenctl(1)).
+    assert run.returncode == (2 if ": login required" in run.stdout else 0), (run.returncode, run.stderr)
     said = Said(run.stdout)
     said.window = (before, time.time())
     return said
@@ -41,6 +42,11 @@ def clock_re(unix, said):
     return "(?:" + "|".join(re.escape(form) for form in forms) + ")"
 
 
+def wire_status(daemon, session="default"):
+    """The session's status as tokend gives it (times as Unix seconds), not as tokenctl prints it."""
+    return varlink_call(daemon.socket, "io.tokend.Broker.GetStatus", {"session": session})[1]["parameters"]["status"]
+
+
 def test_a_refused_refresh_token_says_login_required_and_the_command(server, make_tokend, workdir):
     sessions = {"ci": {"token-endpoint": server.token_url, "client-id": CLIENT_ID,
                        "client-secret-file": os.path.join(workdir, "client-secret")}}
@@ -53,7 +59,7 @@ def test_a_refused_refresh_token_says_login_required_and_the_command(server, mak
     assert server.post("/o/token/", grant_type="refresh_token", refresh_token=stolen)[0] == 200
     refused_at = int(time.time())
     assert daemon.ctl("refresh").returncode == 2
-    machine = json.loads(daemon.ctl("status", "--session", "default", "--json").stdout)
+    machine = wire_status(daemon, "default")
     assert machine["state"] == "loginRequired" and "invalid_grant" in machine["lastError"]
     assert refused_at - 1 <= machine["stateSince"] <= time.time() + 1, machine
     text = status_text(daemon)
@@ -73,7 +79,7 @@ def test_a_refused_refresh_token_says_login_required_and_the_command(server, mak
 def test_an_active_session_says_until_when_its_token_is_valid(server, make_tokend):
     daemon = make_tokend(server).start()
     login(daemon, server)
-    machine = json.loads(daemon.ctl("status", "--json").stdout)
+    machine = wire_status(daemon)
     assert machine["state"] == "active"
     text = status_text(daemon)
     first, *rest = text.splitlines()
@@ -92,9 +98,9 @@ def test_a_failing_provider_is_said_with_the_token_still_served(workdir, make_to
         login(daemon, server)
     finally:
         server.stop()
-    generation = json.loads(daemon.ctl("status", "--json").stdout)["generation"]
+    generation = wire_status(daemon)["generation"]
     assert daemon.ctl("refresh", "--stale-generation", str(generation)).returncode == 4
-    machine = json.loads(daemon.ctl("status", "--json").stdout)
+    machine = wire_status(daemon)
     assert machine["state"] == "backingOff" and machine["failures"] == 1
     text = status_text(daemon)
     since = clock_re(machine["stateSince"], text)
@@ -104,8 +110,16 @@ def test_a_failing_provider_is_said_with_the_token_still_served(workdir, make_to
     assert "1 failed attempt; tokend tries again at " in text
 
 
-def test_json_is_tokends_status_unchanged(server, make_tokend):
+def test_json_is_tokends_status_with_times_as_rfc3339(server, make_tokend):
+    """tokend's fields, every one; its Unix times as RFC 3339 text (tokenctl(1), CONVENTIONS)."""
+    import datetime
     daemon = make_tokend(server).start()
     login(daemon, server)
     reply = varlink_call(daemon.socket, "io.tokend.Broker.GetStatus", {})[1]["parameters"]["status"]
-    assert json.loads(daemon.ctl("status", "--json").stdout) == reply
+    printed = json.loads(daemon.ctl("status", "--json").stdout)
+    times = [k for k in reply if k.endswith("At") or k.endswith("Since")]
+    assert "expiresAt" in times and "lastRefreshAt" in times, reply
+    for key in (k for k in times if isinstance(printed[k], str)):
+        printed[key] = int(datetime.datetime.strptime(printed[key], "%Y-%m-%dT%H:%M:%SZ")
+                           .replace(tzinfo=datetime.timezone.utc).timestamp())
+    assert printed == reply
