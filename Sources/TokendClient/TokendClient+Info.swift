@@ -1,3 +1,4 @@
+import TokendInterface
 import Varlink
 
 extension TokendClient {
@@ -12,5 +13,14 @@ extension TokendClient {
             throw .unreachable(socket: socket, reason: "the connection failed")
         }
         return answer["version"]?.stringValue ?? "unknown"
+    }
+}
+
+extension TokendClient {
+    /// What `user` (nil: this caller) may do with each session, or with `session` (GetAccess).
+    public func access(session: String? = nil, user: String? = nil) async throws(TokendClientError)
+        -> BrokerInterface.GetAccess.Out
+    {
+        try await call("GetAccess", BrokerInterface.GetAccess.In(session: session, user: user), BrokerInterface.GetAccess.Out.self)
     }
 }

@@ -395,6 +395,7 @@ extension BrokerInterface {
         "ResetStrategy": (ResetStrategy.In.self, ResetStrategy.Out.self, false),
         "CreateShare": (CreateShare.In.self, CreateShare.Out.self, false),
         "ListShares": (ListShares.In.self, ListShares.Out.self, false),
+        "GetAccess": (GetAccess.In.self, GetAccess.Out.self, false),
         "RevokeShare": (RevokeShare.In.self, RevokeShare.Out.self, false),
         "ExpectDescriptor": (ExpectDescriptor.In.self, ExpectDescriptor.Out.self, false),
         "GetStatus": (GetStatus.In.self, GetStatus.Out.self, false),

@@ -22,6 +22,8 @@ func brokerImplementation(
             },
             audienceRule: { AudienceRule(policy: policy()) }, shares: shares),
         policy: policy, logger: logger)
+    // Any admitted caller may ask about itself; GetAccess checks who may ask about another user.
+    methods.merge(accessMethods(broker, policy: policy)) { _, new in new }
     if let shares {
         // A share's token calls are these very methods, made as its creator (ShareService).
         shares.configure(policy: policy, tokenMethods: methods.filter { ShareService.answered.contains($0.key) })

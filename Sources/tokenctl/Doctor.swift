@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Glibc
 import TokendClient
+import TokendInterface
 
 struct DoctorCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -71,6 +72,10 @@ struct DoctorCommand: AsyncParsableCommand {
                 socket, expectedMode: setup?.socketMode, daemon: daemon, clientSocket: clientSocket,
                 configuredSocket: setup?.socket, me: me))
 
+        if socket.answered == true, let line = await Self.ownAccess(socket: socketPath, session: common.session) {
+            report([line])
+        }
+
         if let setup {
             report(DoctorStateCheck.run(directory: setup.stateDirectory, daemon: daemon))
             let facts = DoctorEncryptionCheck.probe(
@@ -130,6 +135,21 @@ struct DoctorCommand: AsyncParsableCommand {
             results += DoctorDPoPCheck.judge(dpop, session: name, librariesMissing: DoctorDPoPCheck.missingLibraries())
         }
         return results
+    }
+
+    /// This user's own line of `tokenctl access`: what the policy lets it do with each session.
+    static func ownAccess(socket: String, session: String?) async -> DoctorResult? {
+        let asked = try? await answered(within: replySeconds) { () async -> BrokerInterface.GetAccess.Out? in
+            guard let client = try? await TokendClient.connect(socket: socket) else { return nil }
+            defer { Task { await client.close() } }
+            return try? await client.access(session: session)
+        }
+        guard let answer = asked ?? nil else { return nil }
+        let check = "access (\(answer.user))"
+        if answer.sessions.isEmpty {
+            return .warn(check, "may read no session", fix: "an administrator adds this user to [access] read-users or read-groups")
+        }
+        return .ok(check, answer.sessions.map { "\($0.session): \(AccessCommand.words($0))" }.joined(separator: "; "))
     }
 
     static func unanswered(_ socket: String) -> Result<SessionStatus, TokendClientError> {

@@ -318,5 +318,6 @@ struct Tokenctl: AsyncParsableCommand {
             LogoutCommand.self, WatchCommand.self, CookiesCommand.self, BrowserBridgeCommand.self,
             GitCredentialCommand.self, KubeCredentialCommand.self, ExecCommand.self, ProofCommand.self, MetricsCommand.self,
             DoctorCommand.self, ResetStrategyCommand.self, AgentCommand.self, ShareCommand.self, VersionCommand.self,
+            AccessCommand.self,
         ])
 }

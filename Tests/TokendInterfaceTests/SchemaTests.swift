@@ -34,7 +34,7 @@ import Varlink
             "PendingLogin": BrokerInterface.PendingLogin.self, "Cookie": BrokerInterface.Cookie.self,
             "CookieChange": BrokerInterface.CookieChange.self, "KeyedToken": BrokerInterface.KeyedToken.self,
             "ResourceAccess": BrokerInterface.ResourceAccess.self, "DPoPStatus": BrokerInterface.DPoPStatus.self,
-            "Share": BrokerInterface.Share.self,
+            "Share": BrokerInterface.Share.self, "SessionAccess": BrokerInterface.SessionAccess.self,
         ]
         #expect(Set(swift.keys) == Set(declaration.types.keys))
         for (name, type) in declaration.types {
