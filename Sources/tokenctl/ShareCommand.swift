@@ -153,7 +153,8 @@ func shareRun<T>(_ common: Common, _ body: () async throws -> T) async throws ->
 func permissionDeniedAdvice(session: String? = nil) -> String {
     let table = session.map { "[sessions.\($0).access] (else [access])" } ?? "[access]"
     let admin = "To read, the administrator adds this user to read-users "
-        + "or a group of read-groups in \(table) of tokend.toml (to log in: admin-users or admin-groups), then reloads tokend."
+        + "or a group of read-groups in \(table) of tokend.toml (to log in: admin-users or admin-groups), then reloads tokend. "
+        + "`tokenctl access` shows what this user may do now."
     guard let map = try? String(contentsOfFile: "/proc/self/uid_map", encoding: .utf8),
         map.split(whereSeparator: \.isWhitespace) != ["0", "0", "4294967295"]
     else { return admin }

@@ -59,3 +59,15 @@ def test_doctor_shows_the_callers_own_line(server, make_tokend, workdir):
     root = daemon.ctl("doctor", "--config", daemon.config)
     assert "ok    access (root): default: read, share, log in, write cookies\n" in root.stdout, root.stdout
 
+
+def test_permission_denied_names_the_tables_and_keys_that_admit(server, make_tokend, workdir):
+    """A reader asks for what only admins may (logout): the advice names where and how to admit it."""
+    daemon = open_to_other_users(make_tokend, server, workdir, ACCESS)
+    named = as_user(65534, 65534, "logout", "--socket", daemon.socket, "--session", "default")
+    assert named.returncode == 6, named.stderr
+    advice = " ".join(named.stderr.split())
+    for words in ("[sessions.default.access] (else [access])", "read-users", "read-groups", "admin-users",
+                  "admin-groups", "reloads tokend", "`tokenctl access`"):
+        assert words in advice, (words, advice)
+    unnamed = as_user(65534, 65534, "logout", "--socket", daemon.socket)
+    assert unnamed.returncode == 6 and "[access]" in unnamed.stderr and "admin-users" in unnamed.stderr
