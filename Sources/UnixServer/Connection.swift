@@ -15,6 +15,9 @@ final class Connection {
     let peer: PeerCredentials?
     /// Whose budgets the connection counts in (see `SubordinateIDs`), set at accept.
     let person: UInt32
+    /// Whose closer lane what it passes goes to: its peer's own person, also
+    /// through a share (whose budgets are its creator's).
+    let sender: UInt32
     /// Over the limit or turned away: answered, read once, closed.
     let refused: Bool
     /// The side listener it came through; nil for the main socket.
@@ -28,8 +31,6 @@ final class Connection {
     /// Descriptors may wait unread in its socket (the kernel took them), so
     /// its close may block: it goes to the closer, not on the loop.
     var mayHoldDescriptors: Bool
-    /// Sent descriptors unasked while its person's closes are stuck: closed after this read.
-    var overrun = false
     /// Bytes read, and bytes of frames taken, since the connection began.
     var received = 0
     var taken = 0
@@ -87,9 +88,11 @@ final class Connection {
     static let rememberedFrame = 1024
 
     init(
-        fd: CInt, id: UInt64, peer: PeerCredentials?, person: UInt32, now: Int64, refused: Bool, mayHoldDescriptors: Bool
+        fd: CInt, id: UInt64, peer: PeerCredentials?, person: UInt32, sender: UInt32, now: Int64, refused: Bool,
+        mayHoldDescriptors: Bool
     ) {
         self.fd = fd
+        self.sender = sender
         self.mayHoldDescriptors = mayHoldDescriptors
         self.id = id
         self.peer = peer

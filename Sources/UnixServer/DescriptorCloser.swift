@@ -21,6 +21,9 @@ import Glibc
 /// descriptors from them (`isStuck`) until their lane moves again.
 public final class DescriptorCloser: Sendable {
     public let limit: Int
+    /// Descriptors of everyone waiting at most: past it the server takes no
+    /// new connection until the lanes move (they hold its descriptors).
+    public let totalLimit: Int
     let stuckAfter: Duration
     private let lanes = Mutex<[UInt32: Lane]>([:])
 
@@ -30,20 +33,23 @@ public final class DescriptorCloser: Sendable {
         var pending = 0
         /// When the close in progress began (CLOCK_MONOTONIC, ns).
         var closingSince: Int64?
+        /// A thread serves the lane.
+        var running = false
     }
 
-    public init(limit: Int = 256, stuckAfter: Duration = .seconds(1)) {
+    public init(limit: Int = 256, totalLimit: Int = 4096, stuckAfter: Duration = .seconds(1)) {
         self.limit = limit
+        self.totalLimit = totalLimit
         self.stuckAfter = stuckAfter
     }
 
     /// Takes `fd`, which counts for `person`, and closes it on their lane.
     public func close(_ fd: CInt, for person: UInt32) {
         let idle = lanes.withLock { lanes in
-            let idle = lanes[person] == nil
             lanes[person, default: Lane()].queue.append(fd)
-            lanes[person]?.pending += 1
-            return idle
+            lanes[person]!.pending += 1
+            defer { lanes[person]!.running = true }
+            return !lanes[person]!.running
         }
         if idle { startLane(for: person) }
     }
@@ -67,6 +73,9 @@ public final class DescriptorCloser: Sendable {
     /// Descriptors of everyone not yet closed.
     public var pending: Int { lanes.withLock { $0.values.reduce(0) { $0 + $1.pending } } }
 
+    /// Whether `totalLimit` descriptors wait.
+    public var isFull: Bool { pending >= totalLimit }
+
     private func startLane(for person: UInt32) {
         final class Start {
             let closer: DescriptorCloser
@@ -86,9 +95,10 @@ public final class DescriptorCloser: Sendable {
                 return nil
             }, argument)
         guard started == 0 else {
-            // No thread to be had: closing here may wait, but losing the descriptor is worse.
+            // No thread to be had now: the descriptors wait, and the person's next close tries
+            // again. Closing them here would be on the loop or the pool.
             Unmanaged<Start>.fromOpaque(argument).release()
-            drain(person)
+            lanes.withLock { $0[person]?.running = false }
             return
         }
         pthread_detach(thread)

@@ -123,10 +123,7 @@ extension ServerLoop {
         guard let first = descriptors.first else { return }
         for extra in descriptors.dropFirst() { discard(extra, of: connection) }
         guard count > 0, connection.expecting, connection.side == nil, connection.passed == nil else {
-            discard(first, of: connection)
-            // Where the kernel cannot refuse them, a stuck person's descriptors end their connection.
-            if intake == .drain, closer.isStuck(connection.person) { connection.overrun = true }
-            return
+            return discard(first, of: connection)
         }
         connection.expecting = false
         if intake == .kernelRefuses { Self.allowDescriptors(on: connection.fd, false) }
@@ -142,7 +139,7 @@ extension ServerLoop {
             discard(passed.fd, of: connection)
             return nil
         }
-        return PassedDescriptor(passed.fd, closer: closer, person: connection.person)
+        return PassedDescriptor(passed.fd, closer: closer, person: connection.sender)
     }
 
     /// Whether descriptors may wait in a socket just accepted: always where
@@ -157,49 +154,36 @@ extension ServerLoop {
         return true
     }
 
-    /// A socket accepted and not served: closed, what may wait in it drained first.
+    /// Closes a socket the loop accepted: here if no descriptor can wait in
+    /// it, else by the closer — its close drops what waits unread in it, and
+    /// the last reference's close would run in the closing thread. It is shut
+    /// down first, so the peer sees the end now. Nothing is read out of it
+    /// into tokend's own descriptor table.
     func closeAccepted(_ fd: CInt, person: UInt32, mayHoldDescriptors: Bool) {
-        closeDrained(fd, person: person, mayHoldDescriptors: mayHoldDescriptors)
-    }
-
-    /// Closes a socket tokend served: here once nothing waits in it, else by the closer.
-    func closeDrained(_ fd: CInt, person: UInt32, mayHoldDescriptors: Bool) {
-        guard mayHoldDescriptors, !drainDescriptors(fd, person: person) else { return _ = Glibc.close(fd) }
+        guard mayHoldDescriptors else { return _ = Glibc.close(fd) }
         _ = watch(fd, events: 0, operation: EPOLL_CTL_DEL)
+        shutdown(fd, Int32(SHUT_RDWR))
         closer.close(fd, for: person)
     }
 
-    /// Before a socket that may hold descriptors is closed: its close would
-    /// drop what waits unread in it, and the last reference's close would run
-    /// here. Shut down first, it takes nothing more (a peer's send checks it
-    /// under the lock that queues); what it holds is read, the bytes dropped
-    /// and the descriptors handed to the closer. Bounded by the socket's
-    /// buffer; false if more is left than it reads (the socket then goes to
-    /// the closer with it).
-    func drainDescriptors(_ fd: CInt, person: UInt32) -> Bool {
-        shutdown(fd, Int32(SHUT_RDWR))
-        for _ in 0..<64 {
-            var vector = iovec(iov_base: input.baseAddress, iov_len: input.count)
-            var message = msghdr()
-            let count = withUnsafeMutablePointer(to: &vector) { vector in
-                message.msg_iov = vector
-                message.msg_iovlen = 1
-                message.msg_control = control.baseAddress
-                message.msg_controllen = Self.controlLength
-                return recvmsg(fd, &message, Int32(MSG_CMSG_CLOEXEC) | Int32(MSG_DONTWAIT))
-            }
-            if message.msg_controllen >= MemoryLayout<cmsghdr>.size {
-                for passed in Self.descriptors(in: control, length: message.msg_controllen) {
-                    closer.close(passed, for: person)
-                }
-            }
-            if count <= 0 { return true }
-        }
-        return false
+    /// SO_OOBINLINE: an out-of-band byte (MSG_OOB, Linux 5.15+) and the
+    /// descriptors sent with it arrive as the rest do; otherwise the read
+    /// that passes it frees it, and the last reference's close runs there.
+    static func urgentInline(_ fd: CInt) -> Bool {
+        var on: CInt = 1
+        return setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &on, socklen_t(MemoryLayout<CInt>.size)) == 0
+    }
+
+    /// Whether the connection's reads stop: on a connection that may hold
+    /// descriptors, a person whose closes are stuck is read no further (each
+    /// read would put up to 253 more in tokend's table); the connection goes
+    /// to the closer as it is.
+    func refusesReading(_ connection: Connection) -> Bool {
+        connection.mayHoldDescriptors && closer.isStuck(connection.sender)
     }
 
     func discard(_ fd: CInt, of connection: Connection) {
-        closer.close(fd, for: connection.person)
+        closer.close(fd, for: connection.sender)
     }
 
     /// ExpectDescriptor, answered here: the connection takes one descriptor
@@ -209,8 +193,8 @@ extension ServerLoop {
         let reply: VarlinkReply
         if connection.side != nil {
             reply = VarlinkReply(.permissionDenied)
-        } else if closer.isStuck(connection.person) {
-            reply = VarlinkReply(errors.descriptorsPending(closer.pending(for: connection.person), closer.limit))
+        } else if closer.isStuck(connection.sender) {
+            reply = VarlinkReply(errors.descriptorsPending(closer.pending(for: connection.sender), closer.limit))
         } else {
             if intake == .kernelRefuses, !connection.expecting {
                 Self.allowDescriptors(on: connection.fd, true)

@@ -31,8 +31,8 @@ extension ServerLoop {
     }
 
     func readable(_ connection: Connection) {
+        if refusesReading(connection) { return close(connection) }
         let count = receive(connection)
-        if connection.overrun { return close(connection) }
         if count < 0 {
             if errno == EAGAIN || errno == EINTR { return }
             return close(connection)  // a reset

@@ -231,6 +231,9 @@ final class ServerLoop: @unchecked Sendable {
     // MARK: Accepting
 
     private func acceptAll() {
+        // Descriptors waiting on the closer hold tokend's own: past the limit no new
+        // connection is taken (answers to those open go on) until the lanes move.
+        guard !closer.isFull else { return pauseAccepting() }
         for _ in 0..<256 {
             let fd = accept4(listener, nil, nil, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
             guard fd >= 0 else {
@@ -246,9 +249,7 @@ final class ServerLoop: @unchecked Sendable {
                             "cannot accept connections", metadata: ["error": "\(String(cString: strerror(errno)))"])
                         lastAcceptFailureLog = now
                     }
-                    _ = watch(listener, events: 0, operation: EPOLL_CTL_DEL)
-                    acceptPausedUntil = now.addingSaturating(limits.acceptRetry.nanoseconds)
-                    return
+                    return pauseAccepting()
                 }
             }
             var peer = PeerCredentials.of(socket: fd)
@@ -286,16 +287,16 @@ final class ServerLoop: @unchecked Sendable {
 
     @discardableResult
     func register(_ fd: CInt, peer: PeerCredentials?, refused: Bool, side: SideListener? = nil) -> Connection? {
-        let person = side?.person ?? person(of: peer)
+        let sender = person(of: peer)
         let mayHoldDescriptors = mayHoldDescriptors(fd)
-        guard watch(fd, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD) else {
-            closeAccepted(fd, person: person, mayHoldDescriptors: mayHoldDescriptors)
+        guard Self.urgentInline(fd), watch(fd, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD) else {
+            closeAccepted(fd, person: sender, mayHoldDescriptors: mayHoldDescriptors)
             return nil
         }
         nextConnection += 1
         let connection = Connection(
-            fd: fd, id: nextConnection, peer: peer, person: person, now: now, refused: refused,
-            mayHoldDescriptors: mayHoldDescriptors)
+            fd: fd, id: nextConnection, peer: peer, person: side?.person ?? sender, sender: sender, now: now,
+            refused: refused, mayHoldDescriptors: mayHoldDescriptors)
         connection.side = side
         connections[fd] = connection
         if refused {
@@ -341,6 +342,13 @@ final class ServerLoop: @unchecked Sendable {
     func person(of peer: PeerCredentials?) -> UInt32 {
         guard let peer else { return UInt32.max }
         return subordinateIDs.value.withLock { $0.person(of: peer.uid) }
+    }
+
+    /// Not accepting until a connection closes or `acceptRetry` passes, rather
+    /// than spin on a listener that stays readable.
+    private func pauseAccepting() {
+        _ = watch(listener, events: 0, operation: EPOLL_CTL_DEL)
+        acceptPausedUntil = now.addingSaturating(limits.acceptRetry.nanoseconds)
     }
 
     private func resumeAccepting() {
@@ -410,7 +418,7 @@ final class ServerLoop: @unchecked Sendable {
         guard !connection.gone else { return }
         connections[connection.fd] = nil
         connection.gone = true
-        closeDrained(connection.fd, person: connection.person, mayHoldDescriptors: connection.mayHoldDescriptors)
+        closeAccepted(connection.fd, person: connection.sender, mayHoldDescriptors: connection.mayHoldDescriptors)
         if acceptPausedUntil != nil { resumeAccepting() }  // a descriptor is free again
         if connection.refused {
             refusedHeld -= 1

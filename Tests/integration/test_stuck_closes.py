@@ -112,7 +112,10 @@ s.connect(path)
 def reply():
     data = b""
     while not data.endswith(b"\0"):
-        chunk = s.recv(65536)
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            chunk = b""
         if not chunk:
             return {"closed": True}
         data += chunk
@@ -126,7 +129,7 @@ sys.stdin.readline()
 try:
     s.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
     sent = True
-except PermissionError:
+except OSError:  # refused by the kernel (EPERM), or the connection closed (EPIPE)
     socket.socket(fileno=socket.dup(fd)).setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 0, 0))
     sent = False
 import os
@@ -233,13 +236,13 @@ def test_a_refused_peer_passing_a_lingering_socket_delays_nobody(server, make_to
     daemon = start(make_tokend, server, workdir, intake)
     lingering = Lingering()
     try:
-        inode = lingering.inode
         outcome = pass_as(daemon, NOBODY, daemon.socket, "GetStatus", lingering.sender)
         if outcome["sent"]:
             assert outcome["reply"].get("error") == "org.varlink.service.PermissionDenied" or outcome["reply"].get(
                 "closed"), outcome
-        # Unread, it waits in the refused connection: tokend drains that before its close.
-        lingers_in_tokend(daemon, intake, outcome, inode)
+        # Unread, it waits in the refused connection, which goes to the closer as it is: its
+        # close there drops it, and sleeps in the linger.
+        lingers_in_tokend(daemon, intake, outcome)
         answered_promptly(daemon)
     finally:
         lingering.release()
@@ -311,12 +314,18 @@ def test_a_persons_stuck_close_refuses_their_further_descriptors(server, make_to
         outcome = pass_as(daemon, READER, daemon.socket, "CreateShare", lingering.nested(), expect=True, path=share)
         assert outcome["reply"]["error"] == B + "ShareRefused", outcome
         wait_for(lambda: closing_threads(daemon.process.pid), 10, "a tokend thread asleep in a lingering close")
-        outcome = wait_for(lambda: (lambda o: o if o["armed"].get("error") else None)(plain()), 10,
+        outcome = wait_for(lambda: (lambda o: o if "parameters" not in o["armed"] or o["armed"].get("error")
+                                    else None)(plain()), 10,
                            "ExpectDescriptor refused once the close has not returned for a second")
-        # The stuck one, and any passed in its first second, queued behind it.
-        assert outcome["armed"]["error"] == B + "DescriptorsPending", outcome
-        assert outcome["armed"]["parameters"]["limit"] == 256 and outcome["armed"]["parameters"]["pending"] >= 1
-        assert outcome["sent"] is (intake == "drain"), "refused in the kernel where it can; else drained unread"
+        if intake == "kernel":
+            # The stuck one, and any passed in its first second, queued behind it.
+            assert outcome["armed"]["error"] == B + "DescriptorsPending", outcome
+            assert outcome["armed"]["parameters"]["limit"] == 256 and outcome["armed"]["parameters"]["pending"] >= 1
+            assert outcome["sent"] is False, "and the kernel refuses the descriptor"
+        else:
+            # Where the kernel takes every descriptor sent, the person's connections are read no
+            # further: closed unread (each read could bring 253 more).
+            assert outcome["armed"] == {"closed": True}, outcome
         answered_promptly(daemon)
         assert len(closing_threads(daemon.process.pid)) == 1, "one person's stuck closes take one thread"
     finally:
@@ -390,3 +399,163 @@ def test_a_refresh_with_lingering_sockets_around_it_keeps_the_session(server, ma
     finally:
         for lingering in held:
             lingering.release()
+
+
+# Run as another user (an outside review's attacks on the first version of
+# this round): sends on tokend's socket at argv[1], after ExpectDescriptor
+# and a Subscribe that keeps the connection busy (tokend reads it no further)
+# when argv[2] == "armed"; then argv[3] messages each carrying 253 copies of
+# /dev/null, the first of them also descriptor argv[4] (-1: none), with
+# MSG_OOB when argv[5] == "oob" — on "go", once it said it is ready; closes
+# its copy of argv[4], says "sent", and on "go" again closes the connection.
+FLOODER = r"""
+import array, json, os, socket, sys
+path, how, count, fd, oob = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "oob"
+s = socket.socket(socket.AF_UNIX)
+s.connect(path)
+if how == "armed":
+    for method, more in (("ExpectDescriptor", False), ("Subscribe", True)):
+        s.sendall(json.dumps({"method": "io.tokend.Broker." + method, "parameters": {}, **({"more": True} if more else {})}).encode() + b"\0")
+        data = b""
+        while not data.endswith(b"\0"):
+            data += s.recv(65536)
+null = os.open("/dev/null", os.O_RDONLY)
+print("ready", flush=True)
+sys.stdin.readline()
+sent = 0
+for index in range(count):
+    fds = ([fd] if index == 0 and fd >= 0 else []) + [null] * (253 - (1 if index == 0 and fd >= 0 else 0))
+    try:
+        s.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))], socket.MSG_OOB if oob else 0)
+        sent += 1
+    except OSError as error:
+        print(json.dumps({"error": str(error)}), file=sys.stderr, flush=True)
+        break
+if fd >= 0:
+    os.close(fd)
+print(json.dumps({"sent": sent}), flush=True)
+sys.stdin.readline()
+s.close()
+"""
+
+
+def flood_as(daemon, user, how, count, passed=None, oob=False):
+    """The FLOODER as `user`; returns once it sent and closed its copy of
+    `passed` (tokend stopped meanwhile, as in pass_as: its close is the last),
+    with a function that ends it."""
+    fd = passed.fileno() if passed else -1
+    if passed:
+        os.set_inheritable(fd, True)
+    child = subprocess.Popen(["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups",
+                              sys.executable, "-c", FLOODER, daemon.socket, how, str(count), str(fd),
+                              "oob" if oob else "plain"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             pass_fds=(fd,) if passed else ())
+    if passed:
+        passed.close()
+    assert child.stdout.readline().strip() == "ready"
+    if passed:
+        os.kill(daemon.process.pid, signal.SIGSTOP)
+    try:
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        outcome = json.loads(child.stdout.readline() or "{}")
+    finally:
+        if passed:
+            os.kill(daemon.process.pid, signal.SIGCONT)
+    if not outcome.get("sent"):
+        outcome["error"] = child.stderr.readline().strip()
+
+    def end():
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.wait(30) == 0
+    return outcome, end
+
+
+def open_descriptors(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_an_out_of_band_byte_with_a_descriptor_delays_nobody(server, make_tokend, workdir, intake):
+    """MSG_OOB on a Unix socket (Linux 5.15+): a read that passes the byte
+    frees it, and its descriptors' last close ran in the reading thread — the
+    loop. Connections take it inline (SO_OOBINLINE): it is one more descriptor
+    for the closer. Refused peers where the kernel takes descriptors; a reader
+    who asked for one where it does not."""
+    daemon = start(make_tokend, server, workdir, intake)
+    lingering = Lingering()
+    who, how = (NOBODY, "refused") if intake == "drain" else (READER, "armed")
+    outcome, end = flood_as(daemon, who, how, 1, passed=lingering.nested(), oob=True)
+    try:
+        assert outcome["sent"] == 1, outcome
+        end()
+        wait_for(lambda: closing_threads(daemon.process.pid), 10, "a tokend thread asleep in the lingering close")
+        answered_promptly(daemon)
+    finally:
+        lingering.release()
+
+
+def test_descriptors_behind_a_stuck_close_do_not_fill_tokends_table(server, make_tokend, workdir, intake):
+    """Behind one stuck close, a flood of descriptors (253 a message, on
+    several connections) is not read into tokend's descriptor table: a
+    connection that may hold them goes to the closer as it is, and a person
+    whose closes are stuck is read no further. tokend keeps answering and its
+    table stays small."""
+    daemon = start(make_tokend, server, workdir, intake)
+    before = open_descriptors(daemon.process.pid)
+    lingering = Lingering()
+    who, how = (NOBODY, "refused") if intake == "drain" else (READER, "armed")
+    ends = []
+    try:
+        outcome, end = flood_as(daemon, who, how, 1, passed=lingering.nested())
+        assert outcome["sent"] == 1, outcome
+        ends.append(end)
+        sent = 1
+        # The kernel holds at most the sender's RLIMIT_NOFILE in flight (ETOOMANYREFS past it).
+        for _ in range(6):
+            outcome, end = flood_as(daemon, who, how, 40)
+            sent += outcome["sent"]
+            ends.append(end)
+        assert sent * 253 > 1000, f"the flood is larger than the bound below: {sent} messages"
+        for end in ends:
+            end()
+        wait_for(lambda: closing_threads(daemon.process.pid), 10, "a tokend thread asleep in the lingering close")
+        answered_promptly(daemon)
+        held = open_descriptors(daemon.process.pid) - before
+        assert held < 300, f"{held} descriptors more than before the flood of {sent * 253}"
+    finally:
+        lingering.release()
+
+
+def test_a_share_far_side_with_a_stuck_close_does_not_hold_up_its_creator(server, make_tokend, workdir, intake):
+    """What a share's far side passes goes to the far side's own closer lane:
+    its stuck close does not make the creator's ExpectDescriptor wait (an
+    outside review found the creator answered DescriptorsPending)."""
+    daemon = start(make_tokend, server, workdir, intake)
+    home = os.path.join(workdir, "reader")
+    os.makedirs(home)
+    os.chown(home, *READER)
+
+    def share(name):
+        return subprocess.run(["setpriv", f"--reuid={READER[0]}", f"--regid={READER[1]}", "--clear-groups",
+                               os.path.join(BIN, "tokenctl"), "share", "create", "--socket", daemon.socket,
+                               "--mode", "0666", os.path.join(home, name)], capture_output=True, text=True, timeout=30)
+
+    assert share("share.sock").returncode == 0
+    lingering = Lingering()
+    try:
+        # Nested where tokend takes it (its close sleeps however SO_LINGER is set); where the
+        # kernel refuses it, the sender keeps it and turns its linger off.
+        passed = lingering.nested() if intake == "drain" else lingering.sender
+        outcome = pass_as(daemon, NOBODY, os.path.join(home, "share.sock"), "GetToken", passed)
+        if intake == "kernel":
+            assert outcome["sent"] is False, outcome
+        else:
+            wait_for(lambda: closing_threads(daemon.process.pid), 10, "a tokend thread asleep in the far side's close")
+            time.sleep(1.2)  # past the second after which a person's close counts as stuck
+        made = share("again.sock")
+        assert made.returncode == 0, made.stderr
+        answered_promptly(daemon, rounds=1)
+    finally:
+        lingering.release()
