@@ -17,26 +17,48 @@ extension TargetURL {
     }
 
     /// The form in which every spelling a server may take for one of the
-    /// provider's endpoints is one: the normalized origin with a host's
-    /// trailing dot dropped, and a path without `;` (or `%3B`) parameters,
-    /// empty segments or a trailing slash, dot segments resolved, escaped
-    /// unreserved characters decoded, in lower case. Two URLs with the same
-    /// key may name one resource; ones that differ cannot be told to be the
-    /// same. Used only to refuse, where a wider match refuses more.
+    /// provider's endpoints is one: the host without its trailing dot, with no
+    /// scheme (a proxy that ends TLS may take http for https) and no port 80 or
+    /// 443; a path without `;` (or `%3B`) parameters, empty segments or a
+    /// trailing slash, dot segments resolved, escapes of unreserved characters
+    /// decoded (twice over: some servers decode twice), each segment without
+    /// trailing dots, spaces, tabs or NULs (servers that trim them), in lower
+    /// case. Two URLs with the same key may name one resource; ones that differ
+    /// cannot be told to be the same. Used only to refuse, where a wider match
+    /// refuses more.
     public var endpointKey: String {
-        var origin = self.origin.replacing(".:", with: ":")
-        if origin.hasSuffix(".") { origin.removeLast() }
+        var host = self.origin
+        if let scheme = host.range(of: "://") { host = String(host[scheme.upperBound...]) }
+        for port in [":80", ":443"] where host.hasSuffix(port) { host.removeLast(port.count) }
+        host = host.replacing(".:", with: ":")
+        if host.hasSuffix(".") { host.removeLast() }
         var segments: [String] = []
         for raw in path.split(separator: "/", omittingEmptySubsequences: true) {
-            let unescaped = raw.replacing("%3B", with: ";").replacing("%3b", with: ";")
-            let segment = Self.normalizingEscapes(String(unescaped.prefix { $0 != ";" }))
+            var segment = String(raw)
+            for _ in 0..<3 {
+                let decoded = Self.normalizingEscapes(segment.replacing("%25", with: "%"))
+                if decoded == segment { break }
+                segment = decoded
+            }
+            segment = String(segment.replacing("%3B", with: ";").prefix { $0 != ";" })
+            while let trimmed = Self.trailingTrimmed(segment) { segment = trimmed }
             switch segment {
             case "", ".": continue
             case "..": _ = segments.popLast()
             default: segments.append(segment.lowercased())
             }
         }
-        return origin + "/" + segments.joined(separator: "/")
+        return host + "/" + segments.joined(separator: "/")
+    }
+
+    /// `segment` without one trailing dot, space, tab or NUL (written or escaped), nil when it has none;
+    /// "." and ".." are left as they are.
+    static func trailingTrimmed(_ segment: String) -> String? {
+        guard segment != ".", segment != ".." else { return nil }
+        for suffix in [".", " ", "%20", "%09", "%00"] where segment.hasSuffix(suffix) {
+            return String(segment.dropLast(suffix.count))
+        }
+        return nil
     }
 
     /// `text` with its escapes of unreserved characters (RFC 3986 §2.3) decoded and the hex digits of its

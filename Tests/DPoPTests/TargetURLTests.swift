@@ -99,6 +99,12 @@ import Testing
         "https://idp.example/api/oidc;x=1/token?grant_type=refresh_token#f", "https://idp.example/api/oidc/%2e/token",
         "https://idp.example/api/oidc/userinfo/..;/token", "https://idp.example/api/oidc/userinfo/%2e%2e;x/token",
         "https://idp.example/api/oidc/userinfo/..%3b/token", "https://idp.example/api/oidc/token%3Bx=1",
+        // An outside review's: http for https (a proxy that ends TLS), servers that trim a last
+        // segment's dots and spaces, and servers that decode twice.
+        "http://idp.example/api/oidc/token", "http://idp.example:443/api/oidc/token", "https://idp.example/api/oidc/token.",
+        "https://idp.example/api/oidc/token%2E", "https://idp.example/api/oidc/token%20", "https://idp.example/api/oidc/token%09",
+        "https://idp.example/api/oidc/token%00", "https://idp.example/api/oidc/token.%20.",
+        "https://idp.example/api/oidc/userinfo/%252e%252e/token", "https://idp.example/api/oidc/%2574oken",
     ])
     func spellingsOfTheTokenEndpointAreOne(_ url: String) throws {
         #expect(try TargetURL(url).endpointKey == TargetURL(Self.token).endpointKey)
@@ -106,7 +112,7 @@ import Testing
 
     @Test(arguments: [
         "https://idp.example/api/oidc/userinfo", "https://idp.example/api/oidc/token2", "https://idp.example:8443/api/oidc/token",
-        "http://idp.example/api/oidc/token", "https://rs.example/api/oidc/token", "https://idp.example/api/oidc/token/x",
+        "https://rs.example/api/oidc/token", "https://idp.example/api/oidc/token/x",
         "https://idp.example/api/oidc/%2Ftoken",
     ])
     func otherResourcesStayApart(_ url: String) throws {
