@@ -133,15 +133,22 @@ final class ResourceProvider: TokenEndpoint {
     func session(_ provider: ResourceProvider, clock: TestClock = TestClock(), resources: [String] = resources)
         async throws -> SessionActor
     {
+        try await Self.session(provider, clock: clock, resources: resources).session
+    }
+
+    /// A logged-in session on `endpoint` with the resources, and its state file.
+    static func session(_ endpoint: any TokenEndpoint, clock: TestClock = TestClock(), resources: [String] = resources)
+        async throws -> (session: SessionActor, file: SessionFile)
+    {
         let directory = NSTemporaryDirectory() + "tokend-keys-\(UUID().uuidString.prefix(8))"
         let file = try StateStore(directory: directory).file(for: "default")
         try await file.save(Self.loggedIn)
         let session = SessionActor(
             name: "default", policy: RefreshPolicy(refreshMargin: 60, minValid: 30, defaultLifetime: 300),
-            endpoint: provider, file: file, clock: clock,
+            endpoint: endpoint, file: file, clock: clock,
             logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }), random: { 0.5 },
             keys: KeyPolicy(resources: resources, scope: "read write"))
-        return session
+        return (session, file)
     }
 
     /// Every key asked for by `askers` callers at once; returns each key's tokens.

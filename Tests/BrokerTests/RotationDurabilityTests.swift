@@ -61,14 +61,7 @@ final class HeldIntrospection: TokenEndpoint {
     @Test func theRotatedRefreshTokenIsOnDiskWhileItsAudienceIsStillBeingConfirmed() async throws {
         let provider = ResourceProvider(.narrows, resources: KeyedTokenTests.resources)
         let endpoint = HeldIntrospection(provider)
-        let directory = NSTemporaryDirectory() + "tokend-rotation-\(UUID().uuidString.prefix(8))"
-        let file = try StateStore(directory: directory).file(for: "default")
-        try await file.save(KeyedTokenTests.loggedIn)
-        let session = SessionActor(
-            name: "default", policy: RefreshPolicy(refreshMargin: 60, minValid: 30, defaultLifetime: 300),
-            endpoint: endpoint, file: file, clock: TestClock(),
-            logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }), random: { 0.5 },
-            keys: KeyPolicy(resources: KeyedTokenTests.resources, scope: "read write"))
+        let (session, file) = try await KeyedTokenTests.session(endpoint)
         await session.start()
         let refreshing = Task { try await session.refresh(staleGeneration: nil) }
         try await eventually { endpoint.asked == 1 }
