@@ -399,8 +399,9 @@ def pytest_runtest_logreport(report):
 def pytest_terminal_summary(terminalreporter):
     if WORKER is not None or not _file_seconds:
         return
-    slowest = sorted(_file_seconds.items(), key=lambda item: -item[1])[:15]
-    terminalreporter.section("the 15 files that add the most time (set-ups, calls, tear-downs summed)")
+    ranked = sorted(_file_seconds.items(), key=lambda item: -item[1])
+    slowest = [(name, seconds) for i, (name, seconds) in enumerate(ranked) if i < 15 or seconds > FILE_BUDGET]
+    terminalreporter.section("the files that add the most time (set-ups, calls, tear-downs summed)")
     for name, seconds in slowest:
         over = f"  (over {FILE_BUDGET:.0f} s: its header says why)" if seconds > FILE_BUDGET else ""
         terminalreporter.write_line(f"{seconds:8.1f}s  {name}{over}")

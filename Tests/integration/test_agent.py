@@ -1,3 +1,6 @@
+# Over 90 s of `make test` (docs/testing.md): a new session is seen at the agent's next list of sessions,
+# which it asks for once a minute (60 s of the 103 s summed on the busy 2-core machine); a browser completes
+# the sign-ins.
 """`tokenctl agent` (issue 45) against the built tokend and the real
 authorization server, on a private D-Bus session bus with python3-dbusmock's
 notification daemon and a portal of the tests' own (agent_portal.py). The

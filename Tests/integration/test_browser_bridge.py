@@ -1,3 +1,5 @@
+# Over 90 s of `make test` (docs/testing.md): every test starts headless Chromium or Firefox ESR with the
+# extension (10-25 s each on a busy 2-core machine), one after another in the browser group (273 s summed).
 """The browser bridge in real browsers, one suite for both: Chromium (the
 extension loaded unpacked, the host registered in the profile with
 `tokenctl browser-bridge --user-data-dir`) and Firefox ESR (the extension

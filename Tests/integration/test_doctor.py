@@ -1,3 +1,6 @@
+# Over 90 s of `make test` (docs/testing.md): 14 set-ups, each a tokend and a provider of its own, one of them
+# a tokend that accepts and never answers, waited out to doctor's deadline (97 s summed on the busy 2-core
+# machine).
 """tokenctl doctor against the built tokend and the real authorization server: a
 healthy set-up passes (exit 0); each problem, made for real in turn, fails its
 check (exit 1) and the line names the fix."""

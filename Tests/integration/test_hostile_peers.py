@@ -1,3 +1,6 @@
+# Over 90 s of `make test` (docs/testing.md): 200 connections each sending a 900 KB call to a debug build, and
+# readers that never read, with tokend's memory sampled until it settles (98 s summed on the busy 2-core
+# machine).
 """Hostile peers against the built tokend (issues 27 and 28): idle connections
 after a large call, readers that never read, a client that half-closes, a
 socket that cannot be had, and one person connecting as many uids from a user

@@ -1,3 +1,6 @@
+# Over 90 s of `make test` (docs/testing.md): logins through headless Chromium (the browser group), discovery
+# waiting for an issuer that comes up later, device logins polled at the provider's interval (164 s summed on
+# the busy 2-core machine).
 """Logins from nothing against django-oauth-toolkit (OIDC on): discovery from
 the issuer, the device grant and the browser login with PKCE, with the user's
 part done in a real headless Chromium."""

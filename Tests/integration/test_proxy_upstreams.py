@@ -1,3 +1,6 @@
+# Over 90 s of `make test` (docs/testing.md): upstreams that never accept, stop reading or stay idle are
+# waited out to the proxy's own timeouts (request, stop, keep-alive), which are the situation (140 s summed on
+# the busy 2-core machine).
 """tokend-proxy against upstreams that misbehave, each written for its test: one that stops reading a
 request body, one that never accepts a connection, one that closes a kept connection when a request
 comes, one that answers 204 with a length, one that sets cookies; and the proxy's stop on SIGTERM."""

@@ -1,3 +1,6 @@
+# Over 90 s of `make test` (docs/testing.md): stampedes of 100 threads and 100 asyncio tasks at a 401,
+# timeouts and dropped connections waited out, each test with its own tokend and provider (143 s summed on the
+# busy 2-core machine).
 """The Python client (clients/python) against the built tokend and the real
 authorization server, with a test API that refuses the current token."""
 import asyncio

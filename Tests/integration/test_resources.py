@@ -1,3 +1,6 @@
+# Over 90 s of `make test` (docs/testing.md): stampedes of a thousand askers at expiry over ten resources, and
+# keys refreshed over several lifetimes, each in the test server's two refresh modes (315 s summed on the busy
+# 2-core machine).
 """One login, every API (issue #30): tokens per RFC 8707 resource and per
 scope from one grant, against django-oauth-toolkit with rotation and reuse
 protection on and no grace period, in both of the test server's refresh modes:

@@ -1,3 +1,5 @@
+# Over 90 s of `make test` (docs/testing.md): every test starts a WebKitGTK web view (its web and network
+# processes) on Xvfb, one after another in the web view group (146 s summed on the busy 2-core machine).
 """A web view app under Xvfb with tokend as its native side: the page asks
 tokend through the web view's relay with the browser's page API, tokend's
 cookies are in the web view before it navigates, and the site's cookies reach

@@ -1,3 +1,5 @@
+# Over 90 s of `make test` (docs/testing.md): web views of the C, PyGObject (GTK 4 and 3) and GJS apps on
+# Xvfb, on both WebKitGTK APIs (115 s summed on the busy 2-core machine).
 """libtokend-webview-1 itself, beyond the web view suite (test_webview.py runs
 that against the library's C, PyGObject and GJS apps): its refusals and detach
 through the typelib on both WebKitGTK APIs, detach on the web view's end (a
