@@ -114,6 +114,7 @@ extension SessionActor {
         status.tokens = keyStatuses
         (status.pageTokens, status.pageTokensReason) = pageTokens
         status.dpop = dpopStatus
+        status.loginFlows = endpoint.loginFlows
         return status
     }
 

@@ -97,7 +97,7 @@ extension SessionActor {
                 .sessionOnly,
                 because: "the provider refused all the resources tokend.toml lists together, and nothing says whether the "
                     + "handed-in grant covers them all (its tokens' audience is not confirmed): asking for one resource could "
-                    + "narrow the refresh token for everyone, so no refresh names one. Log in (tokenctl login) so the grant "
+                    + "narrow the refresh token for everyone, so no refresh names one. Log in (\(Self.loginCommand(name))) so the grant "
                     + "asks for them, or set narrowing in tokend.toml")
         }
         if covered.count >= 2 {

@@ -57,7 +57,7 @@ extension SessionActor {
         if record.phase == .active, let resource = key.resource, !record.grantResources.contains(resource) {
             throw BrokerError.resourceNotAllowed(
                 name, resource: resource,
-                "the session's login did not ask the provider for \(resource): log in again (tokenctl login) so the grant covers it")
+                "the session's login did not ask the provider for \(resource): log in again (\(Self.loginCommand(name))) so the grant covers it")
         }
         guard let scope = key.scope else { return key }
         let granted = TokenKey.tokens(keyPolicy.scope ?? record.scope)

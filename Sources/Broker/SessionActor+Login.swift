@@ -253,6 +253,9 @@ extension SessionActor {
     /// the provider's words, already redacted by the endpoint; only what may
     /// pass (network, 5xx, 429) is UpstreamUnavailable.
     func loginError(_ error: TokenEndpointError, doing what: String) -> BrokerError {
+        if error.code == TokenEndpointError.missingEndpoint {
+            return BrokerError.login(.flowUnavailable, name, error.reason)
+        }
         guard error.kind != .transient else {
             return BrokerError.upstreamUnavailable(name, error.reason, retryAfter: error.retryAfter)
         }

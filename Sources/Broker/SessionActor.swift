@@ -176,7 +176,13 @@ public actor SessionActor {
         self.deliveryDeadline = deliveryDeadline
         self.checkpoint = checkpoint
         self.shared = shared
-        self.record = SessionRecord(phase: .loginRequired, reason: "not logged in yet: log in with `tokenctl login`")
+        self.record = SessionRecord(phase: .loginRequired, reason: "not logged in yet: log in with `\(Self.loginCommand(name))`")
+    }
+
+    /// The command that logs this session in, for reasons tokend writes: the
+    /// default session's is `tokenctl login`, any other names itself.
+    public nonisolated static func loginCommand(_ session: String) -> String {
+        session == "default" ? "tokenctl login" : "tokenctl login --session \(session)"
     }
 
     /// Loads the stored state and starts proactive refreshing. A corrupt file

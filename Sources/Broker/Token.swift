@@ -77,6 +77,8 @@ public struct SessionStatus: Sendable, Equatable {
     /// Whether pages can get this session's tokens ("none", "some", "all"), and why.
     public var pageTokens = "all"
     public var pageTokensReason = ""
+    /// The login flows the endpoints allow ("device", "browser"); nil while not known (discovery pending).
+    public var loginFlows: [String]? = nil
 }
 
 /// A change subscribers are told about.
@@ -144,6 +146,8 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case targetRefused
         /// The caller holds as many keys as one person may, or made new ones faster than its budget.
         case tooManyKeys
+        /// The session has no endpoint for this login flow (device authorization, authorization).
+        case flowUnavailable
     }
     public let code: Code
     public let session: String

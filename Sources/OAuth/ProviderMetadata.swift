@@ -143,6 +143,8 @@ public struct ProviderEndpoints: Sendable, Equatable {
     /// RFC 8705 §5: the provider's endpoints under the names clients using mutual TLS reach them by
     /// (its userinfo endpoint's alias left out: that one is a resource). tokend uses none of them.
     public var mtlsAliases: [URL] = []
+    /// A discovery document filled the gaps: an endpoint still missing is one the provider does not have.
+    public var discovered = false
 
     public init(
         issuer: String? = nil, token: URL? = nil, revocation: URL? = nil, authorization: URL? = nil,
@@ -170,6 +172,7 @@ public struct ProviderEndpoints: Sendable, Equatable {
         merged.introspection = introspection ?? metadata.introspectionEndpoint
         merged.mtlsAliases = (metadata.mtlsEndpointAliases?.urls ?? [:]).filter { $0.key != "userinfo_endpoint" }
             .sorted { $0.key < $1.key }.map(\.value)
+        merged.discovered = true
         return merged
     }
 }

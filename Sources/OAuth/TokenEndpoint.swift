@@ -22,6 +22,8 @@ public protocol TokenEndpoint: Sendable {
 
     /// The configured issuer, when endpoints come from discovery.
     var issuer: String? { get }
+    /// The login flows the endpoints allow ("device", "browser"); nil while discovery has not succeeded.
+    var loginFlows: [String]? { get }
     /// Reads the issuer's discovery document and starts using it.
     func discover() async throws(DiscoveryError) -> ProviderMetadata
     /// Starts using a document kept from an earlier discovery.
@@ -60,6 +62,7 @@ extension TokenEndpoint {
         await refresh(refreshToken: refreshToken, cookieHeader: cookieHeader)
     }
     public var issuer: String? { nil }
+    public var loginFlows: [String]? { nil }
     public func discover() async throws(DiscoveryError) -> ProviderMetadata {
         throw DiscoveryError("no issuer is configured")
     }
@@ -158,6 +161,11 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
     public var current: ProviderEndpoints { endpoints.withLock { $0 } }
     public var tokenURL: URL? { current.token }
     public var issuer: String? { configured.issuer }
+    public var loginFlows: [String]? {
+        let current = self.current
+        if configured.issuer != nil, !current.discovered { return nil }
+        return (current.deviceAuthorization == nil ? [] : ["device"]) + (current.authorization == nil ? [] : ["browser"])
+    }
 
     public func refresh(refreshToken: Secret, cookieHeader: String) async -> RefreshAnswer {
         await refresh(refreshToken: refreshToken, cookieHeader: cookieHeader, target: RefreshTarget(scope: scope))
@@ -212,11 +220,17 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         return url.contains("/.well-known/") ? .discovery : .other
     }
 
+    /// An endpoint the session lacks. While discovery has not succeeded it may
+    /// yet appear (an outage); otherwise the provider does not have it, which
+    /// no retry changes: code `TokenEndpointError.missingEndpoint`.
     func unknownEndpoint(_ which: String) -> TokenEndpointError {
-        if let issuer = configured.issuer {
-            return .transient("the \(which) endpoint is not known yet: discovery from \(issuer) has not succeeded")
+        if let issuer = configured.issuer, !current.discovered {
+            return .transient("discovery from \(issuer) has not succeeded, so the \(which) endpoint is not known yet")
         }
-        return .transient("no \(which) endpoint is configured")
+        let source = configured.issuer.map { "neither tokend.toml nor the discovery document of \($0) names one" }
+            ?? "tokend.toml names none and no issuer is configured"
+        return .transient(
+            "this session has no \(which) endpoint: \(source)", code: TokenEndpointError.missingEndpoint)
     }
 
     struct HTTPAnswer: Sendable {

@@ -67,6 +67,10 @@ public struct TokenEndpointError: Error, Sendable, Equatable, CustomStringConver
 
     public var description: String { reason }
 
+    /// The code of an error about an endpoint the session does not have (not
+    /// configured, and not in the provider's discovery document): tokend's own, never the provider's.
+    public static let missingEndpoint = "tokend:missing_endpoint"
+
     /// The provider will not issue a token for what the request asked
     /// (RFC 8707 `invalid_target`, RFC 6749 `invalid_scope`): the grant is fine.
     public var refusesTarget: Bool {

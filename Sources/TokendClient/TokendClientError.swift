@@ -25,6 +25,8 @@ public enum TokendClientError: Error, CustomStringConvertible {
     /// The callback does not answer this login; it stays pending.
     case invalidCallback(reason: String)
     case loginFailed(reason: String)
+    /// The session has no endpoint for this login flow (configuration or provider, not an outage).
+    case flowUnavailable(session: String, reason: String)
     /// The session does not serve this resource, or not to this user.
     case resourceNotAllowed(session: String, resource: String, reason: String)
     /// The scope asks for more than the session's.
@@ -67,6 +69,8 @@ public enum TokendClientError: Error, CustomStringConvertible {
             self = .invalidCallback(reason: p["reason"]?.stringValue ?? "")
         case BrokerInterface.Error.loginFailed:
             self = .loginFailed(reason: p["reason"]?.stringValue ?? "")
+        case BrokerInterface.Error.flowUnavailable:
+            self = .flowUnavailable(session: p["session"]?.stringValue ?? "", reason: p["reason"]?.stringValue ?? "")
         case BrokerInterface.Error.resourceNotAllowed:
             self = .resourceNotAllowed(
                 session: p["session"]?.stringValue ?? "", resource: p["resource"]?.stringValue ?? "",
@@ -95,7 +99,7 @@ public enum TokendClientError: Error, CustomStringConvertible {
         case .unreachable(let socket, let reason): "tokend is not reachable at \(socket): \(reason)"
         case .loginRequired(let session, let reason): "session \(session) needs a login: \(reason)"
         case .upstreamUnavailable(let session, let reason, let retryAfter):
-            "session \(session): the token endpoint is unavailable (\(reason))"
+            "session \(session) is unavailable for now: \(reason)"
                 + (retryAfter.map { "; tokend retries in \($0) s" } ?? "")
         case .storeUnavailable(let session, let reason, _):
             "session \(session): the fleet's shared store is unavailable (\(reason))"
@@ -113,6 +117,7 @@ public enum TokendClientError: Error, CustomStringConvertible {
         case .loginExpired(let reason): "the login expired: \(reason)"
         case .invalidCallback(let reason): "the browser's answer was not accepted: \(reason)"
         case .loginFailed(let reason): "the login failed: \(reason)"
+        case .flowUnavailable(let session, let reason): "session \(session) cannot log in this way: \(reason)"
         case .resourceNotAllowed(let session, _, let reason): "session \(session): \(reason)"
         case .scopeNotAllowed(let session, let scope, let reason): "session \(session): scope \"\(scope)\": \(reason)"
         case .targetRefused(let session, _, _, let reason): "session \(session): \(reason)"

@@ -37,13 +37,14 @@ public enum BrokerInterface {
         public static let shareRefused = "io.tokend.Broker.ShareRefused"
         public static let tooManyShares = "io.tokend.Broker.TooManyShares"
         public static let descriptorsPending = "io.tokend.Broker.DescriptorsPending"
+        public static let flowUnavailable = "io.tokend.Broker.FlowUnavailable"
 
         /// Every error the interface declares (a test checks this against the declaration).
         public static let all = [
             noSuchSession, loginRequired, upstreamUnavailable, invalidURL, unknownFormat, rateLimited, tooManyConnections,
             requestTooLarge, internalError, noSuchLogin, loginDenied, loginExpired, invalidCallback, loginFailed,
             storeUnavailable, resourceNotAllowed, scopeNotAllowed, targetRefused, tooManyKeys, proofNotAvailable,
-            keyUnavailable, noSuchShare, shareRefused, tooManyShares, descriptorsPending,
+            keyUnavailable, noSuchShare, shareRefused, tooManyShares, descriptorsPending, flowUnavailable,
         ]
     }
 

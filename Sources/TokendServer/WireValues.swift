@@ -61,6 +61,7 @@ extension SessionStatus {
         }
         status.pageTokens = pageTokens
         status.pageTokensReason = pageTokensReason
+        status.loginFlows = loginFlows
         status.tokens = tokens.map {
             BrokerInterface.KeyedToken(
                 resource: $0.resource, scope: $0.scope, generation: $0.generation, expiresAt: $0.expiresAt,
@@ -121,6 +122,7 @@ extension BrokerError: VarlinkErrorConvertible {
         case .loginExpired: VarlinkError(BrokerInterface.Error.loginExpired, about)
         case .invalidCallback: VarlinkError(BrokerInterface.Error.invalidCallback, about)
         case .loginFailed: VarlinkError(BrokerInterface.Error.loginFailed, about)
+        case .flowUnavailable: VarlinkError(BrokerInterface.Error.flowUnavailable, about)
         case .upstreamUnavailable: VarlinkError(BrokerInterface.Error.upstreamUnavailable, retry)
         case .storeUnavailable: VarlinkError(BrokerInterface.Error.storeUnavailable, retry)
         case .resourceNotAllowed:

@@ -20,6 +20,20 @@ struct StatusAdvice: Equatable, Sendable {
     /// The command that fixes it, when there is one.
     var command: String?
 
+    /// The ways to log in that a session's endpoints allow (`flows`, from its
+    /// status; nil while tokend does not know them yet: both), the first the command.
+    static func logins(_ flows: [String]?, flag: String) -> [String] {
+        let flows = flows ?? ["device", "browser"]
+        switch (flows.contains("device"), flows.contains("browser")) {
+        case (true, true): return ["tokenctl login\(flag) --device", "or, on a machine with a browser: tokenctl login\(flag) --browser"]
+        case (true, false): return ["tokenctl login\(flag) --device"]
+        case (false, true): return ["tokenctl login\(flag) --browser"]
+        case (false, false):
+            return ["tokenctl login\(flag) --refresh-token-file FILE",
+                    "the session has neither a device authorization nor an authorization endpoint: only a refresh token you hold logs it in"]
+        }
+    }
+
     /// `now` and `zone` decide how times read ("10:42", "in 5 min").
     init(_ status: SessionStatus, now: Int, zone: TimeZone = .current) {
         let time = { (unix: Int) in StatusAdvice.time(unix, now: now, zone: zone) }
@@ -33,8 +47,9 @@ struct StatusAdvice: Equatable, Sendable {
         case "loginRequired", "loggedOut":
             severity = .broken
             headline = (status.state == "loggedOut" ? "logged out" : "login required") + since + reason
-            command = "tokenctl login\(flag) --device"
-            details.append("or, on a machine with a browser: tokenctl login\(flag) --browser")
+            let ways = StatusAdvice.logins(status.loginFlows, flag: flag)
+            command = ways.first
+            details += ways.dropFirst()
         case "backingOff":
             severity = tokenValid ? .attention : .broken
             headline = "refreshing fails" + since + reason

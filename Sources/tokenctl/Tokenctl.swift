@@ -103,31 +103,41 @@ struct Common: ParsableArguments {
         do {
             return try await body()
         } catch let error as TokendClientError {
-            let (code, advice) = Self.advice(for: error, session: session)
+            var flows: [String]? = nil
+            switch error {
+            case .loginRequired, .loginDenied, .loginExpired, .noSuchLogin, .flowUnavailable:
+                flows = try? await TokendClient.connect(socket: socket).status(session: session).loginFlows
+            default: break
+            }
+            let (code, advice) = Self.advice(for: error, session: session, flows: flows)
             FileHandle.standardError.write(Data("tokenctl: \(error)\(advice.isEmpty ? "" : "\n  \(advice)")\n".utf8))
             throw ExitCode(code)
         }
     }
 
-    static func advice(for error: TokendClientError, session: String?) -> (Int32, String) {
+    static func advice(for error: TokendClientError, session: String?, flows: [String]? = nil) -> (Int32, String) {
         let sessionFlag = session.map { " --session \($0)" } ?? ""
+        let logins = StatusAdvice.logins(flows, flag: sessionFlag)
+        let login = logins.count > 1 && logins[1].hasPrefix("or, ")
+            ? "\(logins[0]) (or --browser)" : logins[0]
         switch error {
         case .unreachable(let socket, let reason) where reason.hasPrefix("permission denied"):
             return (Exit.unreachable,
                 "tokend is there, but this user may not open its socket: `ls -l \(socket)` names the group that may; "
                     + "ask the administrator to add this user to it (then log in again), or point --socket at a share of yours.")
-        case .upstreamUnavailable(_, let reason, _)
-            where reason.contains("endpoint is configured") || reason.contains("is not known yet"):
-            // A missing endpoint is the configuration's, not an outage: nothing retries it.
+        case .flowUnavailable(let name, _):
+            // A missing endpoint is the configuration's or the provider's, not an outage: nothing retries it.
+            let other = (flows ?? []).map { "--\($0)" }
             return (Exit.failure,
-                "This is tokend's configuration, not an outage: set the endpoint in [sessions.\(session ?? "default")] of "
+                "This is tokend's configuration or the provider's, not an outage: set the endpoint in [sessions.\(name)] of "
                     + "tokend.toml (or an issuer whose discovery document names it), `tokend --check-config`, reload tokend; "
-                    + "or log in another way (--browser, or a refresh token on standard input).")
+                    + "or log in another way (" + (other.isEmpty ? "" : other.joined(separator: ", ") + ", or ")
+                    + "a refresh token on standard input).")
         case .unreachable:
             return (Exit.unreachable,
                 "Start it with `systemctl start tokend.socket` (or `systemctl --user start tokend.socket`), or point --socket / TOKEND_SOCKET at the running tokend.")
         case .loginRequired:
-            return (Exit.loginRequired, "Log in with: tokenctl login\(sessionFlag) --device (or --browser)")
+            return (Exit.loginRequired, "Log in with: \(login)")
         case .upstreamUnavailable:
             return (Exit.upstreamUnavailable, "tokend keeps retrying; `tokenctl status\(sessionFlag)` shows the last error.")
         case .storeUnavailable:
@@ -141,7 +151,7 @@ struct Common: ParsableArguments {
             return (Exit.rateLimited,
                 "Pass --stale-generation N (the generation of the token you hold): compare-and-refresh is not limited.")
         case .loginDenied, .loginExpired, .noSuchLogin:
-            return (Exit.loginFailed, "Start again with: tokenctl login\(sessionFlag) --device (or --browser)")
+            return (Exit.loginFailed, "Start again with: \(login)")
         case .loginFailed:
             return (Exit.loginFailed, "`tokenctl status\(sessionFlag)` and tokend's journal say more.")
         case .invalidCallback:

@@ -11,7 +11,7 @@ def test_a_device_login_without_a_device_endpoint_is_a_configuration_problem(ser
     daemon = make_tokend(server).start()  # token endpoint only: no device authorization endpoint
     result = daemon.ctl("login", "--device")
     assert result.returncode == 1, (result.returncode, result.stderr)
-    assert "configuration, not an outage" in result.stderr and "[sessions.default]" in result.stderr
+    assert "configuration or the provider's, not an outage" in result.stderr and "[sessions.default]" in result.stderr
     assert "keeps retrying" not in result.stderr
 
 

@@ -248,7 +248,7 @@ def test_a_token_file_with_another_mode_or_gone_is_named(healthy):
 
 
 def test_a_session_that_needs_a_login_names_the_command(server, make_tokend):
-    daemon = make_tokend(server).start()
+    daemon = make_tokend(server, **{"device-authorization-endpoint": json.dumps(server.base + "/o/device-authorization/")}).start()
     assert json.loads(daemon.ctl("status", "--json").stdout)["state"] == "loginRequired"
     doctor = Doctor(daemon)
     assert doctor.status == 1

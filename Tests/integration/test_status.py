@@ -50,7 +50,10 @@ def wire_status(daemon, session="default"):
 def test_a_refused_refresh_token_says_login_required_and_the_command(server, make_tokend, workdir):
     sessions = {"ci": {"token-endpoint": server.token_url, "client-id": CLIENT_ID,
                        "client-secret-file": os.path.join(workdir, "client-secret")}}
-    daemon = make_tokend(server, sessions=sessions).start()
+    # Both login endpoints: the advice names both flows (a session without them gets neither).
+    flows = {"device-authorization-endpoint": json.dumps(server.base + "/o/device-authorization/"),
+             "authorization-endpoint": json.dumps(server.base + "/o/authorize/")}
+    daemon = make_tokend(server, sessions=sessions, **flows).start()
     login(daemon, server)
     # Someone else uses tokend's refresh token: the server rotates it away and
     # refuses tokend's next refresh (invalid_grant).
@@ -72,7 +75,9 @@ def test_a_refused_refresh_token_says_login_required_and_the_command(server, mak
     assert re.match(r"ci: login required( since (\d{4}-\d\d-\d\d )?\d\d:\d\d)? — not logged in yet", never), text
     counts = samples(daemon.ctl("metrics").stdout)
     assert counts['tokend_session_refresh_results_total{session="default",result="rejected"}'] == 1
-    assert "Run: tokenctl login --session ci --device" in never
+    # ci has neither login endpoint: its advice offers no flow, and tokend's reason names ci (issue 54).
+    assert "Run: tokenctl login --session ci --refresh-token-file FILE" in never and "--device" not in never, never
+    assert "`tokenctl login --session ci`" in never, never
     assert status_text(daemon, "--session", "default") == block
 
 

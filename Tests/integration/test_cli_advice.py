@@ -1,0 +1,103 @@
+"""Advice that fits the session (issue 54, items 3 and 6, after an outside review):
+tokend's reasons name the session they are about; a missing login endpoint is
+told apart from an outage by its own error (FlowUnavailable), not by words;
+and tokenctl advises only the login flows the session's endpoints allow."""
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from conftest import free_port
+
+
+class Discovery:
+    """A provider's discovery document on loopback, naming `endpoints` (and its own issuer)."""
+
+    def __init__(self, endpoints: dict[str, str]) -> None:
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = json.dumps({"issuer": outer.issuer, **endpoints}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def browser_only(server) -> Iterator[Discovery]:
+    """Discovery succeeds; the provider has an authorization endpoint but no device authorization endpoint."""
+    provider = Discovery({"token_endpoint": server.token_url,
+                          "authorization_endpoint": server.base + "/o/authorize/"})
+    yield provider
+    provider.close()
+
+
+def portal(**keys: str) -> dict[str, dict[str, str]]:
+    return {"portal": {"client-id": "tokend-test", "client-auth": "none", **keys}}
+
+
+def test_a_second_sessions_reasons_name_it(server, make_tokend):
+    daemon = make_tokend(server, sessions=portal(**{"token-endpoint": server.token_url})).start()
+    status = daemon.ctl("status")
+    section = status.stdout.split("portal:", 1)[1]
+    assert "`tokenctl login --session portal`" in section, status.stdout
+    assert "`tokenctl login`" not in section, status.stdout
+    last_error = json.loads(daemon.ctl("status", "--json", "--session", "portal").stdout)["lastError"]
+    assert "tokenctl login --session portal" in last_error, last_error
+    token = daemon.ctl("token", "--session", "portal")
+    assert token.returncode == 2 and "`tokenctl login --session portal`" in token.stderr, token.stderr
+    doctor = daemon.ctl("doctor", "--session", "portal")
+    assert "tokenctl login --session portal" in doctor.stdout and "`tokenctl login`" not in doctor.stdout, doctor.stdout
+
+
+def test_advice_offers_only_the_flows_the_session_has(server, make_tokend):
+    sessions = portal(**{"token-endpoint": server.token_url})
+    sessions["web"] = {"client-id": "tokend-test", "client-auth": "none", "token-endpoint": server.token_url,
+                       "authorization-endpoint": server.base + "/o/authorize/"}
+    daemon = make_tokend(server, sessions=sessions).start()
+    for args in (("status", "--session", "portal"), ("token", "--session", "portal"), ("doctor", "--session", "portal")):
+        result = daemon.ctl(*args)
+        said = result.stdout + result.stderr
+        assert "--device" not in said and "--browser" not in said, (args, said)
+        assert "--refresh-token-file" in said, (args, said)
+    assert json.loads(daemon.ctl("status", "--json", "--session", "portal").stdout)["loginFlows"] == []
+    for args in (("status", "--session", "web"), ("token", "--session", "web")):
+        result = daemon.ctl(*args)
+        said = result.stdout + result.stderr
+        assert "tokenctl login --session web --browser" in said and "--device" not in said, (args, said)
+
+
+def test_a_provider_without_a_device_endpoint_is_not_an_outage(server, make_tokend, browser_only):
+    daemon = make_tokend(server, sessions=portal(issuer=browser_only.issuer)).start()
+    result = daemon.ctl("login", "--session", "portal", "--device")
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert "no device authorization endpoint" in result.stderr and "--browser" in result.stderr, result.stderr
+    assert "not an outage" in result.stderr and "[sessions.portal]" in result.stderr, result.stderr
+    assert "token endpoint is unavailable" not in result.stderr and "keeps retrying" not in result.stderr
+    flows = json.loads(daemon.ctl("status", "--json", "--session", "portal").stdout)["loginFlows"]
+    assert flows == ["browser"], flows
+
+
+def test_a_provider_whose_discovery_fails_is_an_outage(server, make_tokend):
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    daemon = make_tokend(server, sessions=portal(issuer=down)).start()
+    result = daemon.ctl("login", "--session", "portal", "--device")
+    assert result.returncode == 4, (result.returncode, result.stderr)
+    assert "has not succeeded" in result.stderr and "token endpoint is unavailable" not in result.stderr, result.stderr
+    assert json.loads(daemon.ctl("status", "--json", "--session", "portal").stdout).get("loginFlows") is None
