@@ -88,7 +88,7 @@ struct LoginCommand: AsyncParsableCommand {
         fflush(nil)
         let progress = showWaiting("Waiting for approval")
         defer { progress.cancel() }
-        return try await common.run { try await client.finishLogin(id: login.id) }
+        return try await common.run(waiting: true) { try await client.finishLogin(id: login.id) }
     }
 
     func browserLogin(_ client: TokendClient) async throws -> SessionStatus {
@@ -110,7 +110,7 @@ struct LoginCommand: AsyncParsableCommand {
         if !noOpen, hasDesktop { BrowserLogin.startBrowser(browser.startURL) }
         let progress = showWaiting("Waiting for the browser")
         defer { progress.cancel() }
-        return try await common.run { try await browser.finish(client) }
+        return try await common.run(waiting: true) { try await browser.finish(client) }
     }
 
     func loginWithRefreshToken() async throws {

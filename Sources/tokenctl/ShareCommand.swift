@@ -120,7 +120,7 @@ struct ShareRevokeCommand: AsyncParsableCommand {
 }
 
 /// Runs a share call: the share's own errors get their own words; others go to `Common.run`.
-func shareRun<T>(_ common: Common, _ body: () async throws -> T) async throws -> T {
+func shareRun<T: Sendable>(_ common: Common, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
     try await common.run {
         do {
             return try await body()

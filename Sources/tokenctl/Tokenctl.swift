@@ -99,9 +99,19 @@ struct Common: ParsableArguments {
     static let wedgedFix = "systemctl restart tokend; journalctl -u tokend says why it stopped answering"
 
     /// Runs a client call, turning its error into a message with the fix and an exit code.
-    func run<T>(_ body: () async throws -> T) async throws -> T {
+    /// A call ends after `callSeconds` (a tokend that accepts and never answers: exit 3);
+    /// `waiting` is for calls that wait for a person (a login being finished).
+    func run<T: Sendable>(waiting: Bool = false, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
         do {
-            return try await body()
+            if waiting { return try await body() }
+            guard let answer = try await answered(within: callSeconds, body) else {
+                let path = TokendClient.socketPath(socket)
+                FileHandle.standardError.write(Data(
+                    ("tokenctl: tokend at \(path) did not answer within \(callSeconds) s (TOKENCTL_TIMEOUT)\n  "
+                        + "\(Self.wedgedFix)\n").utf8))
+                throw ExitCode(Exit.unreachable)
+            }
+            return answer
         } catch let error as TokendClientError {
             var flows: [String]? = nil
             switch error {
@@ -287,6 +297,13 @@ struct CookiesCommand: AsyncParsableCommand {
         print(json ? jsonText(cliJSON(set.json)) : set.header)
     }
 }
+
+/// How long any other call waits for tokend's answer: TOKENCTL_TIMEOUT seconds, 60 by default
+/// (a refresh may wait for the provider, which tokend bounds by its own timeout).
+let callSeconds: Int = {
+    guard let text = ProcessInfo.processInfo.environment["TOKENCTL_TIMEOUT"], let seconds = Int(text), seconds > 0 else { return 60 }
+    return min(seconds, 86400)
+}()
 
 /// How long status and doctor wait for tokend's reply: a wedged tokend
 /// accepts connections (the kernel queues them) but never answers.

@@ -1,15 +1,21 @@
 """Advice that fits the session (issue 54, items 3 and 6, after an outside review):
 tokend's reasons name the session they are about; a missing login endpoint is
 told apart from an outage by its own error (FlowUnavailable), not by words;
-and tokenctl advises only the login flows the session's endpoints allow."""
+tokenctl advises only the login flows the session's endpoints allow; `version`
+prints tokenctl's own whatever tokend does; and every call has a deadline."""
 import http.server
 import json
+import os
+import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 
 import pytest
 
-from conftest import free_port
+from conftest import BIN, free_port
+
+TOKENCTL = os.path.join(BIN, "tokenctl")
 
 
 class Discovery:
@@ -101,3 +107,37 @@ def test_a_provider_whose_discovery_fails_is_an_outage(server, make_tokend):
     assert result.returncode == 4, (result.returncode, result.stderr)
     assert "has not succeeded" in result.stderr and "token endpoint is unavailable" not in result.stderr, result.stderr
     assert json.loads(daemon.ctl("status", "--json", "--session", "portal").stdout).get("loginFlows") is None
+
+
+@pytest.fixture
+def silent_socket(workdir) -> Iterator[str]:
+    """A socket that accepts connections (the kernel queues them) and never answers: a wedged tokend."""
+    path = os.path.join(workdir, "silent.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+    yield path
+    listener.close()
+
+
+def ctl(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([TOKENCTL, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env})
+
+
+def test_version_prints_tokenctls_own_when_tokend_is_down_or_silent(workdir, silent_socket):
+    own = ctl("--version").stdout.strip().split()[-1]
+    down = ctl("version", "--socket", os.path.join(workdir, "nothing-here.sock"))
+    assert down.returncode == 3, (down.returncode, down.stderr)
+    assert f"tokenctl {own}" in down.stdout and "tokend unknown: tokend is not reachable" in down.stdout, down.stdout
+    silent = ctl("version", "--socket", silent_socket, "--json")
+    assert silent.returncode == 3, (silent.returncode, silent.stderr)
+    answer = json.loads(silent.stdout)
+    assert answer["tokenctl"] == own and answer["tokend"] is None and "does not answer" in answer["tokendUnknown"]
+
+
+def test_a_call_to_a_tokend_that_never_answers_ends_at_its_deadline(silent_socket):
+    for args in (("token",), ("sessions",), ("logout",)):
+        result = ctl(*args, "--socket", silent_socket, timeout=30, TOKENCTL_TIMEOUT="2")
+        assert result.returncode == 3, (args, result.returncode, result.stderr)
+        assert "did not answer within 2 s (TOKENCTL_TIMEOUT)" in result.stderr, (args, result.stderr)
