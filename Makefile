@@ -110,7 +110,7 @@ webview-unit-test: $(call needs,webview)
 	cd webview && $(SWIFT) test $(if $(PHASED),--skip-build)
 
 # The web view's own checks: its unit tests, and the app under Xvfb against tokend and the authorization server.
-webview-test: venv build webview-unit-test
+webview-test: $(call needs,venv build webview-unit-test)
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not long" Tests/integration/test_webview.py Tests/integration/test_webview_gi.py
 
 # kill -9 campaign against the real server: 200 kills with a 5 s grace period
@@ -192,7 +192,7 @@ demo-fleet: venv build
 # End to end under a real systemd in a Debian bookworm container (systemd-nspawn);
 # the root filesystem is built once with debootstrap and cached in $(E2E_CACHE).
 E2E_CACHE ?= /var/cache/tokend-e2e
-test-e2e: venv build deb
+test-e2e: $(call needs,venv build) deb
 	@for p in systemd-container debootstrap; do dpkg -s $$p >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd-container debootstrap >/dev/null; break; }; done
 	E2E_CACHE=$(E2E_CACHE) $(PY) -m pytest -q -s Tests/integration/test_e2e_systemd.py
 

@@ -83,7 +83,7 @@ webview-deps: webview-c-deps
 # Tests/integration whole): they need it built. `make test` builds it as a phase of its own.
 TEST_BUILD_EXTRA += webview-c
 integration-test: $(call needs,webview-c)
-webview-test: webview-c
+webview-test: $(call needs,webview-c)
 
 webview-c-test: venv build webview webview-c
 	$(PY) -m pytest -q Tests/integration/test_webview.py Tests/integration/test_webview_gi.py -k "not swift"
