@@ -22,6 +22,13 @@ struct AccessCommand: AsyncParsableCommand {
     @Flag(help: "Print one JSON object per session: session, read, login, cookiesWrite, share, pages, deniedResources.")
     var json = false
 
+    func validate() throws {
+        // A name tokend cannot find would come back as "tokend rejected the parameter user".
+        if let user, UInt32(user) == nil, getpwnam(user) == nil {
+            throw ValidationError("--user \(user): there is no such user on this host")
+        }
+    }
+
     func run() async throws {
         let client = try await common.connect()
         let answer = try await common.run { try await client.access(session: common.session, user: user) }

@@ -150,6 +150,29 @@ func shareRun<T: Sendable>(_ common: Common, _ body: @escaping @Sendable () asyn
 /// What `tokenctl` says to a caller tokend refuses: from inside a user
 /// namespace (a rootless container), tokend sees a subordinate uid, which it
 /// refuses; a share is the way in.
+/// The error asking tokend for this user's own access ends in (nil: answered, or no answer in time).
+func askingOwnAccess(socket: String?) async -> TokendClientError? {
+    let asked = try? await answered(within: replySeconds) { () async -> TokendClientError? in
+        do {
+            _ = try await TokendClient.connect(socket: socket).access(session: nil, user: nil)
+            return nil
+        } catch let error as TokendClientError {
+            return error
+        } catch {
+            return nil
+        }
+    }
+    return asked ?? nil
+}
+
+/// For a user tokend's policy admits to no session: it refuses every call, `tokenctl access` included.
+func admittedToNothingAdvice() -> String {
+    let name = getpwuid(getuid()).flatMap { String(validatingCString: $0.pointee.pw_name) } ?? "uid \(getuid())"
+    return "This user (\(name)) may use no session of this tokend: its policy admits it to none, so every call is refused. "
+        + "To admit it, the administrator adds it to read-users (or one of its groups to read-groups) in [access] of "
+        + "tokend.toml, or in a session's [sessions.NAME.access] (admin-users or admin-groups to log in too), then reloads tokend."
+}
+
 func permissionDeniedAdvice(session: String? = nil) -> String {
     let table = session.map { "[sessions.\($0).access] (else [access])" } ?? "[access]"
     let admin = "To read, the administrator adds this user to read-users "

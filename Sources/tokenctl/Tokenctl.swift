@@ -117,6 +117,13 @@ struct Common: ParsableArguments {
             switch error {
             case .loginRequired, .loginDenied, .loginExpired, .noSuchLogin, .flowUnavailable:
                 flows = try? await TokendClient.connect(socket: socket).status(session: session).loginFlows
+            case .permissionDenied:
+                // Refused even what every admitted user may ask (its own access): the policy admits it to nothing.
+                let socket = socket
+                if case .permissionDenied? = await askingOwnAccess(socket: socket) {
+                    FileHandle.standardError.write(Data("tokenctl: \(error)\n  \(admittedToNothingAdvice())\n".utf8))
+                    throw ExitCode(Exit.permissionDenied)
+                }
             default: break
             }
             let (code, advice) = Self.advice(for: error, session: session, flows: flows)

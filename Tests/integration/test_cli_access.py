@@ -71,3 +71,21 @@ def test_permission_denied_names_the_tables_and_keys_that_admit(server, make_tok
         assert words in advice, (words, advice)
     unnamed = as_user(65534, 65534, "logout", "--socket", daemon.socket)
     assert unnamed.returncode == 6 and "[access]" in unnamed.stderr and "admin-users" in unnamed.stderr
+
+
+def test_a_user_admitted_to_nothing_is_told_so_and_what_would_admit_it(server, make_tokend, workdir):
+    """bin (uid 2) is in no [access] key: tokend refuses it everything, `access` included, so that is no advice."""
+    daemon = open_to_other_users(make_tokend, server, workdir, ACCESS)
+    for args in (("token",), ("access",)):
+        refused = as_user(2, 2, *args, "--socket", daemon.socket)
+        assert refused.returncode == 6, (args, refused.returncode, refused.stderr)
+        advice = " ".join(refused.stderr.split())
+        assert "(bin) may use no session" in advice and "read-users" in advice and "[access]" in advice, advice
+        assert "`tokenctl access`" not in advice, advice
+
+
+def test_access_for_a_user_that_does_not_exist_says_so(server, make_tokend, workdir):
+    daemon = make_tokend(server).start()
+    unknown = daemon.ctl("access", "--user", "no-such-user-here")
+    assert unknown.returncode == 64 and "no-such-user-here: there is no such user" in unknown.stderr, unknown.stderr
+    assert "rejected the parameter" not in unknown.stderr
