@@ -241,7 +241,8 @@ struct WatchCommand: AsyncParsableCommand {
 
     func run() async throws {
         let client = try await common.connect()
-        try await common.run {
+        // A stream of events runs for as long as the user watches: no deadline.
+        try await common.run(waiting: true) {
             for try await event in client.events(session: common.session, sinceVersion: sinceVersion) {
                 FileHandle.standardOutput.write(Data((jsonText(event.json) + "\n").utf8))
             }
