@@ -28,7 +28,7 @@ UNITDIR ?= /etc/systemd/system
 USERUNITDIR ?= /etc/systemd/user
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 
-.PHONY: deb-webview webview webview-deps webview-build-tests webview-unit-test webview-test build-tests test-long bench bench-flood bench-profile bench-syscalls test-crash demo-login demo-fleet deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
+.PHONY: deb-sizes deb-webview webview webview-deps webview-build-tests webview-unit-test webview-test build-tests test-long bench bench-flood bench-profile bench-syscalls test-crash demo-login demo-fleet deb all build release deps venv test unit-test integration-test test-e2e bench-startup demo install clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -239,17 +239,23 @@ install: release
 		install -m 0644 etc/tokend/tokend.toml $(DESTDIR)$(SYSCONFDIR)/tokend/tokend.toml; \
 	fi
 
-# The Debian package, from binaries with the Swift runtime linked in
-# (its own build directory: those flags would otherwise rebuild .build).
-STATIC_BUILD := .build-static
+# The Debian package: the four programs linked against the Swift runtime's shared
+# libraries, which the package installs once, in /usr/lib/tokend (their run path),
+# and fails over its size bound (packaging/deb/build.sh, docs/packaging.md).
+# Its own build directory: those flags would otherwise rebuild .build.
+DEB_BUILD := .build-deb
 deb:
-	@for p in dpkg-dev fakeroot lintian; do dpkg -s $$p >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dpkg-dev fakeroot lintian >/dev/null; break; }; done
-	$(SWIFT) build -c release --static-swift-stdlib --scratch-path $(STATIC_BUILD)
+	@for p in dpkg-dev fakeroot lintian chrpath; do dpkg -s $$p >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dpkg-dev fakeroot lintian chrpath >/dev/null; break; }; done
+	$(SWIFT) build -c release --disable-local-rpath -Xlinker -rpath=/usr/lib/tokend --scratch-path $(DEB_BUILD)
 	@# The release binaries carry no test hooks (crash points, hang switches).
-	@! grep -l TOKEND_TEST_HOOKS $(STATIC_BUILD)/release/tokend $(STATIC_BUILD)/release/tokenctl || \
+	@! grep -l TOKEND_TEST_HOOKS $(DEB_BUILD)/release/tokend $(DEB_BUILD)/release/tokenctl || \
 		{ echo "test hooks found in a release binary"; exit 1; }
-	packaging/deb/build.sh $(STATIC_BUILD)/release .build/deb
+	packaging/deb/build.sh $(DEB_BUILD)/release .build/deb
 	lintian --fail-on error .build/deb/tokend_*.deb
+
+# Where the package's bytes go: each program linked shared and static, attributed by the linker's map.
+deb-sizes: deb
+	python3 packaging/deb/sizes.py $(DEB_BUILD)
 
 # tokend-webview's own package (it needs WebKitGTK; the tokend package does not).
 deb-webview: webview-deps
@@ -259,4 +265,4 @@ deb-webview: webview-deps
 	lintian --fail-on error .build/deb/tokend-webview_*.deb
 
 clean:
-	rm -rf .build $(STATIC_BUILD) $(VENV) webview/.build webview/.build-static $(CLEAN_EXTRA)
+	rm -rf .build $(DEB_BUILD) $(VENV) webview/.build webview/.build-static $(CLEAN_EXTRA)
