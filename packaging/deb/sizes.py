@@ -24,6 +24,9 @@ import tempfile
 from collections import defaultdict
 
 PROGRAMS = ["tokend", "tokenctl", "tokend-proxy", "tokend-native-host"]
+STATIC_FOUNDATION = ["Foundation", "CoreFoundation", "FoundationInternationalization", "_FoundationICU",
+                     "FoundationEssentials", "_FoundationCShims", "_FoundationCollections", "swiftDispatch", "dispatch",
+                     "BlocksRuntime", "swiftSynchronization", "stdc++"]
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # Sections that are not in the stripped file (or take no room in it).
 NOT_SHIPPED = re.compile(r"^\.(debug|comment|note|symtab|strtab|shstrtab|bss|tbss)")
@@ -123,7 +126,10 @@ def link(args: list[str], output: str, static: bool) -> dict[str, int]:
     args[args.index("-o") + 1] = output
     args += ["-Xlinker", f"-Map={output}.map"]
     if static:
-        args.append("-static-stdlib")
+        # Objects compiled against the shared runtime name only Foundation's shared library for the
+        # linker; its static archives need their companions named, in one group (they use each other).
+        args += ["-static-stdlib", "-Xlinker", "--start-group"] + [f"-l{lib}" for lib in STATIC_FOUNDATION] + [
+            "-Xlinker", "--end-group"]
     else:
         args = [a for a in args if a != "-static-stdlib"]
     subprocess.run(args, check=True)
