@@ -1,3 +1,6 @@
+# Over 90 s of `make test` (docs/testing.md): DPoP against Glewlwyd, a real provider with nonces, started per
+# test, and against swtpm TPMs (a key made, signed with, lost and refused); the proof-bound tests send
+# thousands of GetProof calls (135 s summed on the busy 2-core machine).
 """DPoP-bound tokens (RFC 9449) against a provider no one here wrote:
 Glewlwyd with DPoP on and nonces mandatory (Tests/integration/provider2.py,
 Glewlwyd(dpop=True)), its client DPOP_CLIENT_ID refusing token requests

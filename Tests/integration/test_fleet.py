@@ -1,3 +1,7 @@
+# Over 90 s of `make test` (docs/testing.md): every test starts a real PostgreSQL of its own and several
+# tokend hosts (up to 45, with callers on each), kills hosts and restarts the database mid-refresh, and
+# waits for real token lifetimes (275 s summed on the busy 2-core machine; the ten-lifetime soak is in
+# `make test-long`).
 """A session shared by three hosts through a real PostgreSQL, against the real
 authorization server (rotation and reuse protection on)."""
 import json

@@ -1,3 +1,6 @@
+# Over 90 s of `make test` (docs/testing.md): each share test starts a tokend and a provider of its own and
+# acts as other users (setpriv), one through a real OpenSSH server and one from a rootless container's user
+# namespace; TTL tests wait for a share's end (146 s summed on the busy 2-core machine).
 """Shares (issue 44): a socket tokenctl binds with the asker's rights and hands
 to tokend (SCM_RIGHTS), which serves it with token calls only, made as the
 creator. Other users are simulated with setpriv (numeric uid and gid); the
