@@ -26,11 +26,16 @@ struct ProofBound: Sendable, Equatable {
     static let tpmKeyShare = 0.25
     static let tpmShare = 0.5
 
-    /// `fraction` of what a chip signs a second when a proof takes it `signing`; bursts of two seconds' worth, at least one.
+    /// `fraction` of what a chip signs a second when a proof takes it `signing`; bursts of two seconds' worth,
+    /// at least `leastBurst`.
     static func share(_ fraction: Double, of signing: Duration) -> ProofBound {
         let perSecond = fraction / max(signing / .seconds(1), 0.000_1)
-        return ProofBound(perSecond: perSecond, burst: max(1, (perSecond * 2).rounded(.down)))
+        return ProofBound(perSecond: perSecond, burst: max(leastBurst, (perSecond * 2).rounded(.down)))
     }
+
+    /// However slow the chip: one request and its retry with the server's nonce (use_dpop_nonce), which
+    /// needs a second proof at once.
+    static let leastBurst = 2.0
 }
 
 /// Proofs per person and session (ProofBound.stateKey, or .tpmKey by the

@@ -167,6 +167,7 @@ func askingOwnAccess(socket: String?) async -> TokendClientError? {
 
 /// For a user tokend's policy admits to no session: it refuses every call, `tokenctl access` included.
 func admittedToNothingAdvice() -> String {
+    if inUserNamespace() { return containerAdvice }
     let name = getpwuid(getuid()).flatMap { String(validatingCString: $0.pointee.pw_name) } ?? "uid \(getuid())"
     return "This user (\(name)) may use no session of this tokend: its policy admits it to none, so every call is refused. "
         + "To admit it, the administrator adds it to read-users (or one of its groups to read-groups) in [access] of "
@@ -178,11 +179,16 @@ func permissionDeniedAdvice(session: String? = nil) -> String {
     let admin = "To read, the administrator adds this user to read-users "
         + "or a group of read-groups in \(table) of tokend.toml (to log in: admin-users or admin-groups), then reloads tokend. "
         + "`tokenctl access` shows what this user may do now."
-    guard let map = try? String(contentsOfFile: "/proc/self/uid_map", encoding: .utf8),
-        map.split(whereSeparator: \.isWhitespace) != ["0", "0", "4294967295"]
-    else { return admin }
-    return "This runs in a user namespace (a container): tokend sees a subordinate uid and refuses it. "
-        + "On the host, run `tokenctl share create DIR/tokend.sock`, mount DIR into the container and set TOKEND_SOCKET=DIR/tokend.sock."
+    return inUserNamespace() ? containerAdvice : admin
+}
+
+/// In a user namespace tokend sees a subordinate uid, which no policy names: the advice is a share, not [access].
+let containerAdvice = "This runs in a user namespace (a container): tokend sees a subordinate uid and refuses it. "
+    + "On the host, run `tokenctl share create DIR/tokend.sock`, mount DIR into the container and set TOKEND_SOCKET=DIR/tokend.sock."
+
+func inUserNamespace() -> Bool {
+    guard let map = try? String(contentsOfFile: "/proc/self/uid_map", encoding: .utf8) else { return false }
+    return map.split(whereSeparator: \.isWhitespace) != ["0", "0", "4294967295"]
 }
 
 enum ShareTTL {

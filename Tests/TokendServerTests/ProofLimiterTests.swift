@@ -77,9 +77,12 @@ import Varlink
         signing.withLock { $0 = .milliseconds(2) }
         #expect(limiter.bounds(.tpm).tpm == ProofBound(perSecond: 250, burst: 500))
         #expect(limiter.bounds(.state).person == .stateKey)
-        // However slow the chip, a burst of one is left.
+        // However slow the chip, a burst of two is left: a request and its retry with the server's nonce.
         signing.withLock { $0 = .seconds(10) }
-        #expect(limiter.bounds(.tpm).person.burst == 1)
+        #expect(limiter.bounds(.tpm).person.burst == 2 && limiter.bounds(.tpm).tpm.burst == 2)
+        #expect(limiter.take(for: nil, session: "slow", storage: .tpm) == nil)
+        #expect(limiter.take(for: nil, session: "slow", storage: .tpm) == nil)
+        #expect(limiter.take(for: nil, session: "slow", storage: .tpm) != nil)
     }
 
     /// A person's budget, not a uid's: another person is not slowed; another session has its own.

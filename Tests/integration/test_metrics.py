@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -258,11 +259,16 @@ def test_connections_subscribers_and_refused_peers_are_counted(server, make_toke
         wait_for(lambda: counts()["tokend_subscribers"] == 1, 10, "the subscriber counted")
         assert counts()["tokend_connections"] >= 1
     wait_for(lambda: counts()["tokend_subscribers"] == 0 and counts()["tokend_connections"] == 0, 10, "both gone")
-    # A user the policy allows nothing (uid 65534) is refused at accept, and counted by reason.
+    # A user the policy allows nothing (uid 65534) is refused at accept, and counted by reason: one connection,
+    # one call (tokenctl would ask a second time, for its own access, to explain the refusal).
+    one_call = ("import json, socket, sys\n"
+                "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
+                "s.sendall(json.dumps({'method': 'io.tokend.Broker.GetStatus', 'parameters': {}}).encode() + b'\\0')\n"
+                "print(s.recv(65536).rstrip(b'\\0').decode())\n")
     nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                             os.path.join(BIN, "tokenctl"), "status", "--socket", daemon.socket],
+                             sys.executable, "-c", one_call, daemon.socket],
                             capture_output=True, text=True, timeout=30)
-    assert nobody.returncode != 0
+    assert json.loads(nobody.stdout)["error"] == "org.varlink.service.PermissionDenied", (nobody.stdout, nobody.stderr)
     # The listener renders at most once a second: the refusal shows within that.
     wait_for(lambda: counts()['tokend_connections_refused_total{reason="permission"}'] == 1, 5, "the refusal counted")
     assert counts()['tokend_varlink_calls_total{method="io.tokend.Broker.Subscribe",result="ok"}'] == 1
