@@ -71,6 +71,8 @@ extension BrokerInterface {
         public var dpop: DPoPStatus?
         /// The login flows the endpoints allow ("device", "browser"); nil while discovery has not succeeded.
         public var loginFlows: [String]?
+        /// A session a user added (AddSession): its owner's user name; nil for tokend.toml's sessions.
+        public var owner: String?
 
         public init(session: String, state: String, generation: Int, refreshes: Int = 0, coalesced: Int = 0,
                     failures: Int = 0, cookies: Int = 0, cookieVersion: Int = 0, pendingLogins: Int = 0,

@@ -38,6 +38,11 @@ public enum BrokerInterface {
         public static let tooManyShares = "io.tokend.Broker.TooManyShares"
         public static let descriptorsPending = "io.tokend.Broker.DescriptorsPending"
         public static let flowUnavailable = "io.tokend.Broker.FlowUnavailable"
+        public static let sessionExists = "io.tokend.Broker.SessionExists"
+        public static let sessionRefused = "io.tokend.Broker.SessionRefused"
+        public static let tooManySessions = "io.tokend.Broker.TooManySessions"
+        public static let discoveryFailed = "io.tokend.Broker.DiscoveryFailed"
+        public static let addressRefused = "io.tokend.Broker.AddressRefused"
 
         /// Every error the interface declares (a test checks this against the declaration).
         public static let all = [
@@ -45,6 +50,7 @@ public enum BrokerInterface {
             requestTooLarge, internalError, noSuchLogin, loginDenied, loginExpired, invalidCallback, loginFailed,
             storeUnavailable, resourceNotAllowed, scopeNotAllowed, targetRefused, tooManyKeys, proofNotAvailable,
             keyUnavailable, noSuchShare, shareRefused, tooManyShares, descriptorsPending, flowUnavailable,
+            sessionExists, sessionRefused, tooManySessions, discoveryFailed, addressRefused,
         ]
     }
 
