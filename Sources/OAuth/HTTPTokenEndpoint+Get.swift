@@ -40,3 +40,13 @@ extension HTTPTokenEndpoint {
         return first == second
     }
 }
+
+extension HTTPTokenEndpoint.HTTPAnswer {
+    /// A user session's answer, from the guarded exchange.
+    init(_ answer: OutboundAnswer) {
+        self.init(
+            status: answer.status, retryAfter: answer.header("Retry-After"), location: answer.header("Location"),
+            setCookie: answer.headers("Set-Cookie"), body: answer.body, dpopNonce: answer.header("DPoP-Nonce"),
+            date: answer.header("Date"))
+    }
+}

@@ -122,6 +122,8 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
     public let redirectURI: String?
     /// Largest body accepted from any endpoint.
     public let maximumBodySize = 256 * 1024
+    /// A user's session: every request goes through this guard (see OutboundPolicy). nil: an admin's session.
+    public let outbound: OutboundPolicy?
     let client: HTTPClient
     let endpoints: Mutex<ProviderEndpoints>
     /// Answers by endpoint and status are counted here.
@@ -134,8 +136,10 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
     public init(
         endpoints: ProviderEndpoints, credentials: ClientCredentials, scope: String?, timeout: Duration,
         pushesAuthorization: Bool = false, redirectURI: String? = nil, resources: [String] = [],
-        client: HTTPClient = HTTPTokenEndpoint.sharedClient, metrics: ProviderMetrics? = nil
+        client: HTTPClient = HTTPTokenEndpoint.sharedClient, metrics: ProviderMetrics? = nil,
+        outbound: OutboundPolicy? = nil
     ) {
+        self.outbound = outbound
         self.metrics = metrics
         self.resources = resources
         self.pushesAuthorization = pushesAuthorization
@@ -262,6 +266,7 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         let deadline = NIODeadline.now() + TimeAmount.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000
             + Int64(timeout.components.attoseconds / 1_000_000_000))
         let (client, maximumBodySize, timeout, prepared) = (self.client, self.maximumBodySize, self.timeout, request)
+        let outbound = self.outbound
         let started = ContinuousClock.now
         var status: Int?
         defer {
@@ -271,6 +276,9 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
             // The deadline covers the whole exchange, the body included: a
             // server that sends its body slowly is cut off like one that hangs.
             let answer = try await within(timeout) {
+                if let outbound {
+                    return HTTPAnswer(try await outbound.fetch(prepared, deadline: deadline, limit: maximumBodySize))
+                }
                 let response = try await client.execute(prepared, deadline: deadline)
                 let body = try await response.body.collect(upTo: maximumBodySize)
                 return HTTPAnswer(
@@ -282,6 +290,8 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
             guard let answer else { throw HTTPClientError.deadlineExceeded }
             status = answer.status
             return answer
+        } catch let refusal as AddressRefused {
+            throw .transient(refusal.description, code: AddressRefused.code)
         } catch let error as NIOTooManyBytesError {
             _ = error
             throw .transient("\(request.url) answered with more than \(maximumBodySize) bytes")

@@ -1,0 +1,120 @@
+import AsyncHTTPClient
+import Deadline
+import Foundation
+import NIOCore
+import Secrets
+
+/// What one guarded exchange brought back.
+struct OutboundAnswer: Sendable {
+    var status: Int
+    var headers: [(name: String, value: String)]
+    var body: [UInt8]
+    /// The address connected to.
+    var address: String
+
+    func header(_ name: String) -> String? {
+        headers.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
+    }
+
+    func headers(_ name: String) -> [String] {
+        headers.filter { $0.name.caseInsensitiveCompare(name) == .orderedSame }.map(\.value)
+    }
+}
+
+extension OutboundPolicy {
+    /// One request to `request.url` through the guard, no redirect followed:
+    /// the host resolved and every address checked, then a client made for
+    /// this request connects to the checked address only — its DNS override
+    /// keeps SNI and the certificate check on the name — and is shut down
+    /// after. The body is read up to `limit` bytes.
+    func fetch(_ request: HTTPClientRequest, deadline: NIODeadline, limit: Int = maximumBodySize) async throws
+        -> OutboundAnswer
+    {
+        guard let url = URL(string: request.url) else {
+            throw AddressRefused(url: String(request.url.prefix(200)), address: nil, reason: "it is not a URL")
+        }
+        let target = try await checkedTarget(url)
+        var configuration = HTTPClient.Configuration()
+        // A redirect is a new URL to check (see `get`), never followed by the client.
+        configuration.redirectConfiguration = .disallow
+        configuration.dnsOverride = [target.host: target.address.description]
+        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        do {
+            let response = try await client.execute(request, deadline: deadline)
+            let body = try await response.body.collect(upTo: limit)
+            try? await client.shutdown()
+            return OutboundAnswer(
+                status: Int(response.status.code), headers: response.headers.map { (name: $0.name, value: $0.value) },
+                body: Array(buffer: body), address: target.address.description)
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+    }
+
+    /// One request of a discovery step, within the time left until
+    /// `deadline`. Throws AddressRefused, or DiscoveryFailed naming `step`.
+    func exchange(_ request: HTTPClientRequest, step: String, until deadline: ContinuousClock.Instant) async throws
+        -> OutboundAnswer
+    {
+        let url = String(request.url.prefix(300))
+        let left = deadline - ContinuousClock.now
+        guard left > .zero else { throw DiscoveryFailed(step: step, url: url, status: nil, reason: "no time was left for it") }
+        let clientDeadline = NIODeadline.now() + Outbound.timeAmount(left)
+        do {
+            guard let answer = try await within(left, { try await self.fetch(request, deadline: clientDeadline) }) else {
+                throw HTTPClientError.deadlineExceeded
+            }
+            return answer
+        } catch let refusal as AddressRefused {
+            throw refusal
+        } catch let failure as DiscoveryFailed {
+            throw failure
+        } catch is NIOTooManyBytesError {
+            throw DiscoveryFailed(
+                step: step, url: url, status: nil, reason: "it answered with more than \(Self.maximumBodySize) bytes")
+        } catch let error as HTTPClientError where error == .deadlineExceeded {
+            throw DiscoveryFailed(step: step, url: url, status: nil, reason: "no answer in time")
+        } catch {
+            let said = Redactor.none.clean(String(describing: error))
+            throw DiscoveryFailed(step: step, url: url, status: nil, reason: "unreachable: \(said)")
+        }
+    }
+
+    /// A GET, redirects followed here (at most 3), each hop resolved and
+    /// checked again, never from https to http. The answer and the URL that gave it.
+    func get(_ url: URL, step: String, accept: String = "application/json", until deadline: ContinuousClock.Instant)
+        async throws -> (OutboundAnswer, URL)
+    {
+        var target = url
+        for _ in 0...Self.maximumRedirects {
+            var request = HTTPClientRequest(url: target.absoluteString)
+            request.headers.add(name: "Accept", value: accept)
+            let answer = try await exchange(request, step: step, until: deadline)
+            guard [301, 302, 303, 307, 308].contains(answer.status) else { return (answer, target) }
+            guard let location = answer.header("Location"), let next = URL(string: location, relativeTo: target)?.absoluteURL
+            else {
+                let shown = Redactor.none.clean(answer.header("Location") ?? "no Location", limit: 120)
+                throw DiscoveryFailed(
+                    step: step, url: target.absoluteString, status: answer.status, reason: "it redirects to \(shown)")
+            }
+            if target.scheme?.lowercased() == "https", next.scheme?.lowercased() != "https" {
+                throw AddressRefused(
+                    url: next.absoluteString, address: nil,
+                    reason: "\(target.absoluteString) redirects there, from https to \(next.scheme ?? "no scheme")")
+            }
+            target = next
+        }
+        throw DiscoveryFailed(
+            step: step, url: url.absoluteString, status: nil, reason: "it redirects more than \(Self.maximumRedirects) times")
+    }
+}
+
+extension Outbound {
+    static func timeAmount(_ duration: Duration) -> TimeAmount {
+        let (seconds, attoseconds) = duration.components
+        let nanoseconds = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        guard !nanoseconds.overflow else { return .nanoseconds(.max) }
+        return .nanoseconds(nanoseconds.partialValue.addingReportingOverflow(attoseconds / 1_000_000_000).partialValue)
+    }
+}
