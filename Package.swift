@@ -102,7 +102,7 @@ let package = Package(
             "TokendServer", "Systemd", "Config", "StateStore", argumentParser, logging, lifecycle,
         ], swiftSettings: strict),
         .target(name: "TokendClient", dependencies: ["Varlink", "VarlinkNIO", "TokendInterface", nio, nioPosix], swiftSettings: strict),
-        .executableTarget(name: "tokenctl", dependencies: ["Config", "CSystemd", "HTTPHead", "Loopback", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
+        .executableTarget(name: "tokenctl", dependencies: ["Config", "CSystemd", "HTTPHead", "Loopback", "Persons", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
         // A local HTTP proxy that puts the session's token and cookies on requests to one upstream.
         .executableTarget(name: "tokend-proxy", dependencies: [
             "CLinux", "Deadline", "HTTPHead", "Loopback", "Persons", "TokendClient", argumentParser, logging, nio,
@@ -138,7 +138,7 @@ let package = Package(
         .testTarget(name: "NativeMessagingTests", dependencies: ["NativeMessaging", "Varlink"], swiftSettings: strict),
         .testTarget(name: "ConfigTests", dependencies: ["Config"], swiftSettings: strict),
         .testTarget(name: "TokendMetricsTests", dependencies: ["TokendMetrics"], swiftSettings: strict),
-        .testTarget(name: "tokend-proxyTests", dependencies: ["tokend-proxy", "TestSupport", nio, .product(name: "NIOHTTP1", package: "swift-nio")], swiftSettings: strict),
+        .testTarget(name: "tokend-proxyTests", dependencies: ["tokend-proxy", "Persons", "TestSupport", nio, .product(name: "NIOHTTP1", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "tokenctlTests", dependencies: ["tokenctl"], swiftSettings: strict),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", logging], swiftSettings: strict),
     ]

@@ -5,7 +5,9 @@ import Glibc
 /// Who owns the other end of a loopback TCP connection: the kernel's
 /// socket diagnostics (NETLINK_SOCK_DIAG, what `ss` asks), one exact look-up
 /// of the peer's socket by its four addresses, not a scan of /proc/net/tcp.
-/// One netlink socket per loop, used from that loop's thread only.
+/// The one way tokend's programs find a loopback peer's owner: tokend-proxy's
+/// TCP listener (one netlink socket per loop, used from that loop's thread
+/// only), tokenctl's login listener (`uid(ofLoopbackPeer:)`, one look-up).
 /// The peer of a Unix socket is read with `SocketPeer.of(unixSocket:)`.
 public final class PeerOwner {
     private let netlink: CInt
@@ -21,6 +23,8 @@ public final class PeerOwner {
     /// Where inet_diag_msg's idiag_uid is in a reply: nlmsghdr (16) + family, state, timer, retrans (4) +
     /// inet_diag_sockid (48) + expires, rqueue, wqueue (12).
     private static let uidOffset = 80
+    /// idiag_inode, after idiag_uid.
+    private static let inodeOffset = 84
 
     public init?() {
         netlink = socket(AF_NETLINK, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), Self.netlinkSockDiag)
@@ -32,8 +36,16 @@ public final class PeerOwner {
 
     deinit { close(netlink) }
 
+    /// The uid owning the other end of `fd`, with a netlink socket of its own: for a program that asks
+    /// once in a while (a listener that serves one request), not for a loop that asks per connection.
+    public static func uid(ofLoopbackPeer fd: CInt) -> UInt32? {
+        PeerOwner()?.uid(ofPeerOf: fd)
+    }
+
     /// The uid owning the socket at the other end of `fd`, an accepted loopback TCP connection; nil when
-    /// the kernel does not say (the peer is gone already, or is not on this host).
+    /// the kernel does not say (the peer is gone already, or is not on this host). Only a socket a process
+    /// still holds counts: one its owner closed (orphaned in FIN_WAIT, or TIME_WAIT) has no inode and is
+    /// listed as root's, so a request another user sends and closes at once would otherwise pass as root's.
     public func uid(ofPeerOf fd: CInt) -> UInt32? {
         guard let local = Self.address(fd, getsockname), let peer = Self.address(fd, getpeername), local.family == peer.family else {
             return nil
@@ -63,7 +75,8 @@ public final class PeerOwner {
             let type = reply.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 4, as: UInt16.self) }
             let replySequence = Self.get32(reply, 8)
             if replySequence != sequence { continue }  // an answer to an earlier question that timed out
-            guard type == Self.sockDiagByFamily, count >= Self.uidOffset + 4 else { return nil }  // NLMSG_ERROR: no such socket
+            guard type == Self.sockDiagByFamily, count >= Self.inodeOffset + 4 else { return nil }  // NLMSG_ERROR: no such socket
+            guard Self.get32(reply, Self.inodeOffset) != 0 else { return nil }  // no process holds it
             return Self.get32(reply, Self.uidOffset)
         }
     }

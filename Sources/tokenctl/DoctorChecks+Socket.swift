@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Persons
 
 /// Who tokend runs as: the process at the other end of the socket (SO_PEERCRED),
 /// or, when systemd holds the socket (the peer is PID 1), the user `tokend`.
@@ -70,11 +71,8 @@ struct SocketFacts: Equatable, Sendable {
             facts.connectError = errno
             return facts
         }
-        // struct ucred: pid, uid, gid.
-        var credentials: (Int32, UInt32, UInt32) = (0, 0, 0)
-        var length = socklen_t(MemoryLayout.size(ofValue: credentials))
-        if getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 {
-            facts.peer = Peer(pid: credentials.0, uid: credentials.1, gid: credentials.2)
+        if let peer = SocketPeer.of(unixSocket: fd, groups: false) {
+            facts.peer = Peer(pid: peer.pid, uid: peer.uid, gid: peer.gid)
         }
         return facts
     }

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPHead
 import Loopback
+import Persons
 
 #if canImport(Glibc)
 import Glibc
@@ -12,13 +13,14 @@ import Glibc
 /// makes when the provider sends it back.
 ///
 /// It serves only the user who began the login: loopback TCP carries no
-/// credentials, so each connection's owner is looked up in /proc/net/tcp and
-/// any other uid gets 403 (another local user could otherwise cancel the
-/// login, or complete it with a code of its own). The authorization URL
-/// (state, nonce, code challenge) never goes on a command line, where every
-/// user can read it: the browser is sent to `startURL`, a path with a random
-/// name on this listener, which redirects to it. Its requests are read by
-/// the project's one head reader and held to its web-page rule: the Host must
+/// credentials, so each connection's owner is asked of the kernel (Persons'
+/// `PeerOwner`, as tokend-proxy's TCP listener asks) and any other uid gets
+/// 403 (another local user could otherwise cancel the login, or complete it
+/// with a code of its own). The authorization URL (state, nonce, code
+/// challenge) never goes on a command line, where every user can read it:
+/// the browser is sent to `startURL`, a path with a random name on this
+/// listener, which redirects to it. Its requests are read by the project's
+/// one head reader and held to its web-page rule: the Host must
 /// name this listener, and a request from another site must be the browser's
 /// own navigation (a page's fetch of the callback is refused).
 final class LoopbackListener: @unchecked Sendable {
@@ -99,7 +101,7 @@ final class LoopbackListener: @unchecked Sendable {
             guard poll(&entry, 1, Int32(min(remaining, 1) * 1000)) > 0 else { continue }
             let connection = accept(fd, nil, nil)
             guard connection >= 0 else { continue }
-            guard Self.ownerUID(of: connection) == getuid() else {
+            guard PeerOwner.uid(ofLoopbackPeer: connection) == getuid() else {
                 Self.respond(
                     connection, status: "403 Forbidden", title: "Not yours",
                     message: "This login belongs to another user of this computer.")
@@ -158,42 +160,6 @@ final class LoopbackListener: @unchecked Sendable {
             case .failure(let error): return .failure(error)
             }
         }
-    }
-
-    /// The uid owning the other end of an accepted loopback TCP connection:
-    /// its socket is the entry of /proc/net/tcp (or, for an IPv6 socket
-    /// speaking to 127.0.0.1, /proc/net/tcp6) whose local address is our peer
-    /// and whose remote address is us. nil if not found.
-    static func ownerUID(of connection: Int32) -> uid_t? {
-        guard let peer = LoopbackAddress.of(connection, getpeername), let local = LoopbackAddress.of(connection, getsockname)
-        else { return nil }
-        // An IPv4 address seen by an IPv6 socket is ::ffff:a.b.c.d.
-        let tables = local.family == AF_INET6
-            ? [("/proc/net/tcp6", "")] : [("/proc/net/tcp", ""), ("/proc/net/tcp6", "0000000000000000FFFF0000")]
-        for (path, prefix) in tables {
-            // Read to the end: procfs reports a size of 0, which Foundation's file readers trust.
-            guard let file = FileHandle(forReadingAtPath: path), let data = try? file.readToEnd() else { continue }
-            let table = String(decoding: data, as: UTF8.self)
-            if let uid = ownerUID(in: table, local: prefix + peer.procName, remote: prefix + local.procName) { return uid }
-        }
-        return nil
-    }
-
-    /// The uid of the socket in a /proc/net/tcp or tcp6 `table` with these
-    /// addresses, counting only a connected socket that a process still holds:
-    /// ESTABLISHED (state 01) with an inode. A socket its owner has closed
-    /// (FIN_WAIT2, TIME_WAIT) is listed with uid 0 and inode 0, so a request
-    /// another user sends and closes at once would otherwise pass as root's.
-    static func ownerUID(in table: String, local: String, remote: String) -> uid_t? {
-        for line in table.split(separator: "\n").dropFirst() {
-            // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
-            let fields = line.split(separator: " ")
-            guard fields.count > 9, fields[1] == local, fields[2] == remote, fields[3] == "01", fields[9] != "0",
-                let uid = uid_t(fields[7])
-            else { continue }
-            return uid
-        }
-        return nil
     }
 
     /// Sends the browser on to `location`.
@@ -322,18 +288,6 @@ enum LoopbackAddress {
         case AF_INET: return .ipv4(withUnsafeBytes(of: storage) { $0.load(as: sockaddr_in.self) })
         case AF_INET6: return .ipv6(withUnsafeBytes(of: storage) { $0.load(as: sockaddr_in6.self) })
         default: return nil
-        }
-    }
-
-    /// As /proc/net/tcp and tcp6 print it: the address's 32-bit words as they
-    /// lie in memory, then the port in host order.
-    var procName: String {
-        switch self {
-        case .ipv4(let a):
-            return String(format: "%08X:%04X", a.sin_addr.s_addr, port)
-        case .ipv6(let a):
-            let words = withUnsafeBytes(of: a.sin6_addr) { bytes in (0..<4).map { bytes.load(fromByteOffset: $0 * 4, as: UInt32.self) } }
-            return words.map { String(format: "%08X", $0) }.joined() + String(format: ":%04X", port)
         }
     }
 }

@@ -57,22 +57,3 @@ import Glibc
         #expect(admission.admit())
     }
 }
-
-/// The kernel's socket diagnostics name the owner of a loopback connection's other end.
-@Suite struct PeerOwnerTests {
-    @Test func theOwnerOfALoopbackPeerIsThisProcesssUser() throws {
-        let (listener, address) = try DialerTests.listener(backlog: 4)
-        defer { close(listener) }
-        var target = address
-        let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        defer { close(client) }
-        try #require(withUnsafePointer(to: &target) { connect(client, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), 16) } == 0)
-        let accepted = accept4(listener, nil, nil, Int32(SOCK_CLOEXEC.rawValue))
-        defer { close(accepted) }
-        try #require(accepted >= 0)
-        let owners = try #require(PeerOwner())
-        #expect(owners.uid(ofPeerOf: accepted) == getuid())
-        // The listener's own socket has no peer: no owner, and no error.
-        #expect(owners.uid(ofPeerOf: listener) == nil)
-    }
-}
