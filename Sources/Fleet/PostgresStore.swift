@@ -1,111 +1,81 @@
 import Broker
-import Deadline
 import Logging
 import NIOSSL
 import PostgresNIO
 import StateStore
-import TokendMetrics
 import Synchronization
+import TokendMetrics
 
-/// One session's shared record in PostgreSQL (table `tokend_sessions`).
+/// One session's shared record in PostgreSQL (table `tokend_shared`), and
+/// the session's refresh lease on the same row.
 ///
-/// The fleet lock is a session-level advisory lock, held on a connection of
-/// its own from `lock()` to `release()`: it spans the whole upstream exchange
-/// (the marker must be committed before the request leaves, so a row lock in
-/// a transaction would not do), and PostgreSQL releases it when that
-/// connection ends: a killed host at once, a host cut off once TCP keepalive
-/// gives up (about 11 s with the settings sent at connect). Every write is
-/// fenced by the row's version. A second connection LISTENs for other hosts'
-/// writes and re-reads the row every `rereadInterval` as a safety net.
+/// Nothing is session-scoped: the lease is taken in one `INSERT … ON
+/// CONFLICT DO UPDATE … RETURNING` (free or expired, by the database's clock),
+/// renewed while held, released in one `UPDATE`; every write names the
+/// lease's epoch and the row's version in the same statement. A host learns
+/// of other hosts' writes by polling (LISTEN only as an option), so it works
+/// through PgBouncer in transaction mode and holds no connection while idle.
 public final class PostgresStore: SharedStore {
     public let hostID: String
     let session: String
     let address: StoreAddress
-    let password: String?
     /// Seals and opens records (the state key every host of the fleet shares).
     let codec: SessionFile
     let logger: Logger
     /// How long a host waits for another to finish its refresh.
     let lockWait: Duration
+    /// How long a lease lasts unless renewed: longer than upstream-timeout, so
+    /// that a holder cut off from the database has given up its upstream call
+    /// before another host may take over (see docs/fleet.md).
+    let leaseTime: Duration
+    /// The broker refreshes this long before expiry; the re-read is planned then.
+    let refreshMargin: Duration
     let statementTimeout: Duration = .seconds(5)
-    let rereadInterval: Duration
+    let link: StoreLink
     let turns = TurnQueue()
-    let lockConnection = Mutex<PostgresConnection?>(nil)
-    /// Why the watching connection failed last (nil once it reads again): the
-    /// lock connection is then likely dead too, and is opened anew.
-    let watchProblem = Mutex<String?>(nil)
     let schemaReady = Mutex(false)
-    let connectionIDs = Atomic<Int>(0)
-    /// Lock waits, lost locks and refused writes are counted here.
+    /// Lock waits, lost leases and refused writes are counted here.
     let metrics: FleetMetrics?
     /// The newest version this process has read or written: a notification of
     /// it (this host's own write, most often) needs no read.
     let knownVersion = Atomic<Int64>(0)
+    /// How this host learns of other hosts' writes (see PostgresStore+Watch).
+    let following = Mutex(Following.polling)
     static let channel = "tokend"
 
     public init(
         session: String, address: StoreAddress, password: String?, codec: SessionFile, hostID: String,
-        lockWait: Duration, rereadInterval: Duration = .seconds(10), logger: Logger, metrics: FleetMetrics? = nil
+        lockWait: Duration, leaseTime: Duration, refreshMargin: Duration = .seconds(60), logger: Logger,
+        metrics: FleetMetrics? = nil
     ) {
         self.metrics = metrics
         self.session = session
         self.address = address
-        self.password = password
         self.codec = codec
         self.hostID = hostID
         self.lockWait = lockWait
-        self.rereadInterval = rereadInterval
+        self.leaseTime = leaseTime
+        self.refreshMargin = refreshMargin
         var logger = logger
         logger[metadataKey: "session"] = "\(session)"
         self.logger = logger
+        link = StoreLink(address: address, password: password, name: "tokend \(hostID)", logger: logger)
     }
 
-    // MARK: Connections
-
-    func connect(_ purpose: String) async throws -> PostgresConnection {
-        var configuration = PostgresConnection.Configuration(
-            host: address.host, port: address.port, username: address.user, password: password,
-            database: address.database, tls: try address.tls())
-        configuration.options.connectTimeout = .seconds(3)
-        let lockTimeout = lockWait.components.seconds * 1000
-        configuration.options.additionalStartupParameters = [
-            ("application_name", "tokend \(hostID) \(purpose)"),
-            // A host that vanishes without closing its connection lets go of the lock in about 11 s.
-            ("tcp_keepalives_idle", "5"), ("tcp_keepalives_interval", "2"), ("tcp_keepalives_count", "3"),
-            ("tcp_user_timeout", "10000"),
-            ("lock_timeout", "\(lockTimeout)"),
-        ]
-        var quiet = logger
-        quiet.logLevel = .warning
-        let connection = try await PostgresConnection.connect(
-            configuration: configuration, id: connectionIDs.wrappingAdd(1, ordering: .relaxed).newValue, logger: quiet)
+    /// Runs `body` on the store's connection, the schema checked first (once per process).
+    func run<T: Sendable>(_ what: String, _ body: @escaping @Sendable (PostgresConnection) async throws -> T)
+        async throws -> T
+    {
+        let logger = self.logger
         if !schemaReady.withLock({ $0 }) {
-            do {
+            try await link.run("checking the schema", limit: .seconds(150)) { connection in
+                var quiet = logger
+                quiet.logLevel = .warning
                 try await Schema.migrate(on: connection, logger: quiet)
-            } catch {
-                try? await connection.close()
-                throw error
             }
             schemaReady.withLock { $0 = true }
         }
-        return connection
-    }
-
-    /// Runs `body`; past `limit`, closes `connection` (failing what waits on it) and throws.
-    /// Does not wait for `body` to end: a query written to a connection that has
-    /// just closed may never be answered.
-    func within<T: Sendable>(
-        _ limit: Duration, on connection: PostgresConnection, _ what: String,
-        _ body: @escaping @Sendable () async throws -> T
-    ) async throws -> T {
-        guard !connection.isClosed else { throw SharedStoreError("\(address): connection lost") }
-        // A statement written to a connection that just closed may never be
-        // answered: the deadline does not wait for it.
-        guard let result = try await Deadline.within(limit, body) else {
-            try? await connection.close()
-            throw SharedStoreError("\(what) took more than \(limit.components.seconds) s (database unreachable?)")
-        }
-        return result
+        return try await link.run(what, limit: statementTimeout, body)
     }
 
     /// A plain-language description of a failure, with PostgreSQL's own message when it sent one.
@@ -116,8 +86,9 @@ public final class PostgresStore: SharedStore {
         if let error = error as? PSQLError {
             if let message = error.serverInfo?[.message] {
                 let state = error.serverInfo?[.sqlState] ?? "?"
-                if state == "55P03" {
-                    return "another host held the fleet lock for more than \(lockWait.components.seconds) s"
+                if state == "42501" {
+                    return "\(address): \(message) (SQLSTATE \(state)): grant the store's user SELECT, INSERT and "
+                        + "UPDATE on tokend_shared (and CREATE on the schema, for tokend to create its tables)"
                 }
                 return "\(address): \(message) (SQLSTATE \(state))"
             }
@@ -137,114 +108,29 @@ public final class PostgresStore: SharedStore {
         return "\(address): \(error)"
     }
 
-    // MARK: SharedStore
-
-    public func lock() async throws -> any SharedLease {
-        await turns.take()
-        do {
-            let connection: PostgresConnection
-            let suspect = watchProblem.withLock { $0 } != nil
-            if let open = lockConnection.withLock({ $0 }), !open.isClosed, !suspect {
-                connection = open
-            } else {
-                if let stale = lockConnection.withLock({ $0 }) { try? await stale.close() }
-                connection = try await connect("lock")
-                lockConnection.withLock { $0 = connection }
-            }
-            let session = self.session
-            let logger = self.logger
-            let waited = ContinuousClock.now
-            try await within(lockWait + .seconds(5), on: connection, "waiting for the fleet lock") {
-                _ = try await connection.query(
-                    "SELECT pg_advisory_lock(\(FleetLock.classID), hashtext(\(session)))", logger: logger)
-            }
-            metrics?.lockWait.observe(ContinuousClock.now - waited)
-            return PostgresLease(store: self, connection: connection)
-        } catch {
-            metrics?.lockLosses.increment()
-            turns.pass()
-            throw SharedStoreError(explain(error))
-        }
-    }
-
     public func close() async {
-        let open = lockConnection.withLock { connection in
-            defer { connection = nil }
-            return connection
-        }
-        guard let open else { return }
-        // A stop is bounded: a close the network does not confirm is abandoned.
-        _ = try? await Deadline.within(statementTimeout) { try await open.close() }
+        await link.close()
     }
 
-    public func watch(_ handle: @escaping @Sendable (SharedStoreEvent) async -> Void) async {
-        var delay = Duration.seconds(1)
-        while !Task.isCancelled {
-            var opened: PostgresConnection?
-            do {
-                let connection = try await connect("watch")
-                opened = connection
-                delay = .seconds(1)
-                try await follow(connection, handle)
-            } catch is CancellationError {
-            } catch where !Task.isCancelled {
-                let problem = explain(error)
-                watchProblem.withLock { $0 = problem }
-                await handle(.unavailable(problem))
-            } catch {
-                // Stopping: the cancelled LISTEN ends with the connection's error, not CancellationError.
-            }
-            // Every path closes the connection: one dropped open leaks its socket
-            // (and a debug build's PostgresNIO traps on it, stalling shutdown).
-            try? await opened?.close()
-            if Task.isCancelled { break }
-            try? await Task.sleep(for: delay)
-            delay = min(delay * 2, .seconds(10))
-        }
-    }
+    // MARK: Reading
 
-    /// Reads the row now, after every notification for this session, and every `rereadInterval`.
-    func follow(_ connection: PostgresConnection, _ handle: @escaping @Sendable (SharedStoreEvent) async -> Void)
-        async throws
-    {
-        let session = self.session
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask {
-                try await connection.listen(on: Self.channel) { notifications in
-                    await handle(.current(try await self.read(on: connection)))
-                    for try await note in notifications {
-                        // "VERSION SESSION", as the write's pg_notify sends it.
-                        let parts = note.payload.split(separator: " ", maxSplits: 1)
-                        guard parts.count == 2, parts[1] == session else { continue }
-                        if let version = Int64(parts[0]), version <= self.knownVersion.load(ordering: .relaxed) { continue }
-                        await handle(.current(try await self.read(on: connection)))
-                    }
-                }
-                throw SharedStoreError("\(self.address): notifications ended")
-            }
-            group.addTask {
-                while true {
-                    try await Task.sleep(for: self.rereadInterval)
-                    await handle(.current(try await self.read(on: connection)))
-                }
-            }
-            defer { group.cancelAll() }
-            try await group.next()
-        }
-    }
-
-    func read(on connection: PostgresConnection) async throws -> SharedRecord? {
+    /// The fleet's copy, nil when no host has written one yet.
+    func read() async throws -> SharedRecord? {
         let session = self.session
         let logger = self.logger
-        let row = try await within(statementTimeout, on: connection, "reading the shared record") {
-            () -> (Int64, String, String)? in
+        let row = try await run("reading the shared record") { connection -> (Int64, String, String)? in
             let rows = try await connection.query(
-                "SELECT version, record, written_by FROM tokend_sessions WHERE session = \(session)", logger: logger)
+                "SELECT version, record, written_by FROM tokend_shared WHERE session = \(session) AND version > 0",
+                logger: logger)
             for try await row in rows.decode((Int64, String, String).self) { return row }
             return nil
         }
-        watchProblem.withLock { $0 = nil }
-        guard let (version, text, writtenBy) = row else { return nil }
+        return try row.flatMap { try open(version: $0.0, text: $0.1, writtenBy: $0.2) }
+    }
+
+    /// Opens a sealed record read at `version`.
+    func open(version: Int64, text: String, writtenBy: String) throws -> SharedRecord? {
+        guard version > 0 else { return nil }  // the row holds a lease, no record yet
         knownVersion.max(version, ordering: .relaxed)
         let record: SessionRecord
         do {
@@ -262,93 +148,5 @@ public final class PostgresStore: SharedStore {
                     + "in the database; not adopted")
         }
         return SharedRecord(version: version, record: record, writtenBy: writtenBy)
-    }
-}
-
-/// The fleet lock, held on the store's lock connection.
-final class PostgresLease: SharedLease {
-    let store: PostgresStore
-    let connection: PostgresConnection
-    let released = Mutex(false)
-
-    init(store: PostgresStore, connection: PostgresConnection) {
-        self.store = store
-        self.connection = connection
-    }
-
-    func read() async throws -> SharedRecord? {
-        do {
-            return try await store.read(on: connection)
-        } catch {
-            throw SharedStoreError(store.explain(error))
-        }
-    }
-
-    func write(_ record: SessionRecord, expected: Int64?) async throws -> Int64? {
-        let store = self.store
-        let connection = self.connection
-        do {
-            // The version the row will have, under the seal (see PostgresStore.read).
-            var bound = record
-            bound.fleetVersion = (expected ?? 0) + 1
-            let text = try store.codec.sealedText(bound)
-            let generation = Int64(record.generation)
-            return try await store.within(store.statementTimeout, on: connection, "writing the shared record") {
-                let rows: PostgresRowSequence
-                if let expected {
-                    rows = try await connection.query(
-                        """
-                        WITH w AS (
-                            UPDATE tokend_sessions SET version = version + 1, generation = \(generation),
-                                record = \(text), written_by = \(store.hostID), written_at = now()
-                            WHERE session = \(store.session) AND version = \(expected)
-                            RETURNING version)
-                        SELECT version, pg_notify(\(PostgresStore.channel), version::text || ' ' || \(store.session))::text
-                        FROM w
-                        """, logger: store.logger)
-                } else {
-                    rows = try await connection.query(
-                        """
-                        WITH w AS (
-                            INSERT INTO tokend_sessions (session, version, generation, record, written_by)
-                            VALUES (\(store.session), 1, \(generation), \(text), \(store.hostID))
-                            ON CONFLICT (session) DO NOTHING
-                            RETURNING version)
-                        SELECT version, pg_notify(\(PostgresStore.channel), version::text || ' ' || \(store.session))::text
-                        FROM w
-                        """, logger: store.logger)
-                }
-                for try await (version, _) in rows.decode((Int64, String).self) {
-                    store.knownVersion.max(version, ordering: .relaxed)
-                    return version
-                }
-                // Another host wrote a newer version: the compare and swap refused this one.
-                store.metrics?.conflicts.increment()
-                return nil
-            }
-        } catch {
-            // The lock went with its connection: this host no longer holds it.
-            store.metrics?.lockLosses.increment()
-            throw SharedStoreError(store.explain(error))
-        }
-    }
-
-    func release() async {
-        guard released.withLock({ done in
-            defer { done = true }
-            return !done
-        }) else { return }
-        let store = self.store
-        let connection = self.connection
-        do {
-            try await store.within(store.statementTimeout, on: connection, "releasing the fleet lock") {
-                _ = try await connection.query(
-                    "SELECT pg_advisory_unlock(\(FleetLock.classID), hashtext(\(store.session)))", logger: store.logger)
-            }
-        } catch {
-            // Closing the connection releases the lock too.
-            try? await connection.close()
-        }
-        store.turns.pass()
     }
 }

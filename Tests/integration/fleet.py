@@ -16,8 +16,9 @@ PASSWORD = "fleet-db-password"
 
 
 class Postgres:
-    def __init__(self, directory, port=None, listen="127.0.0.1", hba=(), tls=False):
-        """`tls`: serve TLS with a certificate for 127.0.0.1 made here (`self.certificate`)."""
+    def __init__(self, directory, port=None, listen="127.0.0.1", hba=(), tls=False, settings=()):
+        """`tls`: serve TLS with a certificate for 127.0.0.1 made here (`self.certificate`);
+        `settings`: more server settings, "name=value" each (max_connections=20)."""
         self.directory = directory
         self.data = os.path.join(directory, "data")
         self.port = port or free_port()
@@ -32,13 +33,13 @@ class Postgres:
         self._as_postgres(f"{PG_BIN}/initdb", "-D", self.data, "-U", "postgres", "--auth-local=trust",
                           "--auth-host=scram-sha-256", f"--pwfile={pwfile}", "-E", "UTF8")
         self.listen = listen
-        self.options = ""
+        self.options = "".join(f" -c {setting}" for setting in settings)
         if tls:
             self.certificate, key = os.path.join(directory, "server.crt"), os.path.join(directory, "server.key")
             make_certificate(self.certificate, key, "127.0.0.1")
             for path in (self.certificate, key):
                 shutil.chown(path, "postgres", "postgres")
-            self.options = f" -c ssl=on -c ssl_cert_file={self.certificate} -c ssl_key_file={key}"
+            self.options += f" -c ssl=on -c ssl_cert_file={self.certificate} -c ssl_key_file={key}"
         with open(os.path.join(self.data, "pg_hba.conf"), "a") as f:
             for network in hba:
                 f.write(f"host all all {network} scram-sha-256\n")
@@ -50,8 +51,9 @@ class Postgres:
         return subprocess.run(["runuser", "-u", "postgres", "--", *command], capture_output=True, text=True,
                               check=check, timeout=60)
 
-    def url(self, host="127.0.0.1"):
-        return f"postgresql://tokend@{host}:{self.port}/tokend?sslmode=disable"
+    def url(self, host="127.0.0.1", options="poll=1"):
+        """The store's address for a host; the tests poll every second (the default is 10 s)."""
+        return f"postgresql://tokend@{host}:{self.port}/tokend?sslmode=disable" + (f"&{options}" if options else "")
 
     def start(self):
         self._as_postgres(f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", os.path.join(self.directory, "log"), "-w",
@@ -67,8 +69,87 @@ class Postgres:
 
     def row(self, session="default"):
         """version|generation|written_by of the shared record."""
-        return self.sql(f"SELECT version, generation, written_by FROM tokend_sessions WHERE session = '{session}'",
+        return self.sql(f"SELECT version, generation, written_by FROM tokend_shared WHERE session = '{session}'",
                         database="tokend")
+
+    def backends(self, user="tokend"):
+        """How many server processes `user` has now (pg_stat_activity)."""
+        return int(self.sql(f"SELECT count(*) FROM pg_stat_activity WHERE usename = '{user}'"))
+
+
+class PgBouncer:
+    """PgBouncer 1.18 in front of `pg`, run by user postgres (it refuses root) in `directory`:
+    transaction mode, a pool of `pool` server connections, no startup parameter ignored."""
+
+    def __init__(self, directory, pg, pool=5, mode="transaction"):
+        self.directory = directory
+        self.pg = pg
+        self.port = free_port()
+        os.makedirs(directory, exist_ok=True)
+        os.chmod(os.path.dirname(directory), 0o711)
+        self.config = os.path.join(directory, "pgbouncer.ini")
+        with open(os.path.join(directory, "userlist.txt"), "w") as f:
+            f.write(f'"tokend" "{PASSWORD}"\n')
+        with open(self.config, "w") as f:
+            f.write(f"""[databases]
+tokend = host=127.0.0.1 port={pg.port} dbname=tokend
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {self.port}
+unix_socket_dir = {directory}
+auth_type = scram-sha-256
+auth_file = {directory}/userlist.txt
+admin_users = tokend
+pool_mode = {mode}
+default_pool_size = {pool}
+max_client_conn = 2000
+logfile = {directory}/log
+""")
+        for name in os.listdir(directory):
+            shutil.chown(os.path.join(directory, name), "postgres", "postgres")
+        shutil.chown(directory, "postgres", "postgres")
+        self.process = None
+        self.start()
+
+    def start(self):
+        self.process = subprocess.Popen(["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups",
+                                         "/usr/sbin/pgbouncer", self.config], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        wait_for(lambda: self.process.poll() is not None or self._answers(), 20, "PgBouncer listening")
+        assert self.process.poll() is None, self.log()
+
+    def _answers(self):
+        try:
+            self.show("VERSION")
+            return True
+        except subprocess.CalledProcessError:
+            return False
+
+    def url(self, host="127.0.0.1", options="poll=1"):
+        return f"postgresql://tokend@{host}:{self.port}/tokend?sslmode=disable" + (f"&{options}" if options else "")
+
+    def show(self, what):
+        """The admin console's SHOW `what`, as a list of dicts."""
+        result = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "tokend", "-d", "pgbouncer",
+                                 "-A", "-F", "\t", "-c", f"SHOW {what}"], capture_output=True, text=True, check=True,
+                                timeout=20, env=dict(os.environ, PGPASSWORD=PASSWORD))
+        lines = [line for line in result.stdout.splitlines() if line and not line.startswith("(")]
+        header = lines[0].split("\t")
+        return [dict(zip(header, line.split("\t"))) for line in lines[1:]]
+
+    def pool(self):
+        """The tokend database's pool: cl_active, sv_active, sv_idle... as ints."""
+        row = next(r for r in self.show("POOLS") if r["database"] == "tokend")
+        return {k: int(v) for k, v in row.items() if v.isdigit()}
+
+    def log(self):
+        with open(os.path.join(self.directory, "log")) as f:
+            return f.read()
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(20)
 
 
 def make_certificate(certificate, key, address):

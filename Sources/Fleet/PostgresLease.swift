@@ -1,0 +1,119 @@
+import Broker
+import PostgresNIO
+import StateStore
+import Synchronization
+
+/// The session's lease, held from `lock()` to `release()`. Renewed every
+/// third of its length while held (a slow token endpoint never loses it);
+/// every write names its epoch and the row's version in the same statement,
+/// so a host whose lease another host took writes nothing.
+final class PostgresLease: SharedLease {
+    let store: PostgresStore
+    /// nil until this host writes, for a lease that `lock()` found free after
+    /// the fleet's copy changed (see PostgresStore.takeLease).
+    let epoch: Mutex<Int64?>
+    /// The row as it was when the lease was taken (the same statement read it).
+    let current: Result<SharedRecord?, any Error>
+    let renewal = Mutex<Task<Void, Never>?>(nil)
+    let released = Mutex(false)
+
+    init(store: PostgresStore, epoch: Int64?, current: Result<SharedRecord?, any Error>) {
+        self.store = store
+        self.epoch = Mutex(epoch)
+        self.current = current
+        if let epoch { renewEvery(store.leaseTime / 3, epoch: epoch) }
+    }
+
+    func read() async throws -> SharedRecord? {
+        do {
+            return try current.get()
+        } catch {
+            throw SharedStoreError(store.explain(error))
+        }
+    }
+
+    func write(_ record: SessionRecord, expected: Int64?) async throws -> Int64? {
+        let store = self.store
+        do {
+            guard let epoch = try await held(expected: expected ?? 0) else {
+                store.metrics?.conflicts.increment()
+                return nil
+            }
+            // The version the row will have, under the seal (see PostgresStore.open).
+            var bound = record
+            bound.fleetVersion = (expected ?? 0) + 1
+            let text = try store.codec.sealedText(bound)
+            let generation = Int64(record.generation)
+            let (session, host, logger, seconds) = (store.session, store.hostID, store.logger, store.leaseSeconds)
+            let notify = store.address.listen
+            let written = try await store.run("writing the shared record") { connection -> Int64? in
+                let rows = try await connection.query(
+                    """
+                    WITH w AS (
+                        UPDATE tokend_shared SET version = version + 1, generation = \(generation), record = \(text),
+                            written_by = \(host), written_at = now(), lease_expires = now() + \(seconds) * interval '1 second'
+                        WHERE session = \(session) AND version = \(expected ?? 0)
+                            AND lease_holder = \(host) AND lease_epoch = \(epoch)
+                        RETURNING version)
+                    SELECT version, CASE WHEN \(notify)
+                        THEN pg_notify(\(PostgresStore.channel), version::text || ' ' || \(session))::text END
+                    FROM w
+                    """, logger: logger)
+                for try await (version, _) in rows.decode((Int64, String?).self) { return version }
+                return nil
+            }
+            guard let written else {
+                // Another host wrote a newer version, or took the lease: this host's copy loses.
+                store.metrics?.conflicts.increment()
+                return nil
+            }
+            store.knownVersion.max(written, ordering: .relaxed)
+            return written
+        } catch {
+            store.metrics?.lockLosses.increment()
+            throw SharedStoreError(store.explain(error))
+        }
+    }
+
+    /// The lease's epoch, taken now if `lock()` deferred it; nil when another host has it or wrote since.
+    func held(expected: Int64) async throws -> Int64? {
+        if let epoch = epoch.withLock({ $0 }) { return epoch }
+        guard let taken = try await store.takeForWrite(expected: expected) else { return nil }
+        epoch.withLock { $0 = taken }
+        renewEvery(store.leaseTime / 3, epoch: taken)
+        return taken
+    }
+
+    func renewEvery(_ period: Duration, epoch: Int64) {
+        let store = self.store
+        let task = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: period)
+                if Task.isCancelled { return }
+                do {
+                    if try await store.renew(epoch: epoch) { continue }
+                    store.metrics?.lockLosses.increment()
+                    store.logger.warning("the fleet's lease was taken by another host while held; writes are fenced")
+                    return
+                } catch {
+                    // Tried again next period; the lease lasts three.
+                    store.logger.warning("fleet lease not renewed", metadata: ["problem": "\(store.explain(error))"])
+                }
+            }
+        }
+        renewal.withLock { $0 = task }
+    }
+
+    func release() async {
+        guard released.withLock({ done in
+            defer { done = true }
+            return !done
+        }) else { return }
+        renewal.withLock { $0 }?.cancel()
+        if let epoch = epoch.withLock({ $0 }) {
+            // Not released (the store unreachable): it expires by itself.
+            try? await store.giveUp(epoch: epoch)
+        }
+        store.turns.pass()
+    }
+}

@@ -1,0 +1,144 @@
+import Broker
+import PostgresNIO
+
+/// The refresh lease: a row's holder, epoch and expiry, taken and renewed by
+/// the database's clock (`now()`), never compared with a host's.
+extension PostgresStore {
+    /// Takes the session's lease, waiting while another host holds it.
+    public func lock() async throws -> any SharedLease {
+        await turns.take()
+        let waited = ContinuousClock.now
+        do {
+            let lease = try await takeLease()
+            metrics?.lockWait.observe(ContinuousClock.now - waited)
+            return lease
+        } catch {
+            metrics?.lockLosses.increment()
+            turns.pass()
+            throw SharedStoreError(explain(error))
+        }
+    }
+
+    /// One statement when the lease is free; while another host holds it, a
+    /// jittered poll of the row (50 ms doubling to 1 s, never past the lease's
+    /// expiry). A host that saw the fleet's copy change while it waited gets a
+    /// lease taken only if it writes: the change is most often the refresh it
+    /// wanted, and a fleet at expiry then takes the lease once, not once per host.
+    func takeLease() async throws -> PostgresLease {
+        let deadline = ContinuousClock.now + lockWait
+        var seen: Int64?
+        var pause = Duration.milliseconds(50)
+        while true {
+            if let (epoch, row) = try await tryTake() {
+                return PostgresLease(store: self, epoch: epoch, current: Result { try open(row) })
+            }
+            guard let state = try await leaseState() else { continue }  // deleted meanwhile: take it anew
+            if state.remaining == 0 {
+                let current = Result { try open(state.row) }
+                if let seen, state.row.version > seen, (try? current.get())??.record.refreshStartedAt == nil {
+                    return PostgresLease(store: self, epoch: nil, current: current)
+                }
+                continue
+            }
+            seen = seen ?? state.row.version
+            guard ContinuousClock.now < deadline else {
+                throw SharedStoreError(
+                    "another host (\(state.holder)) held the fleet's lease for more than \(lockWait.components.seconds) s")
+            }
+            let step = min(pause, .seconds(state.remaining) + .milliseconds(10))
+            try await Task.sleep(for: step / 2 + step / 2 * Double.random(in: 0...1))
+            pause = min(pause * 2, .seconds(1))
+        }
+    }
+
+    typealias Row = (version: Int64, text: String, writtenBy: String)
+
+    func open(_ row: Row) throws -> SharedRecord? {
+        try open(version: row.version, text: row.text, writtenBy: row.writtenBy)
+    }
+
+    /// The lease if it is free or expired (the row made if there is none), with the row as it is then.
+    func tryTake() async throws -> (Int64, Row)? {
+        let (session, host, logger, seconds) = (session, hostID, logger, leaseSeconds)
+        return try await run("taking the fleet's lease") { connection -> (Int64, Row)? in
+            let rows = try await connection.query(
+                """
+                INSERT INTO tokend_shared AS s
+                    (session, version, generation, record, written_by, lease_holder, lease_epoch, lease_expires)
+                VALUES (\(session), 0, 0, '', \(host), \(host), 1, now() + \(seconds) * interval '1 second')
+                ON CONFLICT (session) DO UPDATE SET lease_holder = excluded.lease_holder,
+                    lease_epoch = s.lease_epoch + 1, lease_expires = excluded.lease_expires
+                WHERE s.lease_holder IS NULL OR s.lease_expires <= now()
+                RETURNING s.lease_epoch, s.version, s.record, s.written_by
+                """, logger: logger)
+            for try await (epoch, version, text, writtenBy) in rows.decode((Int64, Int64, String, String).self) {
+                return (epoch, (version, text, writtenBy))
+            }
+            return nil
+        }
+    }
+
+    /// The row and who holds its lease for how many more seconds (0: free or expired).
+    func leaseState() async throws -> (row: Row, holder: String, remaining: Double)? {
+        let (session, logger) = (session, logger)
+        return try await run("reading the fleet's lease") { connection -> (row: Row, holder: String, remaining: Double)? in
+            let rows = try await connection.query(
+                """
+                SELECT version, record, written_by, coalesce(lease_holder, ''),
+                    CASE WHEN lease_holder IS NULL OR lease_expires <= now() THEN 0
+                        ELSE extract(epoch FROM lease_expires - now())::float8 END
+                FROM tokend_shared WHERE session = \(session)
+                """, logger: logger)
+            for try await (version, text, writtenBy, holder, remaining)
+                in rows.decode((Int64, String, String, String, Double).self)
+            {
+                return ((version, text, writtenBy), holder, remaining)
+            }
+            return nil
+        }
+    }
+
+    /// Takes a free lease for a write at `expected`: nil when another host holds it or wrote since.
+    func takeForWrite(expected: Int64) async throws -> Int64? {
+        let (session, host, logger, seconds) = (session, hostID, logger, leaseSeconds)
+        return try await run("taking the fleet's lease") { connection -> Int64? in
+            let rows = try await connection.query(
+                """
+                UPDATE tokend_shared SET lease_holder = \(host), lease_epoch = lease_epoch + 1,
+                    lease_expires = now() + \(seconds) * interval '1 second'
+                WHERE session = \(session) AND version = \(expected)
+                    AND (lease_holder IS NULL OR lease_expires <= now())
+                RETURNING lease_epoch
+                """, logger: logger)
+            for try await epoch in rows.decode(Int64.self) { return epoch }
+            return nil
+        }
+    }
+
+    /// Moves the lease's expiry to `leaseTime` from now; false when this host no longer holds it.
+    func renew(epoch: Int64) async throws -> Bool {
+        let (session, host, logger, seconds) = (session, hostID, logger, leaseSeconds)
+        return try await run("renewing the fleet's lease") { connection in
+            let rows = try await connection.query(
+                """
+                UPDATE tokend_shared SET lease_expires = now() + \(seconds) * interval '1 second'
+                WHERE session = \(session) AND lease_holder = \(host) AND lease_epoch = \(epoch) RETURNING 1
+                """, logger: logger)
+            for try await _ in rows.decode(Int.self) { return true }
+            return false
+        }
+    }
+
+    func giveUp(epoch: Int64) async throws {
+        let (session, host, logger) = (session, hostID, logger)
+        try await run("releasing the fleet's lease") { connection in
+            _ = try await connection.query(
+                """
+                UPDATE tokend_shared SET lease_holder = NULL, lease_expires = now()
+                WHERE session = \(session) AND lease_holder = \(host) AND lease_epoch = \(epoch)
+                """, logger: logger)
+        }
+    }
+
+    var leaseSeconds: Double { Double(leaseTime.components.seconds) }
+}
