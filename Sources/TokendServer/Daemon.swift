@@ -152,7 +152,8 @@ public final class Daemon: Service, CustomStringConvertible {
         logger.info("session shared by a fleet", metadata: ["session": "\(settings.name)", "store": "\(address)", "host": "\(host)"])
         return PostgresStore(
             session: settings.name, address: address, password: password, codec: file, hostID: host,
-            lockWait: .seconds(settings.upstreamTimeout + 20), logger: logger, metrics: metrics())
+            lockWait: .seconds(settings.upstreamTimeout + 20), leaseTime: .seconds(settings.upstreamTimeout + 5),
+            refreshMargin: .seconds(settings.refreshMargin), logger: logger, metrics: metrics())
     }
 
     /// Debian's copy of the Public Suffix List (package publicsuffix); without
