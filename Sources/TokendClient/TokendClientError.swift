@@ -35,6 +35,17 @@ public enum TokendClientError: Error, CustomStringConvertible {
     case targetRefused(session: String, resource: String?, scope: String?, reason: String)
     /// This user holds as many keys (resource, scope) as one person may, or made new ones too fast.
     case tooManyKeys(session: String, limit: Int, retryAfter: Int?, reason: String)
+    /// AddSession: the caller already has a session of this name.
+    case sessionExists(session: String)
+    /// AddSession: this user may not add sessions, or not this one ([user-sessions] in tokend.toml).
+    case sessionRefused(session: String, reason: String)
+    /// AddSession: the caller holds as many sessions of their own as one person may.
+    case tooManySessions(limit: Int)
+    /// AddSession: a step of discovery (challenge, resource-metadata, server-metadata, registration,
+    /// authorization, token) failed at `url`, with the status it answered (nil: no answer).
+    case discoveryFailed(step: String, url: String, status: Int?, reason: String)
+    /// AddSession: tokend does not connect to `url` for a user (not https, or an address it keeps from users).
+    case addressRefused(url: String, address: String?, reason: String)
 
     init(_ error: VarlinkError) {
         let p = error.parameters
@@ -87,6 +98,19 @@ public enum TokendClientError: Error, CustomStringConvertible {
             self = .tooManyKeys(
                 session: p["session"]?.stringValue ?? "", limit: p["limit"]?.intValue ?? 0,
                 retryAfter: p["retryAfter"]?.intValue, reason: p["reason"]?.stringValue ?? "")
+        case BrokerInterface.Error.sessionExists:
+            self = .sessionExists(session: p["session"]?.stringValue ?? "")
+        case BrokerInterface.Error.sessionRefused:
+            self = .sessionRefused(session: p["session"]?.stringValue ?? "", reason: p["reason"]?.stringValue ?? "")
+        case BrokerInterface.Error.tooManySessions:
+            self = .tooManySessions(limit: p["limit"]?.intValue ?? 0)
+        case BrokerInterface.Error.discoveryFailed:
+            self = .discoveryFailed(
+                step: p["step"]?.stringValue ?? "", url: p["url"]?.stringValue ?? "", status: p["status"]?.intValue,
+                reason: p["reason"]?.stringValue ?? "")
+        case BrokerInterface.Error.addressRefused:
+            self = .addressRefused(
+                url: p["url"]?.stringValue ?? "", address: p["address"]?.stringValue, reason: p["reason"]?.stringValue ?? "")
         case "org.varlink.service.InvalidParameter":
             self = .invalidParameter(p["parameter"]?.stringValue ?? "")
         default:
@@ -122,6 +146,14 @@ public enum TokendClientError: Error, CustomStringConvertible {
         case .scopeNotAllowed(let session, let scope, let reason): "session \(session): scope \"\(scope)\": \(reason)"
         case .targetRefused(let session, _, _, let reason): "session \(session): \(reason)"
         case .tooManyKeys(let session, _, _, let reason): "session \(session): \(reason)"
+        case .sessionExists(let session): "you already have a session named \(session)"
+        case .sessionRefused(let session, let reason): "tokend will not add session \(session): \(reason)"
+        case .tooManySessions(let limit): "you hold as many sessions of your own as one person may (\(limit))"
+        case .discoveryFailed(let step, let url, let status, let reason):
+            "discovery failed at its \(step) step: \(url) "
+                + (status.map { "answered HTTP \($0)" } ?? "gave no answer") + (reason.isEmpty ? "" : " (\(reason))")
+        case .addressRefused(let url, let address, let reason):
+            "tokend does not connect to \(url) for a user" + (address.map { " (address \($0))" } ?? "") + ": \(reason)"
         }
     }
 }

@@ -41,6 +41,7 @@ func cliJSON(_ value: JSONValue) -> JSONValue {
 func printStatus(_ status: SessionStatus) {
     print("session:      \(status.session)")
     print("state:        \(status.state)")
+    if let owner = status.owner { print("owner:        \(owner) (a session of their own)") }
     if let subject = status.subject {
         let name = status.username.map { "\($0) " } ?? ""
         let email = status.email.map { "<\($0)> " } ?? ""

@@ -78,6 +78,9 @@ struct StatusAdvice: Equatable, Sendable {
             if severity == .fine { severity = .attention }
             command = command ?? "tokenctl doctor\(flag)"
         }
+        if let owner = status.owner {
+            details.append("\(owner)'s own session: only \(owner) may use it, log it in, share or remove it (tokenctl remove)")
+        }
         if let subject = status.subject {
             let name = [status.username, status.email.map { "<\($0)>" }].compactMap { $0 }.joined(separator: " ")
             details.append("logged in as \(name.isEmpty ? "subject \(subject)" : name)")

@@ -190,7 +190,7 @@ struct Common: ParsableArguments {
 struct SessionsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "sessions", abstract: "List the configured sessions.")
     @OptionGroup var connection: Connection
-    @Flag(help: "Print one JSON object per line: session, state, generation, expiresAt.")
+    @Flag(help: "Print one JSON object per line: session, state, generation, expiresAt, and owner for a session a user added.")
     var json = false
 
     func run() async throws {
@@ -203,10 +203,12 @@ struct SessionsCommand: AsyncParsableCommand {
                     "session": .string(status.session), "state": .string(status.state), "generation": .int(status.generation),
                 ]
                 if let expiresAt = status.expiresAt { line["expiresAt"] = .int(expiresAt) }
+                if let owner = status.owner { line["owner"] = .string(owner) }
                 print(jsonText(cliJSON(.object(line))))
             } else {
                 let expiry = status.expiresAt.map { "expires \(formatTime($0))" } ?? ""
-                print("\(status.session)\t\(status.state)\tgeneration \(status.generation)\t\(expiry)")
+                let owner = status.owner.map { "\towner \($0)" } ?? ""
+                print("\(status.session)\t\(status.state)\tgeneration \(status.generation)\t\(expiry)\(owner)")
             }
         }
     }
@@ -353,6 +355,6 @@ struct Tokenctl: AsyncParsableCommand {
             LogoutCommand.self, WatchCommand.self, CookiesCommand.self, BrowserBridgeCommand.self,
             GitCredentialCommand.self, KubeCredentialCommand.self, ExecCommand.self, ProofCommand.self, MetricsCommand.self,
             DoctorCommand.self, ResetStrategyCommand.self, AgentCommand.self, ShareCommand.self, VersionCommand.self,
-            AccessCommand.self,
+            AccessCommand.self, AddCommand.self, RemoveCommand.self, ProxyCommand.self,
         ])
 }
