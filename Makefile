@@ -42,12 +42,13 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(VENV)/.done: Tests/authserver/requirements.txt Tests/provider2/requirements.txt Tests/integration/requirements.txt clients/python/pyproject.toml
+$(VENV)/.done: Tests/authserver/requirements.txt Tests/provider2/requirements.txt Tests/integration/requirements.txt Tests/mcpserver/requirements.txt clients/python/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r Tests/authserver/requirements.txt
 	$(VENV)/bin/pip install -q -r Tests/provider2/requirements.txt
 	$(VENV)/bin/pip install -q -r Tests/integration/requirements.txt
+	$(VENV)/bin/pip install -q -r Tests/mcpserver/requirements.txt
 	$(VENV)/bin/pip install -q -e "./clients/python[requests,httpx]"
 	touch $@
 
