@@ -14,8 +14,8 @@ struct AddCommand: AsyncParsableCommand {
         abstract: "Add a session of your own, from a resource's URL (an MCP server's) or an authorization server's.",
         discussion: """
             tokenctl add mcp --resource https://mcp.example.com/mcp   discovers the server's authorization server \
-            (RFC 9728, RFC 8414) and registers a client there (RFC 7591). Then log it in with \
-            tokenctl login --session mcp --browser, and point an agent at it with tokenctl proxy mcp. \
+            (RFC 9728, RFC 8414) and registers a client there (RFC 7591). Then log it in with tokenctl \
+            login (it prints how), and point an agent at it with tokenctl proxy mcp. \
             The session is yours alone: its full name is USER/NAME, and NAME means it wherever you give it. \
             The administrator allows this in [user-sessions] of tokend.toml.
             """)
