@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Deadline
 import Foundation
 import NIOCore
+import NIOPosix
 import Secrets
 
 /// What one guarded exchange brought back.
@@ -24,7 +25,7 @@ struct OutboundAnswer: Sendable {
 extension OutboundPolicy {
     /// One request to `request.url` through the guard, no redirect followed:
     /// the host resolved and every address checked, then a client made for
-    /// this request connects to the checked address only — its DNS override
+    /// this request connects to a checked address only — its DNS override
     /// keeps SNI and the certificate check on the name — and is shut down
     /// after. The body is read up to `limit` bytes.
     func fetch(_ request: HTTPClientRequest, deadline: NIODeadline, limit: Int = maximumBodySize) async throws
@@ -33,25 +34,40 @@ extension OutboundPolicy {
         guard let url = URL(string: request.url) else {
             throw AddressRefused(url: String(request.url.prefix(200)), address: nil, reason: "it is not a URL")
         }
-        let target = try await checkedTarget(url)
-        var configuration = HTTPClient.Configuration()
-        // A redirect is a new URL to check (see `get`), never followed by the client.
-        configuration.redirectConfiguration = .disallow
-        configuration.dnsOverride = [target.host: target.address.description]
-        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
-        do {
-            let response = try await client.execute(request, deadline: deadline)
-            let body = try await response.body.collect(upTo: limit)
-            try? await client.shutdown()
-            return OutboundAnswer(
-                status: Int(response.status.code), headers: response.headers.map { (name: $0.name, value: $0.value) },
-                body: Array(buffer: body), address: target.address.description)
-        } catch {
-            try? await client.shutdown()
-            throw error
-        }
+        return try await Self.fetch(request, from: try await checkedTarget(url), deadline: deadline, limit: limit)
     }
 
+    /// The checked addresses in turn: the next one only when a connection to
+    /// one could not be made (nothing was sent), as `localhost` needs when
+    /// ::1 comes first and the server listens on 127.0.0.1 only.
+    static func fetch(_ request: HTTPClientRequest, from target: CheckedTarget, deadline: NIODeadline, limit: Int)
+        async throws -> OutboundAnswer
+    {
+        var failure: any Error = HTTPClientError.connectTimeout
+        for address in target.addresses {
+            var configuration = HTTPClient.Configuration()
+            // A redirect is a new URL to check (see `get`), never followed by the client.
+            configuration.redirectConfiguration = .disallow
+            configuration.dnsOverride = [target.host: address.description]
+            // A failed connection fails the request at once, so the next address can be tried.
+            configuration.connectionPool.retryConnectionEstablishment = false
+            configuration.timeout.connect = .seconds(10)
+            let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+            do {
+                let response = try await client.execute(request, deadline: deadline)
+                let body = try await response.body.collect(upTo: limit)
+                try? await client.shutdown()
+                return OutboundAnswer(
+                    status: Int(response.status.code), headers: response.headers.map { (name: $0.name, value: $0.value) },
+                    body: Array(buffer: body), address: address.description)
+            } catch {
+                try? await client.shutdown()
+                guard Outbound.isConnectFailure(error) else { throw error }
+                failure = error
+            }
+        }
+        throw failure
+    }
     /// One request of a discovery step, within the time left until
     /// `deadline`. Throws AddressRefused, or DiscoveryFailed naming `step`.
     func exchange(_ request: HTTPClientRequest, step: String, until deadline: ContinuousClock.Instant) async throws
@@ -111,6 +127,13 @@ extension OutboundPolicy {
 }
 
 extension Outbound {
+    /// The connection was not made: nothing of the request reached anyone.
+    static func isConnectFailure(_ error: any Error) -> Bool {
+        if error is IOError || error is NIOConnectionError { return true }
+        if let error = error as? ChannelError, case .connectTimeout = error { return true }
+        return (error as? HTTPClientError) == .connectTimeout
+    }
+
     static func timeAmount(_ duration: Duration) -> TimeAmount {
         let (seconds, attoseconds) = duration.components
         let nanoseconds = seconds.multipliedReportingOverflow(by: 1_000_000_000)

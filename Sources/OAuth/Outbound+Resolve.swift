@@ -55,12 +55,12 @@ extension Outbound {
     }
 }
 
-/// A URL's host with the one address tokend will connect to, every address
-/// of the host having passed the policy.
+/// A URL's host with the addresses tokend may connect to, in getaddrinfo's
+/// order; every address of the host has passed the policy.
 struct CheckedTarget: Sendable, Equatable {
     /// The host as AsyncHTTPClient keys its DNS override.
     let host: String
-    let address: IPAddress
+    let addresses: [IPAddress]
 }
 
 extension OutboundPolicy {
@@ -96,7 +96,7 @@ extension OutboundPolicy {
         }
         let addresses = try await Outbound.addresses(of: host)
         for address in addresses { try check(address, for: url) }
-        return CheckedTarget(host: host, address: addresses[0])
+        return CheckedTarget(host: host, addresses: addresses)
     }
 
     /// The one decision about one address.
