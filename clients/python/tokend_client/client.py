@@ -13,10 +13,10 @@ import os
 import select
 import socket
 import threading
-from typing import Any, AsyncIterator, Dict, Iterator, Optional, Tuple, cast
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple, cast
 
 from .errors import TokendError, Unreachable, error_for
-from .values import Cookie, CookieSet, Event, SessionStatus, Token
+from .values import AddedSession, Cookie, CookieSet, Event, SessionStatus, Token
 
 INTERFACE = "io.tokend.Broker"
 SYSTEM_SOCKET = "/run/tokend/io.tokend.Broker"
@@ -104,6 +104,19 @@ class Tokend:
 
     def status(self, session: Optional[str] = None) -> SessionStatus:
         return cast(SessionStatus, self.call("GetStatus", session=session)["status"])
+
+    def add_session(self, name: str, resources: Optional[List[str]] = None, issuer: Optional[str] = None,
+                    client_id: Optional[str] = None, scope: Optional[str] = None,
+                    dpop: Optional[bool] = None) -> AddedSession:
+        """A session of the caller's own (where [user-sessions] allows), full name USER/NAME; from
+        `resources` alone tokend discovers the authorization server and registers a client. Log it in
+        with `tokenctl login --session NAME --browser`."""
+        return AddedSession.from_wire(self.call("AddSession", name=name, issuer=issuer, clientId=client_id,
+                                                resources=resources, scope=scope, dpop=dpop))
+
+    def remove_session(self, session: str, revoke: bool = True) -> None:
+        """Forgets a session a user added, its tokens revoked at the server first unless `revoke` is False."""
+        self.call("RemoveSession", session=session, revoke=revoke)
 
     def events(self, session: Optional[str] = None, since_version: Optional[int] = None,
                resource: Optional[str] = None, scope: Optional[str] = None) -> Iterator[Event]:
@@ -252,6 +265,15 @@ class AsyncTokend:
 
     async def status(self, session: Optional[str] = None) -> SessionStatus:
         return cast(SessionStatus, (await self.call("GetStatus", session=session))["status"])
+
+    async def add_session(self, name: str, resources: Optional[List[str]] = None, issuer: Optional[str] = None,
+                          client_id: Optional[str] = None, scope: Optional[str] = None,
+                          dpop: Optional[bool] = None) -> AddedSession:
+        return AddedSession.from_wire(await self.call("AddSession", name=name, issuer=issuer, clientId=client_id,
+                                                      resources=resources, scope=scope, dpop=dpop))
+
+    async def remove_session(self, session: str, revoke: bool = True) -> None:
+        await self.call("RemoveSession", session=session, revoke=revoke)
 
     async def events(self, session: Optional[str] = None, since_version: Optional[int] = None,
                      resource: Optional[str] = None, scope: Optional[str] = None) -> AsyncIterator[Event]:

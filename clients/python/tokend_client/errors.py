@@ -91,6 +91,53 @@ class InvalidParameter(TokendError):
         return str(self.parameters.get("parameter", ""))
 
 
+class SessionExists(TokendError):
+    """AddSession: the caller already has a session of that name (`session`: its full name, USER/NAME)."""
+
+
+class SessionRefused(TokendError):
+    """AddSession: this user may not add sessions, or the authorization server is outside what
+    [user-sessions] allows; `reason` says which."""
+
+
+class TooManySessions(TokendError):
+    """AddSession: the caller holds as many sessions of their own as one person may (`limit`)."""
+
+    @property
+    def limit(self) -> int:
+        return int(self.parameters.get("limit", 0))
+
+
+class DiscoveryFailed(TokendError):
+    """AddSession: the server did not conform at `step` (challenge, resource-metadata, server-metadata,
+    registration), at `url`, answering `status` (None: no answer)."""
+
+    @property
+    def step(self) -> str:
+        return str(self.parameters.get("step", ""))
+
+    @property
+    def url(self) -> str:
+        return str(self.parameters.get("url", ""))
+
+    @property
+    def status(self) -> Optional[int]:
+        return self.parameters.get("status")
+
+
+class AddressRefused(TokendError):
+    """AddSession: tokend does not connect to `url` for a user (not https, or `address` is link-local,
+    a cloud metadata address, loopback or private)."""
+
+    @property
+    def url(self) -> str:
+        return str(self.parameters.get("url", ""))
+
+    @property
+    def address(self) -> Optional[str]:
+        return self.parameters.get("address")
+
+
 _BY_NAME: Dict[str, Type[TokendError]] = {
     "io.tokend.Broker.NoSuchSession": NoSuchSession,
     "io.tokend.Broker.LoginRequired": LoginRequired,
@@ -101,6 +148,11 @@ _BY_NAME: Dict[str, Type[TokendError]] = {
     "io.tokend.Broker.ResourceNotAllowed": ResourceNotAllowed,
     "io.tokend.Broker.ScopeNotAllowed": ScopeNotAllowed,
     "io.tokend.Broker.TargetRefused": TargetRefused,
+    "io.tokend.Broker.SessionExists": SessionExists,
+    "io.tokend.Broker.SessionRefused": SessionRefused,
+    "io.tokend.Broker.TooManySessions": TooManySessions,
+    "io.tokend.Broker.DiscoveryFailed": DiscoveryFailed,
+    "io.tokend.Broker.AddressRefused": AddressRefused,
     "org.varlink.service.PermissionDenied": PermissionDenied,
     "org.varlink.service.InvalidParameter": InvalidParameter,
 }

@@ -1,7 +1,7 @@
 """The interface's values (io.tokend.Broker) as dataclasses, and the session
 status as the typed dictionary tokend sends."""
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, TypedDict
+from typing import Any, Dict, List, Optional, TypedDict, cast
 
 
 @dataclass(frozen=True)
@@ -126,3 +126,21 @@ class SessionStatus(_StatusAlways, total=False):
     hostId: str
     store: str
     sharedVersion: int
+    # The login flows the session's endpoints allow ("device", "browser"); absent until discovery succeeds.
+    loginFlows: List[str]
+    # A session a user added (AddSession): its owner's user name; absent for tokend.toml's sessions.
+    owner: str
+
+
+@dataclass(frozen=True)
+class AddedSession:
+    """AddSession's answer: the session's status, the authorization server found, and the client it
+    logs in as (registered by tokend, RFC 7591, or the one given)."""
+    status: SessionStatus
+    issuer: str
+    client_id: str
+    registered: bool
+
+    @classmethod
+    def from_wire(cls, value: Dict[str, Any]) -> "AddedSession":
+        return cls(cast(SessionStatus, value["status"]), value["issuer"], value["clientId"], value["registered"])
