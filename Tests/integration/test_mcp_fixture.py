@@ -1,5 +1,5 @@
 # Up to 90 s or more of `make test` on the busy 2-core machine (docs/testing.md): each agent is a process of its
-# own that imports FastMCP's client (some 3 s of CPU), and the tests start eight.
+# own that imports FastMCP's client (some 3 s of CPU), and the tests start nine.
 """The MCP fixture (mcp.py) against tokend as it is: FastMCP's own MCP server and
 OAuth authorization server (code nobody here wrote), a client registered there
 by RFC 7591, an admin session in tokend.toml for it, a browser login through an
@@ -11,8 +11,8 @@ import json
 import os
 import subprocess
 
-from conftest import BIN, free_port
-from mcp import agent, browser_opener, errors, fingerprint, mcp_server, results  # noqa: F401 (mcp_server: fixture)
+from conftest import BIN, free_port, wait_for
+from mcp import agent, browser_opener, errors, fingerprint, mcp_server, results, start_agent  # noqa: F401 (mcp_server: fixture)
 
 
 class Placeholder:
@@ -61,7 +61,6 @@ def test_the_server_registers_approves_at_once_and_rotates(mcp_server):
 
 def test_a_slow_answer_is_streamed_step_by_step(mcp_server):
     """slow_stream with a gate: the agent has step 1 before the server is let to send step 2."""
-    from mcp import start_agent
     remote = mcp_server(access_ttl=60)
     redirect = f"http://127.0.0.1:{free_port()}/callback"
     tokens = remote.authorize(remote.register([redirect])["client_id"], redirect)
@@ -144,3 +143,39 @@ def test_tokend_refreshing_revokes_the_refresh_token_it_was_given(mcp_server, ma
     assert results(agent(remote.url, "count", headers={"Authorization": "Bearer " + access})) == [1]
     status = json.loads(daemon.ctl("status", "--session", "mcp", "--json").stdout)
     assert status["state"] == "active", status
+
+
+def test_an_agent_without_oauth_streams_through_tokend_proxy(mcp_server, make_tokend, workdir):
+    """FastMCP's Client, no OAuth configured, calls through tokend-proxy (the session's token for the MCP
+    URL added by the proxy): the slow answer's steps reach it one by one, each before the next is sent."""
+    remote = mcp_server(access_ttl=60)
+    redirect = f"http://127.0.0.1:{free_port()}/callback"
+    client = remote.register([redirect])
+    first = remote.authorize(client["client_id"], redirect, resource=remote.url)
+    daemon = make_tokend(Placeholder(remote), sessions={"mcp": mcp_session(remote, client["client_id"], redirect)})
+    daemon.start()
+    assert daemon.ctl("login", "--session", "mcp", input=first["refresh_token"] + "\n").returncode == 0
+    port = free_port()
+    log = os.path.join(workdir, "proxy.log")
+    # The upstream is the server's origin: the proxy appends the request's path (/mcp) to it.
+    proxy = subprocess.Popen([os.path.join(BIN, "tokend-proxy"), "--session", "mcp", "--resource", remote.url,
+                              "--socket", daemon.socket, "--listen", f"tcp:127.0.0.1:{port}", "--upstream", remote.base],
+                             stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "listening" in open(log).read(), 30, "tokend-proxy listening")
+        streaming = start_agent(f"http://127.0.0.1:{port}/mcp", "slow_stream", arguments={"steps": 3, "gate": "p"})
+        try:
+            for step in (1, 2, 3):
+                assert streaming.next_matching("progress")["progress"] == step
+                assert [e["step"] for e in remote.events("stream_step")] == list(range(1, step + 1))
+                if step < 3:
+                    remote.release("p", step + 1)
+            lines = streaming.finish()
+        finally:
+            streaming.kill()
+    finally:
+        proxy.kill()
+        proxy.wait(20)
+    assert results(lines) == ["streamed 3 steps"] and not errors(lines), lines
+    [call] = remote.calls("slow_stream")
+    assert call["token"] in [r["access"] for r in remote.refreshes()], "a token tokend got (login refreshes once)"
