@@ -99,24 +99,25 @@ extension OutboundPolicy {
         return CheckedTarget(host: host, addresses: addresses)
     }
 
-    /// The one decision about one address.
+    /// The one decision about one address. What is never reachable is said
+    /// first, then plain http to anything but loopback, then what the
+    /// configuration would have to allow.
     func check(_ address: IPAddress, for url: URL) throws(AddressRefused) {
-        let refusal: String?
         let kind = address.kind
+        let refusal: String?
         switch kind {
-        case .global: refusal = nil
+        case .never(let what):
+            refusal = "\(address) is \(what)"
+        case _ where url.scheme?.lowercased() == "http" && !kind.isLoopback:
+            refusal = "plain http goes only to loopback, and \(address) is \(kind.what); use https"
+        case .global:
+            refusal = nil
         case .loopback(let what):
             refusal = allowLoopbackHTTP ? nil : "\(address) is \(what), and [user-sessions] allow-loopback-http is off"
         case .privateUse(let what):
             refusal = mayReachPrivate(url)
                 ? nil : "\(address) is \(what), and no [user-sessions] issuers pattern names this host without a wildcard"
-        case .never(let what): refusal = "\(address) is \(what)"
         }
         if let refusal { throw AddressRefused(url: url.absoluteString, address: address.description, reason: refusal) }
-        if url.scheme?.lowercased() == "http", !kind.isLoopback {
-            throw AddressRefused(
-                url: url.absoluteString, address: address.description,
-                reason: "plain http goes only to loopback, and \(address) is \(kind.what); use https")
-        }
     }
 }

@@ -76,10 +76,17 @@ import Testing
             try policy.check(IPAddress("93.184.216.34")!, for: URL(string: "http://example.com/")!)
         }
         #expect(global?.reason.contains("plain http goes only to loopback") == true)
-        #expect(throws: AddressRefused.self) {
-            try OutboundPolicy(allowLoopbackHTTP: true, patterns: ["http://lan.example/*"])
-                .check(IPAddress("192.168.1.5")!, for: URL(string: "http://lan.example/")!)
+        // A pattern that names the host lets https reach its private address, never plain http.
+        let named = OutboundPolicy(allowLoopbackHTTP: true, patterns: ["http://lan.example/*", "https://lan.example/*"])
+        #expect(throws: Never.self) { try named.check(IPAddress("192.168.1.5")!, for: URL(string: "https://lan.example/")!) }
+        let lan = #expect(throws: AddressRefused.self) {
+            try named.check(IPAddress("192.168.1.5")!, for: URL(string: "http://lan.example/")!)
         }
+        #expect(lan?.reason == "plain http goes only to loopback, and 192.168.1.5 is private (192.168.0.0/16); use https")
+        let metadata = #expect(throws: AddressRefused.self) {
+            try named.check(IPAddress("169.254.169.254")!, for: URL(string: "http://lan.example/")!)
+        }
+        #expect(metadata?.reason == "169.254.169.254 is link-local (cloud metadata)")
     }
 
     @Test func refusalsAreSaidWholly() {
