@@ -27,7 +27,7 @@ extension Configuration {
             throw ConfigError(file: file, key: nil, problem: "not valid TOML")
         }
         let reader = TableReader(file: file, table: root, path: "")
-        try reader.allowOnly(["daemon", "access", "sessions"])
+        try reader.allowOnly(["daemon", "access", "sessions", "user-sessions"])
         var daemon = DaemonSettings()
         if let table = try reader.table("daemon") {
             let r = TableReader(file: file, table: table, path: "daemon")
@@ -90,12 +90,18 @@ extension Configuration {
                 sessions.append(session)
             }
         }
-        guard !sessions.isEmpty else {
-            throw ConfigError(file: file, key: "sessions", problem: "no session is configured: add a [sessions.default] table")
-        }
         var configuration = Configuration(daemon: daemon, sessions: sessions)
         if let table = try reader.table("access") {
             configuration.access = try TableReader(file: file, table: table, path: "access").access()
+        }
+        if let table = try reader.table("user-sessions") {
+            configuration.userSessions = try TableReader(file: file, table: table, path: "user-sessions").userSessions()
+        }
+        // Without sessions of its own, tokend serves only what users add.
+        guard !sessions.isEmpty || configuration.userSessions.enabled else {
+            throw ConfigError(
+                file: file, key: "sessions",
+                problem: "no session is configured: add a [sessions.default] table (or let users add their own in [user-sessions])")
         }
         return configuration
     }

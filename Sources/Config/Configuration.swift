@@ -5,6 +5,8 @@ import Loopback
 public struct Configuration: Sendable, Equatable {
     public var daemon: DaemonSettings
     public var access = AccessSettings()
+    /// Who may add sessions of their own ([user-sessions]).
+    public var userSessions = UserSessionSettings()
     /// Sorted by name.
     public var sessions: [SessionSettings]
 
@@ -129,6 +131,8 @@ public struct SessionSettings: Sendable, Equatable {
     /// Where the client secret is read from, already resolved (config key or
     /// `$CREDENTIALS_DIRECTORY/NAME.client-secret`); nil for none.
     public var clientSecretFile: String?
+    /// The client secret itself, for a session a user added whose client tokend registered (its record is sealed).
+    public var clientSecretValue: String?
     public var clientAuth: ClientAuth = .basic
     /// The private key of `private-key-jwt`, already resolved (config key or
     /// `$CREDENTIALS_DIRECTORY/NAME.client-key`); nil for other methods.

@@ -183,10 +183,16 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
 
     public func revoke(token: Secret) async throws(TokenEndpointError) {
         guard let revocationURL = current.revocation else { return }
-        let form = FormRequest.revoke(token: token, hint: "refresh_token", credentials: credentials)
-        let status: Int
+        var form = FormRequest.revoke(token: token, hint: "refresh_token", credentials: credentials)
+        var status: Int
         do {
             status = try await post(form, to: revocationURL).status
+            // The MCP Python SDK's revocation endpoint (FastMCP's) requires a client_secret field even
+            // from a public client, which has none: such a client asks once more with it empty.
+            if status == 400, credentials.secret == nil, credentials.authentication == .none {
+                form = FormRequest.revoke(token: token, hint: "refresh_token", credentials: credentials, emptySecret: true)
+                status = try await post(form, to: revocationURL).status
+            }
         } catch {
             throw error.redacting(form.redactor)
         }

@@ -84,8 +84,9 @@ public struct FormRequest: Sendable {
     }
 
     /// Token revocation (RFC 7009 §2.1).
-    public static func revoke(token: Secret, hint: String, credentials: ClientCredentials) -> FormRequest {
-        build([("token", token.reveal()), ("token_type_hint", hint)], credentials)
+    /// `emptySecret`: a public client names an empty client_secret too (for servers that require the field).
+    public static func revoke(token: Secret, hint: String, credentials: ClientCredentials, emptySecret: Bool = false) -> FormRequest {
+        build([("token", token.reveal()), ("token_type_hint", hint)] + (emptySecret ? [("client_secret", "")] : []), credentials)
     }
 
     /// `clientIDAlways`: name the client in the body also with Basic authentication

@@ -55,6 +55,8 @@ struct AccessPolicy: Sendable {
     let resources: [String: [String: Rules]]
     /// The same as configured (names, not ids), for status.
     let resourceAccess: [String: [String: AccessSettings]]
+    /// Sessions users added, and who may add them (UserSessionRules).
+    var users = UserSessionRules()
 
     /// Throws a description naming an unknown user or group.
     init(_ settings: AccessSettings, sessions: [SessionSettings] = []) throws {
@@ -97,18 +99,41 @@ struct AccessPolicy: Sendable {
     }
 
     /// `session` nil: a call about no session (ListSessions), judged by the global rules.
+    /// A session a user added: its owner (the person) may make every call, and nobody else any.
     func allows(_ peer: PeerCredentials?, _ wanted: MethodClass, session: String?) -> Bool {
         guard let peer else { return false }
+        if let session, let owner = users.owners[session] { return peer.person == owner }
         let rules = session.flatMap { sessions[$0] } ?? global
         return rules.allows(peer, wanted)
     }
 
+    /// ListSessions: a global reader, or a person with (or allowed) sessions of their own.
+    func mayList(_ peer: PeerCredentials?) -> Bool {
+        guard let peer else { return false }
+        return global.allows(peer, .read) || users.standing(of: peer)
+    }
+
+    /// Whether a session a user added is listed to `peer`: to its owner and to tokend's administrators.
+    func lists(_ session: String, to peer: PeerCredentials?) -> Bool {
+        guard let peer else { return false }
+        guard let owner = users.owners[session] else { return allows(peer, .read, session: session) }
+        return peer.person == owner || global.allows(peer, .admin)
+    }
+
+    /// The session a call's name means for `peer`: a bare name is the peer's own session of that
+    /// name when it has one, else tokend.toml's.
+    func resolve(_ name: String, for peer: PeerCredentials?) -> String {
+        guard let peer, !name.contains("/"), let own = users.names[peer.person]?[name] else { return name }
+        return own
+    }
+
     /// Decided once at accept: an admin anywhere gets the admins' reserved
-    /// slots; a peer that may read nothing anywhere holds no slot at all.
+    /// slots; a peer that may read nothing anywhere holds no slot at all
+    /// (unless it has, or may add, sessions of its own).
     func standing(of peer: PeerCredentials?) -> VarlinkServer.Standing {
         guard let peer else { return .refused(.permissionDenied) }
         if everyRules.contains(where: { $0.allows(peer, .admin) }) { return .admin }
-        if everyRules.contains(where: { $0.allows(peer, .read) }) { return .caller }
+        if everyRules.contains(where: { $0.allows(peer, .read) }) || users.standing(of: peer) { return .caller }
         return .refused(.permissionDenied)
     }
 

@@ -10,7 +10,8 @@ import Varlink
 /// the access policy in force.
 func brokerImplementation(
     _ broker: Broker, policy: @escaping @Sendable () -> AccessPolicy, limiter: ForcedRefreshLimiter,
-    tokenReplies: TokenReplies, metrics: Metrics, logger: Logger, shares: Shares? = nil
+    tokenReplies: TokenReplies, metrics: Metrics, logger: Logger, shares: Shares? = nil,
+    userSessionMethods: [String: MethodHandler] = [:]
 ) -> VarlinkImplementation {
     var methods = guarded(
         brokerMethods(
@@ -20,8 +21,11 @@ func brokerImplementation(
                 guard let resource else { return policy().allowsEveryResource(context.peer, session: session) }
                 return policy().allows(context.peer, resource: resource, session: session)
             },
-            audienceRule: { AudienceRule(policy: policy()) }, shares: shares),
+            audienceRule: { AudienceRule(policy: policy()) }, shares: shares,
+            listed: { context, session in policy().lists(session, to: context.peer) }),
         policy: policy, logger: logger)
+    // Adding and removing sessions of one's own check who may themselves (UserSessionMethods).
+    methods.merge(userSessionMethods) { _, new in new }
     // Any admitted caller may ask about itself; GetAccess checks who may ask about another user.
     methods.merge(accessMethods(broker, policy: policy)) { _, new in new }
     if let shares {
@@ -43,15 +47,28 @@ func guarded(
     var result: [String: MethodHandler] = [:]
     for (name, handler) in methods {
         let wanted = AccessPolicy.methodClass(name)
-        let check: @Sendable (JSONObject, CallContext) throws -> Void = { parameters, context in
+        // Returns the parameters the method is called with: a bare session name is the caller's own
+        // session of that name when it has one (AccessPolicy.resolve), and the call names it in full.
+        let check: @Sendable (JSONObject, CallContext) throws -> JSONObject = { parameters, context in
             // ListSessions and GetMetrics name no session: the global rules decide
-            // (ListSessions lists only readable sessions). A login id names its session.
-            let session: String? = switch name {
+            // (ListSessions lists only what the caller may see). A login id names its session.
+            let rules = policy()
+            var parameters = parameters
+            var session: String? = switch name {
             case "ListSessions", "GetMetrics": nil
             case "FinishLogin", "CancelLogin": Broker.sessionName(ofLogin: parameters["id"]?.stringValue ?? "")
             default: parameters["session"]?.stringValue ?? Broker.defaultSession
             }
-            guard policy().allows(context.peer, wanted, session: session) else {
+            if let given = parameters["session"]?.stringValue {
+                session = rules.resolve(given, for: context.peer)
+                if session != given { parameters["session"] = .string(session!) }
+            }
+            // Another person's session is not there for the caller, not merely refused.
+            if let session, let owner = rules.users.owners[session], context.peer?.person != owner {
+                throw VarlinkError(BrokerInterface.Error.noSuchSession, ["session": .string(session)])
+            }
+            let allowed = name == "ListSessions" ? rules.mayList(context.peer) : rules.allows(context.peer, wanted, session: session)
+            guard allowed else {
                 logger.warning(
                     "permission denied",
                     metadata: [
@@ -61,17 +78,16 @@ func guarded(
                     ])
                 throw VarlinkError.permissionDenied
             }
+            return parameters
         }
         switch handler {
         case .call(let body):
             result[name] = .call { parameters, context in
-                try check(parameters, context)
-                return try await body(parameters, context)
+                try await body(try check(parameters, context), context)
             }
         case .stream(let body):
             result[name] = .stream { parameters, context, replies in
-                try check(parameters, context)
-                try await body(parameters, context, replies)
+                try await body(try check(parameters, context), context, replies)
             }
         }
     }
@@ -83,9 +99,12 @@ func brokerMethods(
     mayRead: @escaping @Sendable (CallContext, String) -> Bool,
     /// Whether the caller may have `resource`'s tokens (nil: every resource resource-access limits).
     mayUse: @escaping @Sendable (CallContext, String, String?) -> Bool,
-    audienceRule: @escaping @Sendable () -> AudienceRule, shares: Shares? = nil
+    audienceRule: @escaping @Sendable () -> AudienceRule, shares: Shares? = nil,
+    /// Whether ListSessions shows the session to the caller (nil: whether it may read it).
+    listed: (@Sendable (CallContext, String) -> Bool)? = nil
 ) -> [String: MethodHandler] {
     typealias I = BrokerInterface
+    let listed = listed ?? mayRead
     let fanOuts = shares?.fanOuts ?? FanOuts()
     /// `token` if the caller (as a page of `page`, when set) may have it: see AudienceRule.
     @Sendable func handOut(_ token: Token, _ session: SessionActor, _ context: CallContext, page: String?) throws -> Token {
@@ -180,7 +199,7 @@ func brokerMethods(
         },
         "ListSessions": .call { _, context in
             var statuses: [I.SessionStatus] = []
-            for session in broker.all where mayRead(context, session.name) {
+            for session in broker.all where listed(context, session.name) {
                 statuses.append(audienceRule().described(await session.status().wire))
             }
             return try I.ListSessions.Out(sessions: statuses).parameters()

@@ -44,7 +44,7 @@ extension Daemon {
         var started: [SessionActor] = []
         do {
             next = try Configuration.load(path: configPath, environment: environment)
-            policy = try AccessPolicy(next.access, sessions: next.sessions)
+            policy = try Self.policy(next, users: userSessions.all)
             for settings in next.sessions where old[settings.name] != settings {
                 started.append(try Self.makeSession(
                     settings, store: store, cookiePolicy: cookiePolicy, hostID: configuration.withLock { $0.daemon.hostID },
@@ -70,6 +70,7 @@ extension Daemon {
         configuration.withLock {
             $0.sessions = next.sessions
             $0.access = next.access
+            $0.userSessions = next.userSessions
         }
         access.withLock { $0 = policy }
         reuse.changed()  // answers the loop gives again were made under the old rules

@@ -43,6 +43,8 @@ public final class Daemon: Service, CustomStringConvertible {
     let shares: Shares
     /// Closes what callers passed and tokend does not keep, off the loop and the pool.
     let closer = DescriptorCloser()
+    /// The sessions users added (AddSession), kept in the state directory.
+    let userSessions: UserSessions
 
     public var description: String { "tokend" }
 
@@ -60,7 +62,6 @@ public final class Daemon: Service, CustomStringConvertible {
         self.configuration = Mutex(configuration)
         let metrics = Metrics()
         self.metrics = metrics
-        access = Mutex(try AccessPolicy(configuration.access, sessions: configuration.sessions))
         let key: StateKey?
         do {
             key = try StateKey.load(environment: environment, keyFile: configuration.daemon.stateKeyFile)
@@ -77,6 +78,8 @@ public final class Daemon: Service, CustomStringConvertible {
         store = try StateStore(directory: configuration.daemon.stateDirectory, key: key, metrics: metrics)
         owner = try OwnerLock.acquire(directory: store.directory)
         cookiePolicy = CookiePolicy(publicSuffixes: Self.loadPublicSuffixes(logger: logger))
+        userSessions = try UserSessions(store: store)
+        access = Mutex(try Self.policy(configuration, users: userSessions.all))
         var sessions: [SessionActor] = []
         for settings in configuration.sessions {
             sessions.append(
@@ -85,15 +88,35 @@ public final class Daemon: Service, CustomStringConvertible {
                     reuse: reuse, logger: logger, checkpoint: Self.crashPoint(environment, hooks: testHooks),
                     tpm: configuration.daemon.tpmInUse))
         }
+        for record in userSessions.all {
+            sessions.append(
+                try Self.makeSession(
+                    record.settings, store: store, cookiePolicy: cookiePolicy, hostID: nil, reuse: reuse, logger: logger,
+                    tpm: configuration.daemon.tpmInUse, user: record, outbound: configuration.userSessions))
+        }
         broker = Broker(sessions: sessions)
         shares = Shares(broker: broker, logger: logger, stateDirectory: store.directory, closer: closer)
     }
 
+    /// The access policy of `configuration`, with the sessions users added.
+    static func policy(_ configuration: Configuration, users: [UserSessionRecord]) throws -> AccessPolicy {
+        var policy = try AccessPolicy(configuration.access, sessions: configuration.sessions)
+        policy.users = try UserSessionRules(configuration.userSessions, records: users)
+        return policy
+    }
+
+    /// `user`: a session a user added, with its own state file name; its
+    /// instruments stay out of the exported metrics, which do not name it, and
+    /// every request it makes goes through the outbound checks of `outbound`.
     static func makeSession(
         _ settings: SessionSettings, store: StateStore, cookiePolicy: CookiePolicy, hostID: String?, reuse: ReuseStamp,
-        logger: Logger, checkpoint: (@Sendable (String) -> Void)? = nil, tpm: String? = nil
+        logger: Logger, checkpoint: (@Sendable (String) -> Void)? = nil, tpm: String? = nil,
+        user: UserSessionRecord? = nil, outbound: UserSessionSettings? = nil
     ) throws -> SessionActor {
-        let file = store.file(for: settings.name)
+        let unexported = Metrics()
+        let metrics = user == nil ? store.metrics : unexported
+        let file = user.map { store.file(for: settings.name, fileName: $0.fileName, metrics: unexported) }
+            ?? store.file(for: settings.name)
         do {
             if try file.prepare() == .migrated {
                 logger.notice("state file sealed with the state key", metadata: ["session": "\(settings.name)"])
@@ -114,14 +137,15 @@ public final class Daemon: Service, CustomStringConvertible {
         sessionCookies.accept = AcceptPolicy(rawValue: settings.acceptCookies) ?? .always
         return SessionActor(
             name: settings.name, policy: settings.policy,
-            endpoint: try settings.endpoint(metrics: ProviderMetrics(session: settings.name, in: store.metrics)),
+            endpoint: try settings.endpoint(
+                metrics: ProviderMetrics(session: settings.name, in: metrics), outbound: user == nil ? nil : outbound?.outbound),
             file: file, logger: logger, cookiePolicy: sessionCookies, webOrigins: settings.webOrigins,
             gitHosts: settings.gitHosts, gitUsername: settings.gitUsername, redirectURI: settings.redirectURI,
             keys: settings.keyPolicy, tokenFiles: tokenFiles,
             checkpoint: checkpoint,
             shared: try sharedStore(
                 settings, file: file, hostID: hostID, logger: logger,
-                metrics: FleetMetrics(session: settings.name, in: store.metrics)),
+                metrics: FleetMetrics(session: settings.name, in: metrics)),
             dpop: try settings.dpopSettings(tpm: tpm),
             tokenChanged: { reuse.changed() })
     }
@@ -261,7 +285,8 @@ public final class Daemon: Service, CustomStringConvertible {
                 brokerImplementation(
                     broker, policy: { self.access.withLock { $0 } },
                     limiter: ForcedRefreshLimiter(perMinute: configuration.withLock { $0.daemon.forcedRefreshesPerMinute }),
-                    tokenReplies: tokenReplies, metrics: metrics, logger: logger, shares: shares)
+                    tokenReplies: tokenReplies, metrics: metrics, logger: logger, shares: shares,
+                    userSessionMethods: userSessionMethods())
             ],
             internalError: VarlinkError(BrokerInterface.Error.internalError),
             onUnexpectedError: { method, error in
@@ -347,12 +372,14 @@ extension SessionSettings {
     /// The session's endpoint client, from its settings and the secret and key
     /// files they name; an error names what is unusable (`tokend --check-config` asks too).
     /// The provider's answers are counted in `metrics`.
-    public func endpoint(metrics: ProviderMetrics? = nil) throws -> HTTPTokenEndpoint {
+    public func endpoint(metrics: ProviderMetrics? = nil, outbound: OutboundPolicy? = nil) throws -> HTTPTokenEndpoint {
         try checkCredentialModes()
         var secret: Secret?
         if let clientSecretFile {
             let data = try readCredential(CredentialFile(key: "client-secret-file", path: clientSecretFile))
             secret = Secret(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+        } else if let clientSecretValue {
+            secret = Secret(clientSecretValue)
         }
         var key: ClientKey?
         if let clientKeyFile {
@@ -382,7 +409,7 @@ extension SessionSettings {
             endpoints: endpoints,
             credentials: credentials,
             scope: scope, timeout: .seconds(upstreamTimeout), pushesAuthorization: pushedAuthorization,
-            redirectURI: redirectURI, resources: resources, metrics: metrics)
+            redirectURI: redirectURI, resources: resources, metrics: metrics, outbound: outbound)
     }
 }
 

@@ -83,6 +83,7 @@ final class FastGetToken: Sendable {
         // Only keys the session already holds are cached: they were checked when first asked for.
         let key = TokenKey(resource: resource, scope: scope)
         let rules = policy()
+        name = rules.resolve(name, for: peer)
         guard rules.allows(peer, .read, session: name), resource.map({ rules.allows(peer, resource: $0, session: name) }) ?? true,
             let session = try? broker.session(name),
             // Only a session with resource-access rules asks whether its one token serves all resources.

@@ -37,7 +37,8 @@ extension Daemon {
 
     /// Each session's status, shown by its instruments.
     func gatherMetrics() async {
-        for session in broker.all {
+        // A session a user added (USER/NAME) is not named in the metrics.
+        for session in broker.all where !session.name.contains("/") {
             let status = await session.status()
             metrics.session(session.name).show(state: status.state, expiresAt: status.expiresAt)
         }

@@ -62,6 +62,8 @@ extension SessionStatus {
         status.pageTokens = pageTokens
         status.pageTokensReason = pageTokensReason
         status.loginFlows = loginFlows
+        // A session a user added is USER/NAME; no name in tokend.toml has a '/'.
+        if let slash = session.firstIndex(of: "/") { status.owner = String(session[..<slash]) }
         status.tokens = tokens.map {
             BrokerInterface.KeyedToken(
                 resource: $0.resource, scope: $0.scope, generation: $0.generation, expiresAt: $0.expiresAt,
