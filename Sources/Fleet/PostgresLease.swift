@@ -111,8 +111,8 @@ final class PostgresLease: SharedLease {
         }) else { return }
         renewal.withLock { $0 }?.cancel()
         if let epoch = epoch.withLock({ $0 }) {
-            // Not released (the store unreachable): it expires by itself.
-            try? await store.giveUp(epoch: epoch)
+            // Not released (the store unreachable): this host takes it back, or it expires.
+            await store.giveUp(epoch: epoch)
         }
         store.turns.pass()
     }

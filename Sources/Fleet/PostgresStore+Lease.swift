@@ -57,9 +57,12 @@ extension PostgresStore {
         try open(version: row.version, text: row.text, writtenBy: row.writtenBy)
     }
 
-    /// The lease if it is free or expired (the row made if there is none), with the row as it is then.
+    /// The lease if it is free or expired (the row made if there is none), with the row as it is then;
+    /// or this process's own lease that it could not release (the database was gone), which it takes back
+    /// at once: a refresh whose result is not yet in the store is written by the host that has it.
     func tryTake() async throws -> (Int64, Row)? {
         let (session, host, logger, seconds) = (session, hostID, logger, leaseSeconds)
+        let own = unreleased.withLock { $0 } ?? -1
         return try await run("taking the fleet's lease") { connection -> (Int64, Row)? in
             let rows = try await connection.query(
                 """
@@ -69,6 +72,7 @@ extension PostgresStore {
                 ON CONFLICT (session) DO UPDATE SET lease_holder = excluded.lease_holder,
                     lease_epoch = s.lease_epoch + 1, lease_expires = excluded.lease_expires
                 WHERE s.lease_holder IS NULL OR s.lease_expires <= now()
+                    OR (s.lease_holder = excluded.lease_holder AND s.lease_epoch = \(own))
                 RETURNING s.lease_epoch, s.version, s.record, s.written_by
                 """, logger: logger)
             for try await (epoch, version, text, writtenBy) in rows.decode((Int64, Int64, String, String).self) {
@@ -129,14 +133,20 @@ extension PostgresStore {
         }
     }
 
-    func giveUp(epoch: Int64) async throws {
+    /// Releases the lease; one this host could not release is remembered, to be taken back (`tryTake`).
+    func giveUp(epoch: Int64) async {
         let (session, host, logger) = (session, hostID, logger)
-        try await run("releasing the fleet's lease") { connection in
-            _ = try await connection.query(
-                """
-                UPDATE tokend_shared SET lease_holder = NULL, lease_expires = now()
-                WHERE session = \(session) AND lease_holder = \(host) AND lease_epoch = \(epoch)
-                """, logger: logger)
+        do {
+            try await run("releasing the fleet's lease") { connection in
+                _ = try await connection.query(
+                    """
+                    UPDATE tokend_shared SET lease_holder = NULL, lease_expires = now()
+                    WHERE session = \(session) AND lease_holder = \(host) AND lease_epoch = \(epoch)
+                    """, logger: logger)
+            }
+            unreleased.withLock { if $0 == epoch { $0 = nil } }
+        } catch {
+            unreleased.withLock { $0 = epoch }
         }
     }
 

@@ -41,6 +41,8 @@ public final class PostgresStore: SharedStore {
     let knownVersion = Atomic<Int64>(0)
     /// How this host learns of other hosts' writes (see PostgresStore+Watch).
     let following = Mutex(Following.polling)
+    /// The epoch of this process's lease that it could not release.
+    let unreleased = Mutex<Int64?>(nil)
     static let channel = "tokend"
 
     public init(

@@ -25,6 +25,8 @@ actor StoreLink {
     private var opening: Task<PostgresConnection, any Error>?
     private var users = 0
     private var closer: Task<Void, Never>?
+    /// A close under way: a new connection waits for it (at most one at a time).
+    private var closing: Task<Void, Never>?
     private var nextID = 0
     /// Statements sent and connections opened since start (status, docs/fleet.md's figures).
     let statements = Atomic<Int>(0)
@@ -66,6 +68,8 @@ actor StoreLink {
         closer?.cancel()
         closer = nil
         if let connection, !connection.isClosed { return connection }
+        await closing?.value
+        if let connection, !connection.isClosed { return connection }
         let task: Task<PostgresConnection, any Error>
         if let opening {
             task = opening
@@ -101,13 +105,21 @@ actor StoreLink {
     private func drop(_ failed: PostgresConnection) async {
         users -= 1
         if connection === failed { connection = nil }
-        try? await failed.close()
+        await shut(failed)
     }
 
     private func closeIfIdle() async {
         guard users == 0, let open = connection else { return }
         connection = nil
-        _ = try? await Deadline.within(.seconds(5)) { try await open.close() }
+        await shut(open)
+    }
+
+    /// Closes `open`, bounded: a close the network does not confirm is abandoned.
+    private func shut(_ open: PostgresConnection) async {
+        let task = Task { _ = try? await Deadline.within(.seconds(5)) { try await open.close() } }
+        closing = task
+        await task.value
+        if closing == task { closing = nil }
     }
 
     /// Closes the connection now (the session stops).

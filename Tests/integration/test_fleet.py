@@ -170,10 +170,12 @@ def test_proactive_refresh_over_ten_lifetimes_happens_once_per_lifetime(fleet_of
 
 
 @pytest.mark.parametrize("point", ["after-marker", "after-response", "after-persist"])
-def test_kill_9_of_the_lock_holder_loses_nothing_and_the_others_take_over(fleet_of, workdir, point):
-    server = AuthServer(os.path.join(workdir, "as"), grace=5)
+def test_kill_9_of_the_lock_holder_loses_nothing_and_the_others_take_over(fleet_of, workdir, pg, point):
+    # upstream-timeout 3 s: A's lease lasts 8 s unless renewed. The server's grace covers B's or C's
+    # retry with the stored token once A's lease has expired (A's request may have rotated it).
+    server = AuthServer(os.path.join(workdir, "as"), grace=20)
     try:
-        fleet = fleet_of(server).start()
+        fleet = fleet_of(server, **{"upstream-timeout": 3}).start()
         login(fleet["a"], server)
         generation = fleet.status("a")["generation"]
         fleet.wait_generation(generation)
@@ -181,7 +183,7 @@ def test_kill_9_of_the_lock_holder_loses_nothing_and_the_others_take_over(fleet_
         fleet["a"].start(env=dict(os.environ, TOKEND_TEST_HOOKS="1", TOKEND_CRASH_POINT=point))
         fleet.wait_generation(generation, hosts="a")
         before = len(server.grants("refresh_token"))
-        # A refreshes (compare-and-refresh: not rate limited) and dies at `point`, holding the fleet lock.
+        # A refreshes (compare-and-refresh: not rate limited) and dies at `point`, holding the fleet's lease.
         try:
             fleet["a"].call("io.tokend.Broker.Refresh", staleGeneration=generation)
         except (ConnectionError, OSError):
@@ -189,8 +191,10 @@ def test_kill_9_of_the_lock_holder_loses_nothing_and_the_others_take_over(fleet_
         fleet["a"].process.wait(10)
         died = time.time()
         assert fleet["a"].process.returncode == -signal.SIGKILL
-        # B and C adopt A's refresh, or find its marker and retry with the stored token.
-        fleet.wait_generation(generation + 1, timeout=15, hosts="bc")
+        # B and C adopt A's refresh, or find its marker once A's lease has expired and retry with the stored token.
+        if point != "after-persist":
+            assert pg.sql("SELECT lease_holder FROM tokend_shared", database="tokend") == "a", "A died holding the lease"
+        fleet.wait_generation(generation + 1, timeout=30, hosts="bc")
         takeover = time.time() - died
         replies = {name: fleet[name].call("io.tokend.Broker.GetToken")[1] for name in "bc"}
         assert all("error" not in r for r in replies.values()), replies
@@ -205,7 +209,8 @@ def test_kill_9_of_the_lock_holder_loses_nothing_and_the_others_take_over(fleet_
         assert "error" not in reply, reply
         grants = server.grants("refresh_token")[before:]
         assert all(g["status"] == 200 for g in grants), grants
-        assert takeover < 5, f"the others took {takeover:.1f} s to take over"
+        # The lease's 8 s, a poll (1 s) and a busy machine's slowness; an adopted result needs only a poll.
+        assert takeover < (3 if point == "after-persist" else 13), f"the others took {takeover:.1f} s to take over"
         print(f"kill -9 {point}: takeover {takeover:.2f} s, {len(grants)} grants, 0 lost")
     finally:
         server.stop()
@@ -355,11 +360,11 @@ def test_a_host_cut_off_from_the_database_serves_its_token_refreshes_nothing_and
 def test_schema_is_created_versioned_and_a_newer_one_refused(server, fleet_of, pg):
     fleet = fleet_of(server).start()
     login(fleet["a"], server)
-    assert pg.sql("SELECT max(version) FROM tokend_schema", database="tokend") == "1"
+    assert pg.sql("SELECT max(version) FROM tokend_schema", database="tokend") == "2"
     for name in "abc":
         fleet[name].stop()
     # A newer tokend migrated the database: this one must not write rows it does not understand.
-    pg.sql("INSERT INTO tokend_schema (version) VALUES (2)", database="tokend")
+    pg.sql("INSERT INTO tokend_schema (version) VALUES (3)", database="tokend")
     fleet["b"].start()
     wait_for(lambda: "newer than this tokend" in (fleet.status("b")["store"] or ""), 15, "the refusal in status")
     assert "upgrade tokend" in fleet.status("b")["store"]
@@ -406,13 +411,14 @@ def test_a_host_cut_off_while_holding_the_lock_does_not_block_the_fleet(workdir)
     try:
         namespace.forward_loopback_port(proxy.server.server_port)
         c_server = type("S", (), {"token_url": proxy.url + "/o/token/", "base": proxy.url})()
+        # upstream-timeout 6 s: C's lease lasts 11 s after its last renewal, longer than C's upstream call.
         fleet = Fleet(workdir, server, pg, store_hosts={"c": namespace.db_address}, servers={"c": c_server},
-                      **{"upstream-timeout": 30})
+                      **{"upstream-timeout": 6})
         generation = start_with_c_in(namespace, fleet, server)
         wait_for(lambda: fleet.status("c")["store"] == "connected", 20, "C connected to the store")
         # The generation C itself serves now: a Refresh naming it must go upstream.
         generation = fleet["c"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"]
-        # C takes the fleet lock, writes its marker and waits on a token endpoint that never answers.
+        # C takes the fleet's lease, writes its marker and waits on a token endpoint that never answers.
         proxy.mode = "hang"
         answered = []
         def refresh_on_c():
@@ -426,10 +432,10 @@ def test_a_host_cut_off_while_holding_the_lock_does_not_block_the_fleet(workdir)
         except AssertionError:
             raise AssertionError(f"C's refresh never reached the server; C answered {answered}, "
                                  f"status {fleet.status('c')}; log: {fleet['c'].logs()[-2000:]}")
-        assert pg.sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted", database="tokend") == "1"
+        assert pg.sql("SELECT lease_holder FROM tokend_shared", database="tokend") == "c"
         namespace.cut()
         cut_at = time.time()
-        # PostgreSQL notices C is gone (keepalive) and releases its lock; A or B finds C's marker and retries.
+        # C cannot renew its lease; once it has expired, A or B finds C's marker and retries.
         fleet.wait_generation(generation + 1, timeout=40, hosts="ab")
         takeover = time.time() - cut_at
         replies = [fleet[name].call("io.tokend.Broker.GetToken")[1] for name in "ab"]
@@ -444,8 +450,8 @@ def test_a_host_cut_off_while_holding_the_lock_does_not_block_the_fleet(workdir)
         reply = fleet["b"].call("io.tokend.Broker.Refresh", staleGeneration=token["generation"])[1]
         assert "error" not in reply, reply
         assert all(g["status"] == 200 for g in server.grants("refresh_token"))
-        print(f"cut off holding the lock: the fleet went on {takeover:.1f} s after the cut")
-        assert takeover < 20, f"the fleet waited {takeover:.1f} s for the lock of a host that was cut off"
+        print(f"cut off holding the lease: the fleet went on {takeover:.1f} s after the cut")
+        assert takeover < 20, f"the fleet waited {takeover:.1f} s for the lease of a host that was cut off"
     finally:
         if fleet:
             fleet.stop()
@@ -478,7 +484,7 @@ def test_sslmode_verify_full_require_and_a_wrong_certificate(server, workdir):
                            "WHERE a.application_name LIKE 'tokend%' ORDER BY 1")
         rows = dict(line.split("|") for line in encrypted.splitlines())
         assert rows and all(ssl == "t" for ssl in rows.values()), encrypted
-        assert any(n.startswith("tokend a ") for n in rows) and any(n.startswith("tokend b ") for n in rows)
+        assert "tokend a" in rows and "tokend b" in rows
         # A certificate from another CA is refused, and said so.
         wait_for(lambda: (status("c")["store"] or "").startswith("unavailable"), 15, "C refuses the certificate")
         assert status("c")["state"] == "loginRequired"
@@ -497,14 +503,13 @@ def test_a_database_writer_cannot_roll_the_fleet_back(server, fleet_of, pg):
     login(fleet["a"], server)
     generation = fleet["a"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"]
     fleet.wait_generation(generation)
-    old = pg.sql("SELECT record FROM tokend_sessions", database="tokend")
+    old = pg.sql("SELECT record FROM tokend_shared", database="tokend")
     reply = fleet["a"].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1]
     assert "error" not in reply, reply
     fleet.wait_generation(generation + 1)
     current = fleet["b"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]
     escaped = old.replace("'", "''")
-    pg.sql(f"UPDATE tokend_sessions SET version = version + 1, record = '{escaped}'; "
-           "SELECT pg_notify('tokend', version::text || ' ' || session) FROM tokend_sessions", database="tokend")
+    pg.sql(f"UPDATE tokend_shared SET version = version + 1, record = '{escaped}'", database="tokend")
     wait_for(lambda: all("replayed or altered" in fleet[name].logs() for name in "abc"), 20, "every host refusing it")
     for name in "abc":
         token = fleet[name].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]
@@ -513,10 +518,10 @@ def test_a_database_writer_cannot_roll_the_fleet_back(server, fleet_of, pg):
 
 
 def test_sigterm_stops_every_fleet_host_cleanly_and_promptly(server, fleet_of):
-    # Each host follows the fleet on a LISTEN connection; at SIGTERM that
-    # connection ends with an error (not CancellationError) and must still be
-    # closed: one dropped open trapped the debug build, whose backtrace took
-    # more than 20 s on a busy machine.
+    # Each host polls the fleet on a connection it keeps between close
+    # statements; at SIGTERM that connection must still be closed: one dropped
+    # open trapped the debug build, whose backtrace took more than 20 s on a
+    # busy machine.
     fleet = fleet_of(server).start()
     login(fleet["a"], server)
     fleet.wait_generation(fleet.status("a")["generation"])

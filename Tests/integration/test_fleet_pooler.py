@@ -2,10 +2,12 @@
 connections in front of a PostgreSQL 15 that allows 20): every fleet
 statement is autocommit or a short transaction, nothing session-scoped."""
 import os
+import threading
+import time
 
 import pytest
 
-from conftest import login, wait_for
+from conftest import AuthServer, login, wait_for
 from fleet import Fleet, PgBouncer, Postgres
 
 
@@ -46,3 +48,71 @@ def test_three_hosts_share_a_session_through_pgbouncer_and_hold_no_connection_wh
         assert "pg_advisory_lock" not in pg.sql("SELECT string_agg(query, ' ') FROM pg_stat_activity")
     finally:
         fleet.stop()
+
+
+def test_a_stale_host_asked_to_refresh_reads_the_store_and_calls_no_one(server, workdir, bouncer):
+    # B polls once an hour: only its compare-and-refresh can tell it of A's refresh.
+    fleet = Fleet(workdir, server, bouncer, hosts=("a", "b"), **{"shared-store": f'"{bouncer.url(options="poll=3600")}"'})
+    try:
+        fleet["a"].start()
+        login(fleet["a"], server)
+        generation = fleet["a"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"]
+        fleet["b"].start()
+        fleet.wait_generation(generation, hosts="b")
+        newer = fleet["a"].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1]["parameters"]["token"]
+        assert newer["generation"] == generation + 1
+        assert fleet.status("b")["generation"] == generation, "B has not polled since: its copy is stale"
+        grants = len(server.grants("refresh_token"))
+        reply = fleet["b"].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1]
+        assert "error" not in reply, reply
+        assert reply["parameters"]["token"]["accessToken"] == newer["accessToken"]
+        assert len(server.grants("refresh_token")) == grants and fleet.status("b")["refreshes"] == 0
+    finally:
+        fleet.stop()
+
+
+def test_a_lease_holder_killed_in_a_slow_refresh_is_replaced_once_its_lease_expires(workdir, pg, bouncer):
+    from faultproxy import FaultProxy
+    # No grace period: C's request never reaches the server (the proxy hangs), so the stored token still works.
+    server = AuthServer(os.path.join(workdir, "as"))
+    proxy = FaultProxy(server.base)
+    c_server = type("S", (), {"token_url": proxy.url + "/o/token/", "base": proxy.url})()
+    # upstream-timeout 9 s: the lease lasts 14 s, renewed every 4.7 s while held.
+    fleet = Fleet(workdir, server, bouncer, servers={"c": c_server},
+                  **{"shared-store": f'"{bouncer.url()}"', "upstream-timeout": 9})
+    try:
+        fleet.start()
+        login(fleet["a"], server)
+        generation = fleet["a"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"]
+        fleet.wait_generation(generation)
+        proxy.mode = "hang"
+        threading.Thread(target=lambda: call_quietly(fleet["c"], "io.tokend.Broker.Refresh", staleGeneration=generation),
+                         daemon=True).start()
+        wait_for(lambda: proxy.calls("hang"), 20, "C's refresh sent upstream")
+        lease = lambda: pg.sql("SELECT lease_holder, lease_epoch, lease_expires FROM tokend_shared", database="tokend")
+        taken = lease()
+        assert taken.startswith("c|"), taken
+        # While C's upstream call hangs, C renews its lease (the same epoch, a later expiry).
+        wait_for(lambda: lease() != taken, 15, "C renewing its lease")
+        assert lease().split("|")[:2] == taken.split("|")[:2]
+        fleet["c"].process.kill()
+        killed = time.time()
+        fleet.wait_generation(generation + 1, timeout=40, hosts="ab")
+        took = time.time() - killed
+        tokens = {fleet[name].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["accessToken"] for name in "ab"}
+        assert len(tokens) == 1
+        grants = server.grants("refresh_token")
+        assert all(g["status"] == 200 and not g["reuse"] for g in grants), grants
+        assert took < 14 + 5, f"the others took over {took:.1f} s after the kill (lease 14 s)"
+        print(f"lease holder killed in a slow refresh: taken over {took:.1f} s later (lease 14 s)")
+    finally:
+        fleet.stop()
+        proxy.stop()
+        server.stop()
+
+
+def call_quietly(host, method, **parameters):
+    try:
+        host.call(method, **parameters)
+    except (ConnectionError, OSError):
+        pass  # the host is killed before it answers
