@@ -58,6 +58,8 @@ final class LoopbackListener: @unchecked Sendable {
         guard fd >= 0 else { throw ListenerError("cannot create a socket: \(String(cString: strerror(errno)))", exactAddress: exact != nil) }
         var on: Int32 = 1
         if address.family == AF_INET6 { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &on, socklen_t(MemoryLayout<Int32>.size)) }
+        // The last login's connections to the same exact redirect URI may still be in TIME_WAIT.
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
         guard address.bind(fd) == 0, listen(fd, 8) == 0 else {
             let problem = errno
             close(fd)
