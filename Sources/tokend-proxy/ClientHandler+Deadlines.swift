@@ -11,11 +11,17 @@ extension ClientHandler {
         alarm.ensure(deadline)
     }
 
-    /// The upstream's answer is awaited: it must begin, or go on, within --timeout from now. Not while an
-    /// answer is held for tokend (what is awaited then is tokend): releasing it calls this again.
+    /// The upstream's answer is awaited: it must begin, or go on, within --timeout from now; an event
+    /// stream, once its head went to the client, within --stream-idle-timeout (its events come when the
+    /// server has something to say, and a stream that sends is never cut). Not while an answer is held
+    /// for tokend (what is awaited then is tokend): releasing it calls this again.
     func awaitUpstream() {
-        if case .exchange(let exchange) = phase, exchange.held != nil { return }
-        let deadline = NIODeadline.now() + settings.timeout
+        var bound = settings.timeout
+        if case .exchange(let exchange) = phase {
+            if exchange.isHeld { return }
+            if exchange.relay?.eventStream == true { bound = settings.streamIdleTimeout }
+        }
+        let deadline = NIODeadline.now() + bound
         upstreamDeadline = deadline
         alarm.ensure(deadline)
     }
@@ -87,7 +93,7 @@ extension ClientHandler {
     func write(_ answer: Answer, version: HTTPVersion?, close: Bool) {
         guard socket.isActive else { return }
         let close = close || (inputClosed && !decoder.hasBytes)
-        let bytes = answer.bytes(version: version ?? lastVersion, close: close)
+        let bytes = answer.bytes(version: version ?? lastVersion, close: close, jsonRPC: answersInJSONRPC)
         if close {
             writeThenClose(bytes)
         } else {
@@ -109,7 +115,7 @@ extension ClientHandler {
     /// whole one) and its connection is not kept.
     func abandon(_ exchange: Exchange) {
         release(exchange)
-        exchange.held = nil
+        if exchange.isHeld { exchange.reply = .begun }
         if let upstream = exchange.upstream {
             exchange.upstream = nil
             pool.release(upstream, reusable: false)
@@ -171,7 +177,9 @@ extension ClientHandler {
         }
         if let deadline = upstreamDeadline, deadline <= now {
             upstreamDeadline = nil
-            if case .exchange(let exchange) = phase { fail(exchange, UpstreamError.answerTimedOut) }
+            if case .exchange(let exchange) = phase {
+                fail(exchange, exchange.relay?.eventStream == true ? UpstreamError.streamIdle : UpstreamError.answerTimedOut)
+            }
         }
         // What passed and guards nothing now is dropped, so the alarm never goes off in a loop.
         if let deadline = headDeadline, deadline <= now { headDeadline = nil }

@@ -105,12 +105,12 @@ extension ClientHandler {
         guard let credentials = exchange.credentials else { return }
         exchange.upstream = connection
         exchange.upstreamWasReused = connection.reused
-        exchange.answered = false
+        exchange.reply = .awaited
         connection.user = self
         connection.expectAnswer(toHead: exchange.head.method == .head)
         let request = exchange.upstreamRequest(credentialLines: credentialLines(for: credentials), allocator: pool.loop.allocator)
         if !exchange.streaming {
-            exchange.sent = true
+            exchange.markSent()
             connection.writeAndFlush(request)
         } else {
             connection.write(request)
@@ -123,7 +123,7 @@ extension ClientHandler {
             exchange.pending = []
             if exchange.bodyDone {
                 if exchange.upstreamChunked { connection.write(Wire.lastChunk) }
-                exchange.sent = true
+                exchange.markSent()
             }
             connection.flush()
         }

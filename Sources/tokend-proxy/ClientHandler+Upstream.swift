@@ -11,13 +11,14 @@ extension ClientHandler: UpstreamUser {
 
     func upstreamReceived(_ part: ResponsePart) {
         guard case .exchange(let exchange) = phase else { return }
-        exchange.answered = true
-        if let held = exchange.held, case .end? = held.last {
-            exchange.upstreamKeepAlive = false  // bytes after the answer's end: none a request asked for
-            return
-        }
-        if exchange.held != nil {
-            exchange.held?.append(part)
+        exchange.answerBegan()
+        if case .held(var parts) = exchange.reply {
+            if case .end? = parts.last {
+                exchange.upstreamKeepAlive = false  // bytes after the answer's end: none a request asked for
+            } else {
+                parts.append(part)
+                exchange.reply = .held(parts)
+            }
             return
         }
         switch part {
@@ -84,7 +85,7 @@ extension ClientHandler: UpstreamUser {
     }
 
     func socketWritabilityChanged() {
-        if case .exchange(let exchange) = phase, exchange.held == nil {
+        if case .exchange(let exchange) = phase, !exchange.isHeld {
             if socket.isWritable {
                 exchange.upstream?.resumeReading()
             } else {
@@ -97,16 +98,16 @@ extension ClientHandler: UpstreamUser {
     func upstreamFailed(_ error: any Error) {
         guard case .exchange(let exchange) = phase else { return }
         // A byte of an answer (an interim one, half a head) means the upstream may have acted on the request.
-        if exchange.upstream?.answerBegun == true { exchange.answered = true }
+        if exchange.upstream?.answerBegun == true { exchange.answerBegan() }
         exchange.upstream = nil
         exchange.upstreamKeepAlive = false
         // An answer held whole (a 401 while tokend refreshes, Set-Cookie on its way to tokend) stands,
         // whatever became of its connection after it.
-        if let held = exchange.held, case .end? = held.last { return }
+        if exchange.heldWhole { return }
         // A kept connection the upstream closed while it sat idle: the whole request again on a new one, if
         // sending it twice does what sending it once does (RFC 9110 §9.2.2). The upstream may have acted on
         // a POST before the connection died: that one gets 502, and its client decides.
-        if !exchange.answered, !exchange.streaming, !exchange.reconnected, exchange.upstreamWasReused,
+        if case .awaited = exchange.reply, !exchange.streaming, !exchange.reconnected, exchange.upstreamWasReused,
             exchange.head.method.isIdempotent, let credentials = exchange.credentials
         {
             exchange.reconnected = true
@@ -148,14 +149,15 @@ extension ClientHandler: UpstreamUser {
 
     /// The answer waits for tokend (a refresh, its cookies): the upstream is not read, nor timed, meanwhile.
     func hold(_ head: ResponseHead, of exchange: Exchange) {
-        exchange.held = [.head(head)]
+        exchange.reply = .held([.head(head)])
         exchange.upstream?.pauseReading()
         upstreamDeadline = nil
     }
 
     /// A 401 to the token sent: one compare-and-refresh, then the request again (with a new proof of it
-    /// for a DPoP-bound token), or the 401 as it came. The 401's own Set-Cookie reaches tokend too, whether
-    /// the request is retried or the 401 goes back.
+    /// for a DPoP-bound token), or the 401 as it came (without its challenge), or, when the session needs
+    /// a login, an answer that says so. The 401's own Set-Cookie reaches tokend too, whether the request is
+    /// retried or the 401 goes back.
     private func refresh(_ exchange: Exchange, after stale: AccessToken, setCookie: [String]) {
         guard let old = exchange.credentials else { return }
         let credentials = settings.credentials
@@ -165,7 +167,12 @@ extension ClientHandler: UpstreamUser {
         let bound = LoopBound((self, exchange), on: loop)
         Task {
             let next: Result<RequestCredentials, any Error>?
-            if let fresh = await credentials.refresh(after: stale) {
+            switch await credentials.refresh(after: stale) {
+            case .loginRequired(let error):
+                next = .failure(error)  // the client is told to have the session logged in, not the upstream's 401
+            case .none:
+                next = nil
+            case .fresh(let fresh):
                 if RequestCredentials.authorization(fresh).bound {
                     do {
                         next = .success(try await credentials.prove(target, cookies: old.cookies, nonceRetry: old.proof?.nonceRetry ?? false))
@@ -175,8 +182,6 @@ extension ClientHandler: UpstreamUser {
                 } else {
                     next = RequestCredentials(token: fresh, cookies: old.cookies).map { .success($0) } ?? .failure(UnusableCredentials())
                 }
-            } else {
-                next = nil
             }
             let inJar = !setCookie.isEmpty && credentials.cookieRule == .toJar ? await credentials.importCookies(setCookie, from: url) : false
             loop.execute {
@@ -201,8 +206,8 @@ extension ClientHandler: UpstreamUser {
     /// The held answer is dropped (its connection kept if it came whole), and the request goes again with
     /// `next`, or the client gets why it cannot.
     func resend(_ exchange: Exchange, _ next: Result<RequestCredentials, any Error>) {
-        let whole = exchange.held?.last.map { if case .end = $0 { true } else { false } } ?? false
-        exchange.held = nil
+        let whole = exchange.heldWhole
+        exchange.reply = .awaited
         if let upstream = exchange.upstream {
             exchange.upstream = nil
             pool.release(upstream, reusable: whole && exchange.upstreamKeepAlive)
@@ -230,8 +235,8 @@ extension ClientHandler: UpstreamUser {
 
     /// What was held goes to the client, and the rest of the answer follows as it comes.
     private func release(held exchange: Exchange) {
-        guard let held = exchange.held else { return }
-        exchange.held = nil
+        guard case .held(let held) = exchange.reply else { return }
+        exchange.reply = .begun
         for part in held {
             switch part {
             case .head(let head): relay(head, of: exchange)
@@ -247,20 +252,22 @@ extension ClientHandler: UpstreamUser {
 
     /// The upstream's head, hop-by-hop headers removed, with the client's HTTP version. A body of known
     /// length passes as it is; another is sent in chunks to an HTTP/1.1 client, and until the connection
-    /// closes to an HTTP/1.0 one.
+    /// closes to an HTTP/1.0 one. An event stream's idle bound is --stream-idle-timeout from now on.
     private func relay(_ head: ResponseHead, of exchange: Exchange) {
-        exchange.relayedHead = true
         let version = exchange.head.version
+        var relay = Exchange.Relay(chunked: false, eventStream: head.isEventStream)
         switch head.framing {
         case .length: break
         case .chunked, .untilClose:
-            if version.minor == 1 { exchange.clientChunked = true } else { exchange.closeAfter = true }
+            if version.minor == 1 { relay.chunked = true } else { exchange.closeAfter = true }
         }
+        exchange.reply = .relaying(relay)
         if !exchange.head.keepAlive { exchange.closeAfter = true }
         var bytes = pool.loop.allocator.buffer(capacity: head.bytes.readableBytes + Self.gathered + 64)
-        bytes.writeClientHead(head, version: version, chunked: exchange.clientChunked, close: exchange.closeAfter, withoutCookies: exchange.cookiesInJar)
+        bytes.writeClientHead(head, version: version, chunked: relay.chunked, close: exchange.closeAfter, withoutCookies: exchange.cookiesInJar)
         sendOutgoing()
         outgoing = bytes
+        if relay.eventStream, exchange.sent { awaitUpstream() }
     }
 
     /// Body pieces up to this size are copied behind the head (or the pieces before them) to go out in one write.
@@ -269,14 +276,15 @@ extension ClientHandler: UpstreamUser {
     /// A piece of the upstream's body, in the client's framing.
     private func relay(_ chunk: ByteBuffer, of exchange: Exchange) {
         guard chunk.readableBytes > 0 else { return }
+        let chunked = exchange.relay?.chunked ?? false
         if chunk.readableBytes <= Self.gathered, outgoing != nil {
-            if exchange.clientChunked { outgoing!.writeChunkSize(chunk.readableBytes) }
+            if chunked { outgoing!.writeChunkSize(chunk.readableBytes) }
             outgoing!.writeImmutableBuffer(chunk)
-            if exchange.clientChunked { outgoing!.writeStaticString("\r\n") }
+            if chunked { outgoing!.writeStaticString("\r\n") }
             return
         }
         sendOutgoing()
-        if exchange.clientChunked {
+        if chunked {
             var size = pool.loop.allocator.buffer(capacity: 18)
             size.writeChunkSize(chunk.readableBytes)
             writeToClient(size)
@@ -298,7 +306,7 @@ extension ClientHandler: UpstreamUser {
         let close = exchange.closeAfter || !exchange.bodyDone || (inputClosed && !decoder.hasBytes)
         phase = close ? .done : .idle
         guard socket.isActive else { return }
-        if exchange.clientChunked {
+        if exchange.relay?.chunked == true {
             if outgoing != nil { outgoing!.writeStaticString("0\r\n\r\n") } else { writeToClient(Wire.lastChunk) }
         }
         if close {

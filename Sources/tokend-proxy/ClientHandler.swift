@@ -11,8 +11,12 @@ struct Settings: Sendable {
     let bodyTimeout: TimeAmount
     let headerTimeout: TimeAmount
     let timeout: TimeAmount
+    /// How long an event stream may stay silent between events (--stream-idle-timeout).
+    let streamIdleTimeout: TimeAmount
     let maxConnections: Int
     let maxConnectionsPerUser: Int
+    /// Who may use the proxy on TCP.
+    let peers: PeerRule
     /// Idle upstream connections kept, all loops together (--keepalive), and for how long (--keepalive-timeout).
     let keptUpstream: Admission
     let keepaliveTimeout: TimeAmount
@@ -271,14 +275,14 @@ final class ClientHandler: SocketUser {
         case (.exchange(let exchange), .body(let chunk)):
             receive(chunk, for: exchange)
         case (.exchange(let exchange), .end):
-            exchange.bodyDone = true
+            exchange.bodyEnded()
             bodyDeadline = nil
             if !exchange.streaming {
                 obtainCredentials(for: exchange)
             } else if let upstream = exchange.upstream {
                 if exchange.upstreamChunked { upstream.write(Wire.lastChunk) }
                 upstream.flush()
-                exchange.sent = true
+                exchange.markSent()
                 awaitUpstream()
                 watchSending()
             }
@@ -294,8 +298,12 @@ final class ClientHandler: SocketUser {
     /// A request head: refused, or an exchange whose body is read next.
     private func begin(_ head: RequestHead) {
         headDeadline = nil
+        answersInJSONRPC = head.speaksMCP
+        if !allowed {
+            settings.logger.warning("refused another user's request", metadata: ["uid": "\(owner.map { $0 == .max ? "unknown" : "\($0)" } ?? "?")"])
+        }
         if let refusal = allowed ? settings.pages.refusal(for: head) : .forbidden {
-            settings.logger.warning("refused a request", metadata: ["reason": "\(refusal.message)"])
+            if allowed { settings.logger.warning("refused a request", metadata: ["reason": "\(refusal.message)"]) }
             lastVersion = head.version
             phase = .skipping(refusal, close: true)
             return waitForBody()
@@ -318,6 +326,8 @@ final class ClientHandler: SocketUser {
 
     /// The version of the request being answered with a refusal.
     var lastVersion = HTTPVersion.http1_1
+    /// The request being answered speaks MCP: the proxy's own answers to it are JSON-RPC errors.
+    var answersInJSONRPC = false
 
     /// A chunk of the body: kept while it fits, else streamed to the upstream.
     private func receive(_ chunk: ByteBuffer, for exchange: Exchange) {
@@ -329,7 +339,7 @@ final class ClientHandler: SocketUser {
                 exchange.kept.writeImmutableBuffer(chunk)
                 return
             }
-            exchange.streaming = true
+            exchange.outgrew()
             exchange.pending.append(chunk)
             return obtainCredentials(for: exchange)
         }

@@ -190,17 +190,35 @@ final class Credentials: Sendable {
         }
     }
 
-    /// Compare-and-refresh after a 401 to `stale`: the newer token, or nil when tokend has none to give.
-    func refresh(after stale: AccessToken) async -> AccessToken? {
+    /// What a compare-and-refresh after a 401 came to.
+    enum Refreshed: Sendable {
+        /// A newer token: the request goes again with it.
+        case fresh(AccessToken)
+        /// tokend has no newer token to give (the call failed, or it gave the refused one again).
+        case none
+        /// The session needs a login (tokend refused the refresh token, or has none): the person logs in.
+        case loginRequired(TokendClientError)
+    }
+
+    /// Compare-and-refresh after a 401 to `stale`: one refresh for every request that met the 401 with
+    /// that token's generation (tokend refreshes once and gives the others its result).
+    func refresh(after stale: AccessToken) async -> Refreshed {
         let asked = Date().timeIntervalSince1970
-        guard
-            let fresh = try? await withTokend({ client in
+        let fresh: AccessToken
+        do {
+            fresh = try await withTokend { client in
                 try await client.refresh(
                     session: self.session, staleGeneration: stale.generation, resource: self.resource, scope: self.scope)
-            }), fresh.accessToken != stale.accessToken, Headers.isFieldValue(fresh.authorizationHeaderValue)
-        else { return nil }
+            }
+        } catch let error as TokendClientError {
+            if case .loginRequired = error { return .loginRequired(error) }
+            return .none
+        } catch {
+            return .none
+        }
+        guard fresh.accessToken != stale.accessToken, Headers.isFieldValue(fresh.authorizationHeaderValue) else { return .none }
         remember(fresh, at: asked)
-        return fresh
+        return .fresh(fresh)
     }
 
     /// The upstream's Set-Cookie headers into tokend's jar; the cached Cookie headers are stale from then on.
@@ -257,10 +275,13 @@ final class Credentials: Sendable {
     }
 
     /// Follows the session's events until the task is cancelled, again a second after the stream ends.
-    func follow() async {
+    /// Each time the stream begins, `learn` is told whose the session is (tokend's status names the owner
+    /// of a session a user added); a status refused means the session is not this user's own.
+    func follow(learn: @escaping @Sendable (PeerRule.Kind) -> Void = { _ in }) async {
         while !Task.isCancelled {
             do {
                 let client = try await connectedTokend()
+                if let kind = await sessionKind() { learn(kind) }
                 for try await event in client.events(session: session, resource: resource, scope: scope) {
                     apply(event)
                 }
@@ -295,6 +316,20 @@ final class Credentials: Sendable {
                 state.generation = max(state.generation, event.generation)
                 state.token = nil
             }
+        }
+    }
+
+    /// Whose the session is, as tokend's status says (GetStatus names the owner of a session a user
+    /// added); a status refused means the session is not this user's own, so one tokend.toml configures.
+    /// Nil when tokend did not say (not there, or no such session).
+    func sessionKind() async -> PeerRule.Kind? {
+        do {
+            let status = try await withTokend { client in try await client.status(session: self.session) }
+            return status.owner.map { .owned(by: $0) } ?? .configured
+        } catch TokendClientError.permissionDenied {
+            return .configured
+        } catch {
+            return nil
         }
     }
 

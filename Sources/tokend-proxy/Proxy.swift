@@ -22,6 +22,8 @@ final class Proxy: Sendable {
     let headerTimeout: Duration
     let maxConnections: Int
     let timeout: Duration
+    /// How long an event stream may stay silent (--stream-idle-timeout).
+    let streamIdleTimeout: Duration
     let logger: Logger
     /// Connections being served: at most `maxConnections`, so that memory is bounded in total.
     let admission: Admission
@@ -31,10 +33,13 @@ final class Proxy: Sendable {
     let maxConnectionsPerUser: Int
     /// How long in-flight exchanges have to finish once SIGTERM or SIGINT came.
     let stopTimeout: Duration
+    /// Who may use the proxy on TCP (--peers, and whose the session is).
+    let peers: PeerRule
 
     init(
         upstream: Upstream, session: String?, resource: String? = nil, scope: String? = nil, tokendSocket: String?, bufferLimit: Int, bodyBudget: Int,
-        bodyTimeout: Duration, headerTimeout: Duration, maxConnections: Int, timeout: Duration, keepalive: Int = 64,
+        bodyTimeout: Duration, headerTimeout: Duration, maxConnections: Int, timeout: Duration,
+        streamIdleTimeout: Duration = .seconds(300), peers: PeerRule.Setting? = nil, keepalive: Int = 64,
         keepaliveTimeout: Duration = .seconds(60), stopTimeout: Duration = .seconds(10), passCookies: Bool = false,
         maxConnectionsPerUser: Int? = nil, logger: Logger
     ) {
@@ -58,13 +63,18 @@ final class Proxy: Sendable {
         }
         admission = Admission(
             limit: maxConnections, perOwner: maxConnectionsPerUser ?? maxConnections, persons: persons, own: getuid())
+        self.peers = PeerRule(setting: peers, persons: persons, own: getuid(), logger: logger)
         self.timeout = timeout
+        self.streamIdleTimeout = streamIdleTimeout
         self.logger = logger
     }
 
     /// Serves until SIGTERM or SIGINT, then stops (`stop`); tokend's events are followed meanwhile.
     func run(on address: ListenAddress) async throws {
-        let following = Task { await credentials.follow() }
+        // Whose the session is, before the first connection is accepted (until tokend says, only this
+        // user's programs are served on TCP); the event stream asks again each time it begins.
+        if let kind = await credentials.sessionKind() { peers.learn(kind) }
+        let following = Task { [peers] in await credentials.follow { peers.learn($0) } }
         defer { following.cancel() }
         let (signals, sources) = Self.stopSignals()
         let (listener, accepting) = try listen(on: address)
@@ -124,14 +134,16 @@ final class Proxy: Sendable {
             close(listener.fd)
             throw ListenRefused(address: local.protocol == .inet6 ? "[\(ip)]:\(local.port ?? 0)" : "\(ip):\(local.port ?? 0)")
         }
-        if listener.local != nil {
-            logger.warning("listening on TCP: any local user can use this proxy, and so the session's token")
+        if listener.local != nil, peers.setting != .own {
+            logger.warning(
+                "listening on TCP: unless the session is a user's (served to its owner only), any local user can use this proxy, and so the session's token (--peers own serves this user only)")
         }
         let nanoseconds = { (duration: Duration) in TimeAmount.nanoseconds(Int64(duration.components.seconds) * 1_000_000_000) }
         let settings = Settings(
             upstream: upstream, credentials: credentials, bodyBudget: bodyBudget, bufferLimit: bufferLimit,
             bodyTimeout: nanoseconds(bodyTimeout), headerTimeout: nanoseconds(headerTimeout), timeout: nanoseconds(timeout),
-            maxConnections: maxConnections, maxConnectionsPerUser: maxConnectionsPerUser, keptUpstream: Admission(limit: keepalive), keepaliveTimeout: nanoseconds(keepaliveTimeout),
+            streamIdleTimeout: nanoseconds(streamIdleTimeout),
+            maxConnections: maxConnections, maxConnectionsPerUser: maxConnectionsPerUser, peers: peers, keptUpstream: Admission(limit: keepalive), keepaliveTimeout: nanoseconds(keepaliveTimeout),
             pages: WebPages(listeningOn: listener.local), logger: logger)
         // A redirect would carry the token elsewhere: the client gets it as it is (the proxy follows none).
         let tls = try upstream.tls ? NIOSSLContext(configuration: .makeClientConfiguration()) : nil
@@ -211,12 +223,14 @@ final class Accepting {
             close(fd)
             return
         }
-        let allowed = settings.pages.hosts != nil || Listener.peerIsThisUser(fd)
         // On TCP every local user may connect: each person has its own share of the slots (one the kernel
-        // cannot name shares the nobody-known share). On a Unix socket only this user is served; another
-        // user a --mode lets connect is refused, and until then holds no more than a person's share.
-        let owner = listener.local != nil
-            ? (owners?.uid(ofPeerOf: fd) ?? .max) : (allowed ? nil : (Listener.peerUID(fd) ?? .max))
+        // cannot name shares the nobody-known share), and is served as `peers` says (a session a user added:
+        // its owner only). On a Unix socket only this user is served; another user a --mode lets connect is
+        // refused, and until then holds no more than a person's share.
+        let onTCP = listener.local != nil
+        let peer = onTCP ? owners?.uid(ofPeerOf: fd) : nil
+        let allowed = onTCP ? settings.peers.admits(owner: peer) : Listener.peerIsThisUser(fd)
+        let owner = onTCP ? (peer ?? .max) : (allowed ? nil : (Listener.peerUID(fd) ?? .max))
         let handler = ClientHandler(settings: settings, pool: pool, socket: socket, allowed: allowed, admission: admission, owner: owner)
         socket.user = handler
         let key = ObjectIdentifier(handler)

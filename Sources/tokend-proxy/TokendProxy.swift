@@ -51,8 +51,16 @@ struct TokendProxy: AsyncParsableCommand {
     var maxConnections: Int = 256
     @Option(help: "On TCP, connections one local user's programs are served at once (default: half of --max-connections).")
     var maxConnectionsPerUser: Int?
-    @Option(help: "Seconds the upstream may take to accept a connection, to take the next request bytes, to start its answer, or between its answer's bytes (504 after).")
+    @Option(help: "Seconds the upstream may take to accept a connection, to take the next request bytes, to start its answer, or between its answer's bytes (504 after); an event stream's bytes are bound by --stream-idle-timeout instead.")
     var timeout: Int = 60
+    @Option(help: ArgumentHelp(
+        "Seconds an event stream (text/event-stream: MCP's streamable HTTP, server-sent events) may stay silent between its bytes before it is closed.",
+        discussion: "A stream that sends is never cut; one that has said nothing for this long is closed, and its client reconnects."))
+    var streamIdleTimeout: Int = 300
+    @Option(help: ArgumentHelp(
+        "Who may use the proxy on TCP: own (this user's programs, and those of its /etc/subuid range) or all (every local user).",
+        discussion: "Default: own for a session a user added, all for one tokend.toml configures. A session a user added is served to its owner only, whatever this says. On a Unix socket only this user is served."))
+    var peers: PeerRule.Setting?
     @Option(help: "Idle upstream connections kept for the next requests (all together).")
     var keepalive: Int = 64
     @Option(help: "Seconds an idle upstream connection is kept.")
@@ -64,8 +72,9 @@ struct TokendProxy: AsyncParsableCommand {
 
     func validate() throws {
         guard bufferLimit >= 0, bodyBudget >= 0 else { throw ValidationError("--buffer-limit and --body-budget must be 0 or more") }
-        guard [bodyTimeout, headerTimeout, timeout, keepaliveTimeout].allSatisfy((1...86_400).contains) else {
-            throw ValidationError("--body-timeout, --header-timeout, --timeout and --keepalive-timeout must be 1 to 86400 seconds")
+        guard [bodyTimeout, headerTimeout, timeout, streamIdleTimeout, keepaliveTimeout].allSatisfy((1...86_400).contains) else {
+            throw ValidationError(
+                "--body-timeout, --header-timeout, --timeout, --stream-idle-timeout and --keepalive-timeout must be 1 to 86400 seconds")
         }
         guard (0...86_400).contains(stopTimeout) else { throw ValidationError("--stop-timeout must be 0 to 86400 seconds") }
         guard (0...65_536).contains(keepalive) else { throw ValidationError("--keepalive must be 0 to 65536") }
@@ -97,7 +106,8 @@ struct TokendProxy: AsyncParsableCommand {
             upstream: base, session: session, resource: resource == "upstream" ? upstream : resource, scope: scope,
             tokendSocket: socket, bufferLimit: bufferLimit, bodyBudget: bodyBudget,
             bodyTimeout: .seconds(Int64(bodyTimeout)), headerTimeout: .seconds(Int64(headerTimeout)),
-            maxConnections: maxConnections, timeout: .seconds(Int64(timeout)), keepalive: keepalive,
+            maxConnections: maxConnections, timeout: .seconds(Int64(timeout)), streamIdleTimeout: .seconds(Int64(streamIdleTimeout)),
+            peers: peers, keepalive: keepalive,
             keepaliveTimeout: .seconds(Int64(keepaliveTimeout)), stopTimeout: .seconds(Int64(stopTimeout)), passCookies: passCookies,
             maxConnectionsPerUser: maxConnectionsPerUser ?? max(1, maxConnections / 2), logger: logger)
         do {

@@ -86,6 +86,7 @@ struct UpstreamError: Error, CustomStringConvertible {
     static func unresolved(_ host: String) -> UpstreamError { UpstreamError(.unresolved, "the upstream's name \(host) has no address") }
     static let closed = UpstreamError(.closed, "the upstream closed the connection")
     static let answerTimedOut = UpstreamError(.answerTimedOut, "the upstream did not answer in time")
+    static let streamIdle = UpstreamError(.answerTimedOut, "the event stream stayed silent for --stream-idle-timeout")
     static let sendTimedOut = UpstreamError(.sendTimedOut, "the upstream stopped taking the request")
     static let connectTimedOut = UpstreamError(.connectTimedOut, "connecting to the upstream timed out")
 }

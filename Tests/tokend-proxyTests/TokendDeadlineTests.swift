@@ -66,7 +66,11 @@ import Glibc
         let tokend = try SilentTokend()
         let credentials = credentials(tokend)
         let stale = AccessToken(accessToken: "t0k", tokenType: "Bearer", expiresAt: 2_000_000_000, generation: 1, scope: nil)
-        #expect(await credentials.refresh(after: stale) == nil)
+        let refreshed = await credentials.refresh(after: stale)
+        guard case .none = refreshed else {
+            Issue.record("a refresh tokend never answers gives no token: \(refreshed)")
+            return
+        }
         #expect(await credentials.importCookies(["a=1"], from: "https://upstream.example/") == false)
     }
 }

@@ -35,7 +35,10 @@ extension ByteBuffer {
     /// client's HTTP version; chunks when the proxy frames the body (`chunked`), and what becomes of the
     /// connection.
     /// The client's head; `withoutCookies` leaves out Set-Cookie (tokend's jar has them). A 204 carries no
-    /// Content-Length (RFC 9110 §8.6), whatever the upstream sent.
+    /// Content-Length (RFC 9110 §8.6), whatever the upstream sent. No challenge (WWW-Authenticate) goes to
+    /// the client: the proxy authenticates to the upstream, and a client that read one would begin a login
+    /// of its own (an MCP client does, from the challenge's resource_metadata).
+    /// Nor does an Authorization field an upstream put in its answer.
     mutating func writeClientHead(_ head: ResponseHead, version: HTTPVersion, chunked: Bool, close: Bool, withoutCookies: Bool = false) {
         let noLength = head.status == 204
         func dropped(_ kind: FieldKind) -> Bool {
@@ -53,7 +56,7 @@ extension ByteBuffer {
                 writeBytes(UnsafeRawBufferPointer(rebasing: p[head.reason]))
                 writeStaticString("\r\n")
             }
-            writeLines(head.fields, p, from: asItCame ? head.fields.startLine : nil, dropping: dropped)
+            writeLines(head.fields, p, from: asItCame ? head.fields.startLine : nil, dropping: dropped, droppingNamed: "www-authenticate")
         }
         if chunked { writeStaticString("Transfer-Encoding: chunked\r\n") }
         if close {
@@ -109,10 +112,10 @@ extension Wire {
     }
 
     /// Fields the client does not get from the upstream: hop-by-hop ones and Transfer-Encoding, which
-    /// the proxy writes itself when it frames the body.
+    /// the proxy writes itself when it frames the body; credentials.
     static func responseDrops(_ kind: FieldKind) -> Bool {
         switch kind {
-        case .hopByHop, .connection, .transferEncoding: true
+        case .hopByHop, .connection, .transferEncoding, .authorization: true
         default: false
         }
     }
