@@ -224,3 +224,60 @@ def test_peers_own_refuses_another_users_programs_on_tcp(mcp_server, make_tokend
         assert not answer.startswith("HTTP/1.1 403 "), answer
     finally:
         proxy.stop()
+
+
+INITIALIZE = """
+import json, socket, sys
+port = int(sys.argv[1])
+body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}).encode()
+s = socket.create_connection(("127.0.0.1", port), timeout=60)
+s.sendall(b"POST /mcp HTTP/1.1\\r\\nHost: 127.0.0.1:%d\\r\\nAccept: application/json, text/event-stream\\r\\n"
+          b"Content-Type: application/json\\r\\nConnection: close\\r\\nContent-Length: %d\\r\\n\\r\\n%s" % (port, len(body), body))
+data = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+sys.stdout.write(data.decode(errors="replace"))
+"""
+
+
+def initialize_as(user, port):
+    """MCP's initialize, sent to the proxy by a process of `user` (setpriv; Debian's python, which every user
+    may run): the whole answer as text."""
+    return subprocess.run(["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups", "/usr/bin/python3",
+                           "-c", INITIALIZE, str(port)], capture_output=True, text=True, timeout=120).stdout
+
+
+def test_the_proxy_of_a_users_session_serves_its_owner_only(mcp_server, make_tokend, workdir):
+    """Alice adds the MCP server as her own session, logs in, and runs tokend-proxy for it on a TCP port (any
+    local user can connect to one): her programs are served, Bob's and root's get 403, with --peers all too."""
+    from test_user_sessions import ALICE, BOB, browser_login, call_as, users_may_add
+    remote = mcp_server(access_ttl=600)
+    daemon = users_may_add(make_tokend, remote, workdir)
+    added = call_as(ALICE, daemon, "AddSession", name="mcp", resources=[remote.url])
+    assert "error" not in added, (added, daemon.logs()[-2000:])
+    browser_login(ALICE, daemon, "mcp", workdir)
+    setpriv = ("setpriv", f"--reuid={ALICE[0]}", f"--regid={ALICE[1]}", "--clear-groups")
+    for extra in ((), ("--peers", "all")):
+        proxy = ProxyProcess(daemon, remote.base, workdir, "--session", "mcp", "--resource", remote.url, *extra,
+                             port=free_port(), prefix=setpriv)
+        try:
+            assert "the session is a user's" in proxy.logs(), proxy.logs()  # tokend's status said so before it listened
+            served = initialize_as(ALICE, proxy.port)
+            assert served.startswith("HTTP/1.1 200 ") and "mcp-session-id:" in served.lower(), served
+            assert '"serverInfo"' in served and "tokend-test" in served, served
+            refused = initialize_as(BOB, proxy.port)
+            assert refused.startswith("HTTP/1.1 403 ") and "tokend-proxy serves only the user it runs as" in refused, refused
+            assert f"refused another user's request" in proxy.logs() and f"uid={BOB[0]}" in proxy.logs(), proxy.logs()
+            # The test's own agent (root, FastMCP's Client) is another user too, told why in a JSON-RPC error.
+            said = agent(f"http://127.0.0.1:{proxy.port}/mcp", "count")
+            assert [line["http"] for line in said if "http" in line][:1] == [403], said
+            assert "tokend-proxy serves only the user it runs as" in errors(said)[0]["error"], said
+            assert remote.calls() == [] and remote.events("access_refused") == []
+            if extra:
+                assert "whatever --peers says" in proxy.logs(), proxy.logs()
+        finally:
+            proxy.stop()
