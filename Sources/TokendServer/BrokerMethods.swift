@@ -11,7 +11,7 @@ import Varlink
 func brokerImplementation(
     _ broker: Broker, policy: @escaping @Sendable () -> AccessPolicy, limiter: ForcedRefreshLimiter,
     tokenReplies: TokenReplies, metrics: Metrics, logger: Logger, shares: Shares? = nil,
-    userSessionMethods: [String: MethodHandler] = [:]
+    userSessionMethods: [String: MethodHandler] = [:], beforeLogin: (@Sendable (String) async throws -> Void)? = nil
 ) -> VarlinkImplementation {
     var methods = guarded(
         brokerMethods(
@@ -22,7 +22,7 @@ func brokerImplementation(
                 return policy().allows(context.peer, resource: resource, session: session)
             },
             audienceRule: { AudienceRule(policy: policy()) }, shares: shares,
-            listed: { context, session in policy().lists(session, to: context.peer) }),
+            listed: { context, session in policy().lists(session, to: context.peer) }, beforeLogin: beforeLogin),
         policy: policy, logger: logger)
     // Adding and removing sessions of one's own check who may themselves (UserSessionMethods).
     methods.merge(userSessionMethods) { _, new in new }
@@ -101,7 +101,9 @@ func brokerMethods(
     mayUse: @escaping @Sendable (CallContext, String, String?) -> Bool,
     audienceRule: @escaping @Sendable () -> AudienceRule, shares: Shares? = nil,
     /// Whether ListSessions shows the session to the caller (nil: whether it may read it).
-    listed: (@Sendable (CallContext, String) -> Bool)? = nil
+    listed: (@Sendable (CallContext, String) -> Bool)? = nil,
+    /// Runs before a login of the session begins (a user session's client registered again).
+    beforeLogin: (@Sendable (String) async throws -> Void)? = nil
 ) -> [String: MethodHandler] {
     typealias I = BrokerInterface
     let listed = listed ?? mayRead
@@ -222,6 +224,7 @@ func brokerMethods(
         },
         "BeginLogin": .call { parameters, context in
             let call = try parameters.decode(I.BeginLogin.In.self)
+            try await beforeLogin?(call.session ?? Broker.defaultSession)
             let session = try broker.session(call.session)
             guard let flow = LoginFlow(rawValue: call.flow) else { throw VarlinkError.invalidParameter("flow") }
             logger.notice(

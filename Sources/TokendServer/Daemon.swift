@@ -286,7 +286,7 @@ public final class Daemon: Service, CustomStringConvertible {
                     broker, policy: { self.access.withLock { $0 } },
                     limiter: ForcedRefreshLimiter(perMinute: configuration.withLock { $0.daemon.forcedRefreshesPerMinute }),
                     tokenReplies: tokenReplies, metrics: metrics, logger: logger, shares: shares,
-                    userSessionMethods: userSessionMethods())
+                    userSessionMethods: userSessionMethods(), beforeLogin: { try await self.registerAgainIfForgotten($0) })
             ],
             internalError: VarlinkError(BrokerInterface.Error.internalError),
             onUnexpectedError: { method, error in

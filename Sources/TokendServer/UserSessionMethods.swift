@@ -89,7 +89,7 @@ extension Daemon {
                 throw Self.wire(error)
             }
         }
-        let session = try startUserSession(record)
+        let session = try await startUserSession(record)
         logger.notice(
             "user session added",
             metadata: context.metadata(fullName).merging(
@@ -99,7 +99,7 @@ extension Daemon {
     }
 
     /// Makes the session, keeps its record durably, then serves it: nothing is left when a step fails.
-    func startUserSession(_ record: UserSessionRecord) throws -> SessionActor {
+    func startUserSession(_ record: UserSessionRecord) async throws -> SessionActor {
         let (settings, tpm) = configuration.withLock { ($0.userSessions, $0.daemon.tpmInUse) }
         let session: SessionActor
         do {
@@ -111,7 +111,7 @@ extension Daemon {
             logger.error("user session not added", metadata: ["session": "\(record.fullName)", "problem": "\(error)"])
             throw VarlinkError(BrokerInterface.Error.internalError)
         }
-        Task { await session.start() }
+        await session.start()
         broker.put(session)
         refreshUserRules()
         return session
@@ -189,5 +189,47 @@ extension Daemon {
                 "step": .string("discovery"), "url": .string(""), "reason": .string(String(describing: error).prefix(300).description),
             ])
         }
+    }
+}
+
+extension Daemon {
+    /// Before a login of a session a user added whose client tokend registered: when the authorization
+    /// server answered its last request that it does not know the client (invalid_client: a server that
+    /// forgot its registrations), the client is registered again and the session serves it from now on.
+    func registerAgainIfForgotten(_ name: String) async throws {
+        guard var record = userSessions.record(name), record.registered, let session = try? broker.session(name) else {
+            return
+        }
+        guard let problem = await session.status().lastError, problem.contains("invalid_client") else { return }
+        if let wait = userSessions.takeAdd(for: record.owner) {
+            throw VarlinkError(BrokerInterface.Error.rateLimited, ["session": .string(name), "retryAfter": .int(wait)])
+        }
+        let outbound = configuration.withLock { $0.userSessions.outbound }
+        let server: DiscoveredServer
+        let client: RegisteredClient
+        do {
+            server = try await UserSessionDiscovery.discover(
+                issuer: record.issuer, resources: record.resources, scope: record.scope, policy: outbound,
+                timeout: Self.addStepTimeout)
+            guard let endpoint = server.registrationEndpoint else {
+                throw DiscoveryFailed(
+                    step: "registration", url: record.issuer, status: nil,
+                    reason: "the server no longer knows the client and offers no registration (RFC 7591)")
+            }
+            client = try await ClientRegistration.register(
+                at: endpoint, redirectURI: record.redirectURI, clientName: "tokend (\(name))", scope: record.scope,
+                policy: outbound, timeout: Self.addStepTimeout)
+        } catch {
+            throw Self.wire(error)
+        }
+        record.clientID = client.clientID
+        record.clientSecret = client.clientSecret
+        record.registrationAccessToken = client.registrationAccessToken
+        record.registrationClientURI = client.registrationClientURI
+        // The old actor persists what it holds before the new one reads the state file.
+        await session.stop()
+        _ = broker.remove(name)
+        _ = try await startUserSession(record)
+        logger.notice("user session's client registered again", metadata: ["session": "\(name)", "problem": "\(problem)"])
     }
 }

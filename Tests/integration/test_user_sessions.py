@@ -192,3 +192,25 @@ def test_restart_and_reload_keep_them_and_remove_revokes(mcp_server, make_tokend
     assert f"{ALICE[0]}/mcp" not in [s["session"] for s in listed]
     assert not [name for name in os.listdir(daemon.state) if name.startswith(f"@{ALICE[0]}.")]
     assert call_as(ALICE, daemon, "GetToken", session="mcp")["error"] in (B + "NoSuchSession", "org.varlink.service.PermissionDenied")
+
+
+def test_a_server_that_forgot_the_client_has_it_registered_again_at_the_next_login(mcp_server, make_tokend, workdir):
+    """FastMCP keeps registrations in memory: restarted, it answers invalid_client. The session keeps its
+    refresh token and says so; the owner's next login registers the client again and succeeds."""
+    remote = mcp_server(access_ttl=30)
+    daemon = users_may_add(make_tokend, remote, workdir)
+    first = call_as(ALICE, daemon, "AddSession", name="mcp", resources=[remote.url])["parameters"]["clientId"]
+    browser_login(ALICE, daemon, "mcp", workdir)
+    remote.restart()
+    refused = call_as(ALICE, daemon, "Refresh", session="mcp", staleGeneration=1)
+    assert "error" in refused, refused
+    status = call_as(ALICE, daemon, "GetStatus", session="mcp")["parameters"]["status"]
+    assert "invalid_client" in (status.get("lastError") or ""), status
+    browser_login(ALICE, daemon, "mcp", workdir)
+    before, again = remote.registrations()  # one before the restart, one after
+    assert before["client_id"] == first != again["client_id"]
+    assert again["redirect_uris"] == [status["redirectUri"]], "registered with the same loopback redirect URI"
+    access = token_as(ALICE, daemon, "mcp")
+    [whoami] = results(agent(remote.url, "whoami", headers={"Authorization": "Bearer " + access}))
+    assert whoami["client_id"] == again["client_id"]
+    assert "client registered again" in daemon.logs()
