@@ -9,9 +9,10 @@ public struct UserSessionSettings: Sendable, Equatable {
     public var groups: [String] = []
     /// Sessions each person may hold.
     public var perPerson = 8
-    /// URL patterns ('*' matches any run of characters) of the authorization
-    /// servers users may add. A pattern whose host has no '*' also lets that
-    /// host be on a private address.
+    /// URL patterns of the authorization servers users may add: '*' matches any
+    /// run of characters, within the host part up to '/', '?' or '#'; a pattern
+    /// without a port means the scheme's default one. A pattern whose host has
+    /// no '*' also lets that host be on a private address.
     public var issuers = ["https://*"]
     /// Plain http, and connections at all, to loopback addresses (local servers, tests).
     public var allowLoopbackHTTP = false
