@@ -116,3 +116,96 @@ def call_quietly(host, method, **parameters):
         host.call(method, **parameters)
     except (ConnectionError, OSError):
         pass  # the host is killed before it answers
+
+
+def run_fleet_through_the_pooler(workdir, pg, bouncer, hosts, lifetimes):
+    """`hosts` tokend hosts through `bouncer`, a caller on each asking for the token back to back, over
+    `lifetimes` token lifetimes (tokens live 6 s and are refreshed 2 s before expiry). Returns its figures."""
+    server = AuthServer(os.path.join(workdir, "as"), access_ttl=6)
+    names = [f"h{i}" for i in range(hosts)]
+    fleet = Fleet(workdir, server, bouncer, hosts=names,
+                  **{"shared-store": f'"{bouncer.url(options="poll=2")}"', "refresh-margin": 2, "min-valid": 1})
+    stop, lock = threading.Event(), threading.Lock()
+    seen = {"calls": 0, "errors": [], "backends": 0, "per_host": 0}
+
+    def caller(host):
+        while not stop.is_set():
+            reply = host.call("io.tokend.Broker.GetToken")[1]
+            with lock:
+                seen["calls"] += 1
+                if "error" in reply:
+                    seen["errors"].append(reply)
+            time.sleep(0.05)  # pacing: 2 cores for the whole fleet, the database and the pooler
+
+    def sampler():
+        # Sampled, not awaited: what the database and the pooler hold while the fleet works.
+        while not stop.is_set():
+            clients = [c["application_name"] for c in bouncer.show("CLIENTS") if c["application_name"].startswith("tokend")]
+            with lock:
+                seen["backends"] = max(seen["backends"], pg.backends())
+                seen["per_host"] = max([seen["per_host"]] + [clients.count(n) for n in set(clients)])
+            time.sleep(0.2)
+
+    try:
+        fleet.start()
+        login(fleet[names[0]], server)
+        start = fleet[names[0]].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"]
+        fleet.wait_generation(start, timeout=60)
+        before = len(server.grants("refresh_token"))
+        queries_before = int(next(r for r in bouncer.show("STATS") if r["database"] == "tokend")["total_query_count"])
+        began = time.time()
+        threads = [threading.Thread(target=caller, args=(fleet[n],)) for n in names] + [threading.Thread(target=sampler)]
+        for t in threads:
+            t.start()
+        fleet.wait_generation(start + lifetimes, timeout=10 * lifetimes + 20, hosts=[names[0]])
+        stop.set()
+        for t in threads:
+            t.join(60)
+        took = time.time() - began
+        queries = int(next(r for r in bouncer.show("STATS") if r["database"] == "tokend")["total_query_count"])
+        generation = max(fleet.status(n)["generation"] for n in names)
+        grants = server.grants("refresh_token")[before:]
+        assert all(g["status"] == 200 and not g["reuse"] for g in grants), [g for g in grants if g["status"] != 200][:3]
+        assert len(grants) == generation - start, f"{len(grants)} upstream refreshes for {generation - start} lifetimes"
+        assert not seen["errors"], seen["errors"][:3]
+        assert seen["backends"] <= 5, f"{seen['backends']} backends for a pool of 5"
+        assert seen["per_host"] <= 1, f"a host had {seen['per_host']} connections to the pooler at once"
+        return {"refreshes": len(grants), "lifetimes": generation - start, "calls": seen["calls"],
+                "backends": seen["backends"], "per_host": seen["per_host"],
+                "statements_per_host_minute": (queries - queries_before) / hosts / took * 60, "seconds": took}
+    finally:
+        stop.set()
+        fleet.stop()
+        server.stop()
+
+
+def test_eight_hosts_through_a_pool_of_five_refresh_once_per_lifetime(workdir, pg, bouncer):
+    figures = run_fleet_through_the_pooler(workdir, pg, bouncer, hosts=8, lifetimes=3)
+    print(f"8 hosts through PgBouncer (pool 5): {figures}")
+
+
+@pytest.mark.long("fifty tokend hosts started one by one and five token lifetimes: minutes on 2 cores")
+def test_fifty_hosts_through_a_pool_of_five_refresh_once_per_lifetime(workdir, pg, bouncer):
+    figures = run_fleet_through_the_pooler(workdir, pg, bouncer, hosts=50, lifetimes=5)
+    print(f"50 hosts through PgBouncer (pool 5): {figures}")
+
+
+def test_listen_works_on_a_direct_connection_and_is_found_not_to_behind_the_pooler(server, workdir, pg, bouncer):
+    # Both poll once an hour: what they learn sooner, they learn by notification.
+    fleet = Fleet(workdir, server, pg, hosts=("a", "b"))
+    for name, url in (("a", pg.url(options="poll=3600&listen=on")), ("b", bouncer.url(options="poll=3600&listen=on"))):
+        with open(fleet[name].config) as f:
+            config = f.read()
+        with open(fleet[name].config, "w") as f:
+            f.write(config.replace(f'"{pg.url()}"', f'"{url}"'))
+    try:
+        fleet.start()
+        wait_for(lambda: "following the fleet by notifications" in fleet["a"].logs(), 20, "A's probe notification")
+        wait_for(lambda: "LISTEN gets no notifications" in fleet["b"].logs(), 20, "B finding LISTEN deaf")
+        assert "following the fleet by notifications" not in fleet["b"].logs()
+        # B's login reaches A by notification (A's next poll is an hour away).
+        login(fleet["b"], server)
+        generation = fleet["b"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"]
+        fleet.wait_generation(generation, hosts="a")
+    finally:
+        fleet.stop()
