@@ -402,6 +402,8 @@ extension BrokerInterface {
         "GetAccess": (GetAccess.In.self, GetAccess.Out.self, false),
         "RevokeShare": (RevokeShare.In.self, RevokeShare.Out.self, false),
         "ExpectDescriptor": (ExpectDescriptor.In.self, ExpectDescriptor.Out.self, false),
+        "AddSession": (AddSession.In.self, AddSession.Out.self, false),
+        "RemoveSession": (RemoveSession.In.self, RemoveSession.Out.self, false),
         "GetStatus": (GetStatus.In.self, GetStatus.Out.self, false),
         "ListSessions": (ListSessions.In.self, ListSessions.Out.self, false),
         "GetMetrics": (GetMetrics.In.self, GetMetrics.Out.self, false),
