@@ -2,8 +2,8 @@
 a remote MCP server from its URL alone (FastMCP's own OAuth server: discovery and
 dynamic registration), logs it in through the browser without root, gets a token
 the server takes, sees that it is theirs, and removes it: the server's events show
-the revocation; `tokenctl proxy` prints the URL an agent uses, served at once. And what tokenctl
-says when tokend refuses an add, with the fix."""
+the revocation; `tokenctl proxy` prints the URL an agent uses, served at once; the Python client
+makes the same calls. And what tokenctl says when tokend refuses an add, with the fix."""
 import json
 import os
 import re
@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from conftest import BIN, Tokend, free_port
+from conftest import BIN, ROOT, Tokend, free_port
 from mcp import agent, browser_opener, mcp_server, results  # noqa: F401 (mcp_server is a fixture)
 
 TOKENCTL = os.path.join(BIN, "tokenctl")
@@ -182,3 +182,40 @@ def test_proxy_prints_the_url_an_agent_uses_and_serves_the_owner_there(mcp_serve
     finally:
         proxy.kill()
         proxy.communicate(timeout=20)
+
+
+def test_the_python_client_adds_and_removes_a_session_and_names_the_failed_step(mcp_server, workdir, started):
+    """The Python client (standard library only: the system's Python, as the user) makes the same calls."""
+    remote = mcp_server()
+    daemon = user_tokend(workdir, remote)
+    started(daemon)
+    nothing = f"http://127.0.0.1:{free_port()}/mcp"
+    script = f"""
+import json
+from tokend_client import Tokend, DiscoveryFailed, SessionExists
+tokend = Tokend({daemon.socket!r})
+added = tokend.add_session("mcp", resources=[{remote.url!r}])
+out = {{"issuer": added.issuer, "client": added.client_id, "registered": added.registered,
+        "owner": added.status.get("owner"), "session": added.status["session"]}}
+try:
+    tokend.add_session("mcp", resources=[{remote.url!r}])
+except SessionExists as error:
+    out["exists"] = error.parameters["session"]
+try:
+    tokend.add_session("other", resources=[{nothing!r}])
+except DiscoveryFailed as error:
+    out["failed"] = [error.step, error.url, error.status]
+tokend.remove_session("mcp")
+out["left"] = [s["session"] for s in tokend.call("ListSessions")["sessions"]]
+print(json.dumps(out))
+"""
+    run = subprocess.run(["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups",
+                          "/usr/bin/python3", "-c", script], capture_output=True, text=True, timeout=60,
+                         env={"PATH": os.environ["PATH"], "PYTHONPATH": os.path.join(ROOT, "clients", "python")})
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    [registration] = remote.registrations()
+    assert out["issuer"] == remote.issuer and out["client"] == registration["client_id"] and out["registered"]
+    assert out["owner"] == "nobody" and out["session"] == "nobody/mcp" and out["exists"] == "nobody/mcp"
+    assert out["failed"] == ["challenge", nothing, None]
+    assert "nobody/mcp" not in out["left"]
