@@ -82,6 +82,8 @@ def test_a_user_adds_an_mcp_server_from_its_url_logs_in_without_root_and_removes
     status = json.loads(as_user(NOBODY, "status", "--session", "mcp", "--json", *socket).stdout)
     assert status["owner"] == "nobody" and status["session"] == "nobody/mcp" and status["state"] == "loginRequired"
     assert registration["redirect_uris"] == [status["redirectUri"]], (registration, status)
+    advice = as_user(NOBODY, "status", "--session", "mcp", *socket)
+    assert advice.returncode == 2 and "Run: tokenctl login --session nobody/mcp --browser" in advice.stdout, advice.stdout
 
     # The browser login, as the user, through an xdg-open that fetches what it is given.
     login = as_user(NOBODY, "login", "--session", "mcp", "--browser", env=users_browser(workdir, daemon), timeout=120)
@@ -94,6 +96,8 @@ def test_a_user_adds_an_mcp_server_from_its_url_logs_in_without_root_and_removes
 
     # What the user received: a token the MCP server takes, issued to tokend's client for this resource.
     token = json.loads(as_user(NOBODY, "token", "--session", "mcp", "--json", *socket).stdout)
+    full = json.loads(as_user(NOBODY, "token", "--session", "nobody/mcp", "--json", *socket).stdout)
+    assert full["accessToken"] == token["accessToken"], "the full name is the same session"
     [whoami] = results(agent(remote.url, "whoami", headers={"Authorization": f"Bearer {token['accessToken']}"}))
     assert whoami["client_id"] == registration["client_id"] and whoami["resource"] == remote.url, whoami
 
