@@ -1,3 +1,6 @@
+# Over 90 s of `make test` (docs/testing.md): ten FastMCP agents (a Python process each) calling through the proxy
+# across three refreshes of 10 s tokens, streams whose events come 4 s apart, and an agent process per check
+# (about 210 s summed on the busy 2-core machine, 357 s beside other files' tests).
 """tokend-proxy in front of a remote MCP server (FastMCP's own, with its own OAuth authorization server:
 Tests/mcpserver, mcp.py), its agents FastMCP's Client with no OAuth of their own: streamable HTTP relayed
 as it comes, one refresh for many agents across token lifetimes, a session that needs a login said in
