@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import BIN, Tokend, free_port, wait_for
 
 PG_BIN = "/usr/lib/postgresql/15/bin"
@@ -295,3 +297,24 @@ class NetworkNamespace:
         subprocess.run(["ip", "netns", "delete", self.name], capture_output=True)
         for link in (f"{self.name}db0", f"{self.name}au0"):
             subprocess.run(["ip", "link", "delete", link], capture_output=True)
+
+
+@pytest.fixture
+def pg(workdir):
+    instance = Postgres(os.path.join(workdir, "pg"))
+    yield instance
+    instance.stop("immediate")
+
+
+@pytest.fixture
+def fleet_of(workdir, pg):
+    made = []
+
+    def make(server, **session):
+        fleet = Fleet(workdir, server, pg, **session)
+        made.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in made:
+        fleet.stop()

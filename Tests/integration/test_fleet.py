@@ -1,7 +1,7 @@
-# Over 90 s of `make test` (docs/testing.md): every test starts a real PostgreSQL of its own and several
-# tokend hosts (up to 45, with callers on each), kills hosts and restarts the database mid-refresh, and
-# waits for real token lifetimes (275 s summed on the busy 2-core machine; the ten-lifetime soak is in
-# `make test-long`).
+# Over 90 s of `make test` (docs/testing.md): every test starts a real PostgreSQL of its own and three tokend
+# hosts, kills hosts and restarts the database mid-refresh, waits out the lease of a killed or cut-off holder
+# (8 to 11 s each) and real token lifetimes (410 s summed on the busy 2-core machine at load 15, before the TLS
+# and rollback tests moved to test_fleet_store.py; the ten-lifetime soak is in `make test-long`).
 """A session shared by three hosts through a real PostgreSQL, against the real
 authorization server (rotation and reuse protection on)."""
 import json
@@ -15,28 +15,7 @@ import time
 import pytest
 
 from conftest import BIN, AuthServer, Tokend, login, read_frame, wait_for
-from fleet import Fleet, NetworkNamespace, Postgres
-
-
-@pytest.fixture
-def pg(workdir):
-    instance = Postgres(os.path.join(workdir, "pg"))
-    yield instance
-    instance.stop("immediate")
-
-
-@pytest.fixture
-def fleet_of(workdir, pg):
-    made = []
-
-    def make(server, **session):
-        fleet = Fleet(workdir, server, pg, **session)
-        made.append(fleet)
-        return fleet
-
-    yield make
-    for fleet in made:
-        fleet.stop()
+from fleet import Fleet, NetworkNamespace, Postgres, fleet_of, pg  # noqa: F401 (fixtures)
 
 
 def token_burst(paths_and_counts):
@@ -459,62 +438,6 @@ def test_a_host_cut_off_while_holding_the_lock_does_not_block_the_fleet(workdir)
         server.stop()
         pg.stop("immediate")
         namespace.delete()
-
-
-def test_sslmode_verify_full_require_and_a_wrong_certificate(server, workdir):
-    from fleet import make_certificate
-    pg = Postgres(os.path.join(workdir, "pg"), tls=True)
-    other = os.path.join(workdir, "other.crt")
-    make_certificate(other, os.path.join(workdir, "other.key"), "127.0.0.1")
-    fleet = Fleet(workdir, server, pg)
-    hosts = fleet.hosts
-    try:
-        for name, query in (("a", f"sslmode=verify-full&sslrootcert={pg.certificate}"), ("b", "sslmode=require"),
-                            ("c", f"sslmode=verify-full&sslrootcert={other}")):
-            with open(hosts[name].config) as f:
-                config = f.read()
-            with open(hosts[name].config, "w") as f:
-                f.write(config.replace("?sslmode=disable", "?" + query))
-        for host in hosts.values():
-            host.start()
-        login(hosts["a"], server)
-        status = lambda name: hosts[name].call("io.tokend.Broker.GetStatus")[1]["parameters"]["status"]
-        wait_for(lambda: status("b")["store"] == "connected" and status("b")["state"] == "active", 15, "B over TLS")
-        encrypted = pg.sql("SELECT a.application_name, s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
-                           "WHERE a.application_name LIKE 'tokend%' ORDER BY 1")
-        rows = dict(line.split("|") for line in encrypted.splitlines())
-        assert rows and all(ssl == "t" for ssl in rows.values()), encrypted
-        assert "tokend a" in rows and "tokend b" in rows
-        # A certificate from another CA is refused, and said so.
-        wait_for(lambda: (status("c")["store"] or "").startswith("unavailable"), 15, "C refuses the certificate")
-        assert status("c")["state"] == "loginRequired"
-        assert "TLS handshake failed" in status("c")["store"] and "CERTIFICATE_VERIFY_FAILED" in status("c")["store"]
-    finally:
-        for host in hosts.values():
-            host.stop()
-        pg.stop("immediate")
-
-
-def test_a_database_writer_cannot_roll_the_fleet_back(server, fleet_of, pg):
-    # The attack: someone with write access to tokend_sessions puts an older
-    # sealed record (a spent refresh token) at a newer version. Hosts would
-    # adopt it and replay the spent token: the provider revokes the family.
-    fleet = fleet_of(server).start()
-    login(fleet["a"], server)
-    generation = fleet["a"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"]
-    fleet.wait_generation(generation)
-    old = pg.sql("SELECT record FROM tokend_shared", database="tokend")
-    reply = fleet["a"].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1]
-    assert "error" not in reply, reply
-    fleet.wait_generation(generation + 1)
-    current = fleet["b"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]
-    escaped = old.replace("'", "''")
-    pg.sql(f"UPDATE tokend_shared SET version = version + 1, record = '{escaped}'", database="tokend")
-    wait_for(lambda: all("replayed or altered" in fleet[name].logs() for name in "abc"), 20, "every host refusing it")
-    for name in "abc":
-        token = fleet[name].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]
-        assert token["generation"] == current["generation"] and token["accessToken"] == current["accessToken"]
-    assert all(g["status"] == 200 for g in server.grants("refresh_token")), "no spent refresh token was replayed"
 
 
 def test_sigterm_stops_every_fleet_host_cleanly_and_promptly(server, fleet_of):
