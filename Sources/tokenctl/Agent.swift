@@ -64,7 +64,7 @@ actor Agent {
         while !Task.isCancelled {
             do {
                 let client = try await TokendClient.connect(socket: socket)
-                let sessions = try await client.sessions().filter { only == nil || $0.session == only }
+                let sessions = try await client.sessions().filter(concerns)
                 pause = 1
                 said = nil
                 if sessions.isEmpty {
@@ -81,6 +81,12 @@ actor Agent {
             try? await Task.sleep(for: .seconds(pause))
             pause = min(pause * 2, 30)
         }
+    }
+
+    /// The sessions this agent watches: the one --session names, else all this user may read but
+    /// another person's own (an administrator lists those; their owner's agent tells them).
+    private func concerns(_ status: SessionStatus) -> Bool {
+        (only == nil || status.session == only) && authority.concerns(owner: status.owner)
     }
 
     /// How often the list of sessions is asked again: tokend tells no one
@@ -118,7 +124,7 @@ actor Agent {
                     if watched.isEmpty { break }
                 }
                 guard !watched.isEmpty, let now = try? await client.sessions() else { break }
-                found = now.filter { only == nil || $0.session == only }
+                found = now.filter(concerns)
             }
             group.cancelAll()
         }
@@ -150,10 +156,11 @@ actor Agent {
 
     private func reconcile(_ status: SessionStatus, atStart: Bool) async {
         let session = status.session
-        let mayLogIn = authority.mayLogIn(session)
+        let mayLogIn = authority.mayLogIn(session, owner: status.owner)
         switch episodes.observe(session: session, state: status.state, announce: !atStart || mayLogIn) {
         case .post?:
-            let (summary, body) = Self.words(status, mayLogIn: mayLogIn, whoMay: authority.whoMay(session))
+            let (summary, body) = Self.words(
+                status, mayLogIn: mayLogIn, whoMay: authority.whoMay(session, owner: status.owner))
             do {
                 let id = try await desktop.notify(summary: summary, body: body, signIn: mayLogIn)
                 Self.say("session \(session) needs a login: notification \(id)")

@@ -29,7 +29,10 @@ struct AgentAuthority: Equatable, Sendable {
     let tokendUID: UInt32?
     let person: Person
 
-    func mayLogIn(_ session: String) -> Bool {
+    /// `owner`: a session a user added (its status names the owner), which its owner alone signs in;
+    /// tokend.toml's tables do not apply to it.
+    func mayLogIn(_ session: String, owner: String? = nil) -> Bool {
+        if let owner { return isThisPerson(owner) }
         guard let tables else { return true }
         let (users, groups) = admins(tables.settings(for: session))
         if users.contains(person.uid) { return true }
@@ -37,12 +40,24 @@ struct AgentAuthority: Equatable, Sendable {
     }
 
     /// "root, alice or a member of group wheel".
-    func whoMay(_ session: String) -> String {
+    func whoMay(_ session: String, owner: String? = nil) -> String {
+        if let owner { return owner }
         guard let tables else { return "tokend's administrators" }
         let (users, groups) = admins(tables.settings(for: session))
         let names = users.sorted().map(Self.userName) + groups.sorted().map { "a member of group \(CredentialFile.groupName($0))" }
         guard names.count > 1 else { return names.first ?? "no one (admin-users and admin-groups are empty)" }
         return names.dropLast().joined(separator: ", ") + " or " + names.last!
+    }
+
+    /// Whether this user's agent speaks of a session: not of another person's, which only an
+    /// administrator lists, and whose sign-in is that person's to hear of.
+    func concerns(owner: String?) -> Bool {
+        owner.map(isThisPerson) ?? true
+    }
+
+    /// tokend names an owner by user name, or by uid when the uid has none.
+    private func isThisPerson(_ owner: String) -> Bool {
+        owner == String(person.uid) || owner == Self.userName(person.uid)
     }
 
     private func admins(_ access: AccessSettings) -> (users: Set<UInt32>, groups: Set<UInt32>) {

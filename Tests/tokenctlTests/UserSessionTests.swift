@@ -1,4 +1,5 @@
 import ArgumentParser
+import Config
 import Testing
 import TokendInterface
 import Varlink
@@ -190,5 +191,20 @@ extension UserSessionTests {
             #expect(refused(ProxyCommand.self, ["mcp", "--"] + own)?.contains("tokenctl proxy sets it") == true, "\(own)")
         }
         #expect(refused(ProxyCommand.self, ["mcp", "--listen", "tcp:0.0.0.0:8765"])?.contains("loopback") == true)
+    }
+
+    @Test func aUsersOwnSessionIsSignedInByItsOwnerAndToldToNobodyElse() {
+        var tables = AccessTables()
+        tables.global.readUsers = ["65534"]
+        let nobody = AgentAuthority(tables: tables, tokendUID: 990, person: .init(uid: 65534, gid: 65534, groups: []))
+        #expect(!nobody.mayLogIn("default"), "tokend.toml's session: its admin tables")
+        #expect(nobody.mayLogIn("nobody/mcp", owner: AgentAuthority.userName(65534)), "their own: the owner signs it in")
+        #expect(nobody.mayLogIn("65534/mcp", owner: "65534"), "an owner tokend names by uid")
+        #expect(!nobody.mayLogIn("alice/mcp", owner: "alice"))
+        #expect(nobody.whoMay("alice/mcp", owner: "alice") == "alice")
+        #expect(nobody.concerns(owner: nil) && nobody.concerns(owner: AgentAuthority.userName(65534)))
+        #expect(!nobody.concerns(owner: "alice"), "another person's session is their agent's to tell")
+        let root = AgentAuthority(tables: tables, tokendUID: 990, person: .init(uid: 0, gid: 0, groups: []))
+        #expect(!root.mayLogIn("alice/mcp", owner: "alice") && !root.concerns(owner: "alice"), "nor an administrator's")
     }
 }
