@@ -74,7 +74,7 @@ struct AddCommand: AsyncParsableCommand {
         lines.append("  client                "
             + (added.registered ? "\(added.clientId), registered by tokend (RFC 7591)" : "\(added.clientId), as given"))
         if !status.resources.isEmpty { lines.append("  resources             \(status.resources.joined(separator: " "))") }
-        lines.append("  scope                 " + (scope.map { "\"\($0)\"" } ?? "the server's own choice (none asked)"))
+        lines.append("  scope                 " + (scope.map { "\"\($0)\"" } ?? "as the server names it (its challenge or metadata)"))
         if let redirect = status.redirectUri { lines.append("  redirect URI          \(redirect)") }
         if let dpop = status.dpop { lines.append("  DPoP                  key in the \(dpop.keyStorage)") }
         lines.append("Next, log it in:  \(UserSessionAdvice.nextLogin(name: name, flows: status.loginFlows))")

@@ -134,7 +134,7 @@ import Varlink
         #expect(text.contains("authorization server  https://auth.example.com"))
         #expect(text.contains("client                c-123, registered by tokend (RFC 7591)"))
         #expect(text.contains("resources             https://mcp.example.com/mcp"))
-        #expect(text.contains("scope                 the server's own choice"))
+        #expect(text.contains("scope                 as the server names it"))
         #expect(text.contains("Next, log it in:  tokenctl login --session mcp --browser"))
         #expect(text.contains("tokenctl proxy mcp"))
         let given = AddCommand.text(
