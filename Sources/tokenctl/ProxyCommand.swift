@@ -39,6 +39,8 @@ struct ProxyCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // Bound first: its descriptor is then a low one (FreePort.exec).
+        let free = listen == nil ? try FreePort() : nil
         let common = connection.common
         let client = try await common.connect()
         let name = name
@@ -58,43 +60,55 @@ struct ProxyCommand: AsyncParsableCommand {
             program, "--session", name, "--resource", resource, "--upstream", target.origin,
             "--socket", TokendClient.socketPath(connection.socket),
         ] + proxyOptions
-        let listening: ProxyTarget.Listen
-        if let listen {
-            listening = try ProxyTarget.listenAddress(listen)
-            arguments += ["--listen", listen]
-        } else {
-            listening = try Self.inheritFreePort()
-        }
+        let listening = try free?.address ?? ProxyTarget.listenAddress(listen ?? "")
+        if let listen { arguments += ["--listen", listen] }
         print("session \(status.session): an agent uses \(target.agentURL(listening))")
         print("(tokend-proxy adds the session's token to each request to \(target.origin); Ctrl-C stops it)")
         fflush(nil)
-        let argv = arguments.map { strdup($0) } + [nil]
-        execv(program, argv)
+        let (path, argv) = free?.exec(arguments) ?? (program, arguments)
+        execv(path, argv.map { strdup($0) } + [nil])
         FileHandle.standardError.write(Data("tokenctl: cannot run \(program): \(String(cString: strerror(errno)))\n".utf8))
         throw ExitCode(Exit.failure)
     }
+}
 
-    /// Listens on a free port of 127.0.0.1 and hands the socket to tokend-proxy the way systemd
-    /// would (fd 3, LISTEN_PID, LISTEN_FDS): the port is known before it starts, and no one can
-    /// take it in between.
-    static func inheritFreePort() throws -> ProxyTarget.Listen {
-        let address = LoopbackAddress.ipv4(port: 0)
+/// A listening socket on a free port of 127.0.0.1, handed to tokend-proxy the way systemd would
+/// (fd 3, LISTEN_PID, LISTEN_FDS): the port is known before the proxy starts, and nobody can take it
+/// in between.
+struct FreePort {
+    let fd: CInt
+    let address: ProxyTarget.Listen
+
+    init() throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0, address.bind(fd) == 0, Glibc.listen(fd, 1024) == 0,
+        guard fd >= 0, LoopbackAddress.ipv4(port: 0).bind(fd) == 0, listen(fd, 1024) == 0,
             let bound = LoopbackAddress.of(fd, getsockname)
         else {
             FileHandle.standardError.write(Data(
                 "tokenctl: cannot listen on 127.0.0.1: \(String(cString: strerror(errno)))\n  name a port or a path with --listen\n".utf8))
             throw ExitCode(Exit.failure)
         }
-        if fd != 3 {
-            dup2(fd, 3)
-            close(fd)
-        }
+        self.fd = fd
+        address = .tcp(host: bound.host, port: Int(bound.port))
+    }
+
+    /// What to exec for `arguments` (tokend-proxy's) with this socket as fd 3 and the environment that
+    /// names it. fd 3 is held here by the runtime (libdispatch's epoll), so the socket is moved there
+    /// by /bin/sh, which the exec leaves with no other thread and 3 closed (close-on-exec), and which
+    /// then execs tokend-proxy in the same process: LISTEN_PID stays true.
+    func exec(_ arguments: [String]) -> (String, [String]) {
         setenv("LISTEN_PID", String(getpid()), 1)
         setenv("LISTEN_FDS", "1", 1)
         unsetenv("LISTEN_FDNAMES")
-        return .tcp(host: bound.host, port: Int(bound.port))
+        if fd > 9 { dup2(fd, 3) }  // rare (many inherited descriptors): moved here, just before the exec
+        return Self.command(fd: fd, arguments)
+    }
+
+    /// The program and arguments that run `arguments` with descriptor `fd` as 3.
+    static func command(fd: CInt, _ arguments: [String]) -> (String, [String]) {
+        // The shell's redirections name descriptors 0 to 9.
+        guard fd != 3, fd <= 9 else { return (arguments[0], arguments) }
+        return ("/bin/sh", ["sh", "-c", "exec 3<&\(fd) \(fd)<&- && exec \"$@\"", "tokend-proxy"] + arguments)
     }
 }
 

@@ -207,4 +207,13 @@ extension UserSessionTests {
         let root = AgentAuthority(tables: tables, tokendUID: 990, person: .init(uid: 0, gid: 0, groups: []))
         #expect(!root.mayLogIn("alice/mcp", owner: "alice") && !root.concerns(owner: "alice"), "nor an administrator's")
     }
+
+    @Test func theFreePortReachesTheProxyAsDescriptor3ThroughTheShell() {
+        let proxy = ["/usr/bin/tokend-proxy", "--session", "mcp"]
+        let (program, arguments) = FreePort.command(fd: 6, proxy)
+        #expect(program == "/bin/sh")
+        #expect(arguments == ["sh", "-c", "exec 3<&6 6<&- && exec \"$@\"", "tokend-proxy"] + proxy)
+        #expect(FreePort.command(fd: 3, proxy) == (proxy[0], proxy), "already there")
+        #expect(FreePort.command(fd: 12, proxy) == (proxy[0], proxy), "moved by dup2: the shell names 0 to 9 only")
+    }
 }
