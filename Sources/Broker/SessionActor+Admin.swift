@@ -144,7 +144,7 @@ extension SessionActor {
             webOrigins: webOrigins, gitHosts: gitHosts, gitUsername: gitUsername, redirectURI: redirectURI,
             hostID: shared?.hostID,
             store: shared == nil ? nil : storeProblem.map { "unavailable: \($0)" } ?? "connected",
-            sharedVersion: sharedVersion.map { Int($0) })
+            sharedVersion: sharedVersion.map { Int($0) }, fleet: shared?.fleetStatus())
     }
 
     /// A subscriber through `fanOut` (the server's, shared by every subscriber

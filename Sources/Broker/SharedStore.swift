@@ -14,6 +14,12 @@ public protocol SharedStore: Sendable {
     func watch(_ handle: @escaping @Sendable (SharedStoreEvent) async -> Void) async
     /// Closes the lock's connection (the session stops: shutdown, or replaced at reload).
     func close() async
+    /// What this host knows of the store now, for status and metrics (nil: nothing to say).
+    func fleetStatus() -> FleetStatus?
+}
+
+extension SharedStore {
+    public func fleetStatus() -> FleetStatus? { nil }
 }
 
 /// Held between `lock()` and `release()`: this host alone writes the session.
@@ -51,5 +57,54 @@ public struct SharedStoreError: Error, Sendable, CustomStringConvertible {
 
     public init(_ description: String) {
         self.description = description
+    }
+}
+
+/// A shared session's store as this host sees it (SessionStatus.fleet).
+public struct FleetStatus: Sendable, Equatable {
+    /// How this host learns of other hosts' writes: "polling", "listening"
+    /// (listen=on, and a probe notification came back) or "notificationsLost"
+    /// (listen=on, but none arrive: a pooler in transaction mode; polling only).
+    public var following: String
+    /// Seconds between re-reads of the fleet's copy (poll=), before jitter.
+    public var pollInterval: Int
+    /// Seconds since this host last read or wrote the fleet's copy (nil: not yet).
+    public var copyAge: Double?
+    /// Statements sent to the store and connections opened to it since start.
+    public var statements: Int
+    public var connects: Int
+    /// The last statement's round trip, seconds (nil: none answered yet).
+    public var lastRoundTrip: Double?
+    /// The refresh lease as this host last saw it; nil when it was free or has since run out.
+    public var lease: FleetLeaseStatus?
+
+    public init(
+        following: String, pollInterval: Int, copyAge: Double?, statements: Int, connects: Int,
+        lastRoundTrip: Double?, lease: FleetLeaseStatus?
+    ) {
+        self.following = following
+        self.pollInterval = pollInterval
+        self.copyAge = copyAge
+        self.statements = statements
+        self.connects = connects
+        self.lastRoundTrip = lastRoundTrip
+        self.lease = lease
+    }
+}
+
+public struct FleetLeaseStatus: Sendable, Equatable {
+    /// The holder's host-id, and the lease's epoch (every take adds one; writes are fenced by it).
+    public var holder: String
+    public var epoch: Int
+    /// Seconds left: the database's figure when last read, less the time since.
+    public var remaining: Double
+    /// The holder is this host.
+    public var heldHere: Bool
+
+    public init(holder: String, epoch: Int, remaining: Double, heldHere: Bool) {
+        self.holder = holder
+        self.epoch = epoch
+        self.remaining = remaining
+        self.heldHere = heldHere
     }
 }

@@ -62,6 +62,8 @@ public struct SessionStatus: Sendable, Equatable {
     public var store: String?
     /// The version of the fleet's copy this host has.
     public var sharedVersion: Int?
+    /// The store as this host sees it: how it follows, its round trips, the copy's age, the lease.
+    public var fleet: FleetStatus? = nil
     /// Since when the session has been in `state` (loginRequired, loggedOut, backingOff), Unix seconds.
     public var stateSince: Int?
     /// The resources the session serves tokens for.

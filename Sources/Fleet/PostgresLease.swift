@@ -21,7 +21,7 @@ final class PostgresLease: SharedLease {
         self.store = store
         self.epoch = Mutex(epoch)
         self.current = current
-        if let epoch { renewEvery(store.leaseTime / 3, epoch: epoch) }
+        if let epoch { renewEvery(FleetTiming.renewal(of: store.leaseTime), epoch: epoch) }
     }
 
     func read() async throws -> SharedRecord? {
@@ -68,6 +68,9 @@ final class PostgresLease: SharedLease {
                 return nil
             }
             store.knownVersion.max(written, ordering: .relaxed)
+            // The write moved the lease's expiry too.
+            store.sawOwnLease(epoch: epoch)
+            store.sawCopy()
             return written
         } catch {
             store.metrics?.lockLosses.increment()
@@ -80,7 +83,7 @@ final class PostgresLease: SharedLease {
         if let epoch = epoch.withLock({ $0 }) { return epoch }
         guard let taken = try await store.takeForWrite(expected: expected) else { return nil }
         epoch.withLock { $0 = taken }
-        renewEvery(store.leaseTime / 3, epoch: taken)
+        renewEvery(FleetTiming.renewal(of: store.leaseTime), epoch: taken)
         return taken
     }
 

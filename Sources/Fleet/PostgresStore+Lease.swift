@@ -27,7 +27,7 @@ extension PostgresStore {
     func takeLease() async throws -> PostgresLease {
         let deadline = ContinuousClock.now + lockWait
         var seen: Int64?
-        var pause = Duration.milliseconds(50)
+        var pause = FleetTiming.firstLeaseWait
         while true {
             if let (epoch, row) = try await tryTake() {
                 return PostgresLease(store: self, epoch: epoch, current: Result { try open(row) })
@@ -45,9 +45,9 @@ extension PostgresStore {
                 throw SharedStoreError(
                     "another host (\(state.holder)) held the fleet's lease for more than \(lockWait.components.seconds) s")
             }
-            let step = min(pause, .seconds(state.remaining) + .milliseconds(10))
-            try await Task.sleep(for: step / 2 + step / 2 * Double.random(in: 0...1))
-            pause = min(pause * 2, .seconds(1))
+            let wait = FleetTiming.leaseWait(pause: pause, remaining: state.remaining, jitter: Double.random(in: 0...1))
+            try await Task.sleep(for: wait.sleep)
+            pause = wait.next
         }
     }
 
@@ -63,7 +63,7 @@ extension PostgresStore {
     func tryTake() async throws -> (Int64, Row)? {
         let (session, host, logger, seconds) = (session, hostID, logger, leaseSeconds)
         let own = unreleased.withLock { $0 } ?? -1
-        return try await run("taking the fleet's lease") { connection -> (Int64, Row)? in
+        let taken = try await run("taking the fleet's lease") { connection -> (Int64, Row)? in
             let rows = try await connection.query(
                 """
                 INSERT INTO tokend_shared AS s
@@ -80,32 +80,40 @@ extension PostgresStore {
             }
             return nil
         }
+        if let (epoch, _) = taken {
+            sawOwnLease(epoch: epoch)
+            sawCopy()
+        }
+        return taken
     }
 
     /// The row and who holds its lease for how many more seconds (0: free or expired).
     func leaseState() async throws -> (row: Row, holder: String, remaining: Double)? {
         let (session, logger) = (session, logger)
-        return try await run("reading the fleet's lease") { connection -> (row: Row, holder: String, remaining: Double)? in
+        let state = try await run("reading the fleet's lease") { connection -> (row: Row, holder: String, epoch: Int64, remaining: Double)? in
             let rows = try await connection.query(
                 """
-                SELECT version, record, written_by, coalesce(lease_holder, ''),
+                SELECT version, record, written_by, coalesce(lease_holder, ''), lease_epoch,
                     CASE WHEN lease_holder IS NULL OR lease_expires <= now() THEN 0
                         ELSE extract(epoch FROM lease_expires - now())::float8 END
                 FROM tokend_shared WHERE session = \(session)
                 """, logger: logger)
-            for try await (version, text, writtenBy, holder, remaining)
-                in rows.decode((Int64, String, String, String, Double).self)
+            for try await (version, text, writtenBy, holder, epoch, remaining)
+                in rows.decode((Int64, String, String, String, Int64, Double).self)
             {
-                return ((version, text, writtenBy), holder, remaining)
+                return ((version, text, writtenBy), holder, epoch, remaining)
             }
             return nil
         }
+        guard let state else { return nil }
+        sawLease(holder: state.holder, epoch: state.epoch, remaining: state.remaining)
+        return (state.row, state.holder, state.remaining)
     }
 
     /// Takes a free lease for a write at `expected`: nil when another host holds it or wrote since.
     func takeForWrite(expected: Int64) async throws -> Int64? {
         let (session, host, logger, seconds) = (session, hostID, logger, leaseSeconds)
-        return try await run("taking the fleet's lease") { connection -> Int64? in
+        let taken = try await run("taking the fleet's lease") { connection -> Int64? in
             let rows = try await connection.query(
                 """
                 UPDATE tokend_shared SET lease_holder = \(host), lease_epoch = lease_epoch + 1,
@@ -117,12 +125,14 @@ extension PostgresStore {
             for try await epoch in rows.decode(Int64.self) { return epoch }
             return nil
         }
+        if let taken { sawOwnLease(epoch: taken) }
+        return taken
     }
 
     /// Moves the lease's expiry to `leaseTime` from now; false when this host no longer holds it.
     func renew(epoch: Int64) async throws -> Bool {
         let (session, host, logger, seconds) = (session, hostID, logger, leaseSeconds)
-        return try await run("renewing the fleet's lease") { connection in
+        let renewed = try await run("renewing the fleet's lease") { connection in
             let rows = try await connection.query(
                 """
                 UPDATE tokend_shared SET lease_expires = now() + \(seconds) * interval '1 second'
@@ -131,6 +141,8 @@ extension PostgresStore {
             for try await _ in rows.decode(Int.self) { return true }
             return false
         }
+        if renewed { sawOwnLease(epoch: epoch) }
+        return renewed
     }
 
     /// Releases the lease; one this host could not release is remembered, to be taken back (`tryTake`).
@@ -145,6 +157,7 @@ extension PostgresStore {
                     """, logger: logger)
             }
             unreleased.withLock { if $0 == epoch { $0 = nil } }
+            sightings.withLock { if $0.lease?.epoch == epoch { $0.lease = nil } }
         } catch {
             unreleased.withLock { $0 = epoch }
         }

@@ -46,14 +46,11 @@ extension PostgresStore {
         }
     }
 
-    /// The poll interval, jittered by ±10 % so that a fleet's reads spread out;
-    /// sooner if the copy's token is due for refresh before then: at expiry −
-    /// refresh-margin, plus up to a second (the hosts do not all read at once).
+    /// When to read next (see FleetTiming.nextRead).
     func nextRead(after current: SharedRecord?, now: Double) -> Duration {
-        let poll = address.pollInterval * Double.random(in: 0.9...1.1)
-        guard let expiresAt = current?.record.expiresAt else { return poll }
-        let due = Double(expiresAt) - Double(refreshMargin.components.seconds) + Double.random(in: 0...1) - now
-        return due > 0 && .seconds(due) < poll ? .seconds(due) : poll
+        FleetTiming.nextRead(
+            expiresAt: current?.record.expiresAt, now: now, poll: address.pollInterval, refreshMargin: refreshMargin,
+            jitter: Double.random(in: 0...1), spread: Double.random(in: 0...1))
     }
 
     /// LISTEN on a connection of its own, proven by a probe sent on the other
@@ -117,8 +114,9 @@ extension PostgresStore {
                         for await _ in probes { return true }
                         return false
                     }
-                    guard heard == true else { throw NotificationsLost() }
-                    self.following.withLock { $0 = .listening }
+                    let outcome = Following(probeHeard: heard)
+                    guard outcome == .listening else { throw NotificationsLost() }
+                    self.following.withLock { $0 = outcome }
                     self.logger.info("following the fleet by notifications, and by polling")
                 }
                 defer { group.cancelAll() }

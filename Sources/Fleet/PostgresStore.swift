@@ -43,6 +43,8 @@ public final class PostgresStore: SharedStore {
     let following = Mutex(Following.polling)
     /// The epoch of this process's lease that it could not release.
     let unreleased = Mutex<Int64?>(nil)
+    /// The lease, the copy's age and the last round trip, for status (see PostgresStore+Status).
+    let sightings = Mutex(StoreSightings())
     static let channel = "tokend"
 
     public init(
@@ -77,7 +79,12 @@ public final class PostgresStore: SharedStore {
             }
             schemaReady.withLock { $0 = true }
         }
-        return try await link.run(what, limit: statementTimeout, body)
+        return try await link.run(what, limit: statementTimeout) { connection in
+            let sent = ContinuousClock.now
+            let result = try await body(connection)
+            self.sawRoundTrip(.now - sent)
+            return result
+        }
     }
 
     /// A plain-language description of a failure, with PostgreSQL's own message when it sent one.
@@ -116,18 +123,25 @@ public final class PostgresStore: SharedStore {
 
     // MARK: Reading
 
-    /// The fleet's copy, nil when no host has written one yet.
+    /// The fleet's copy, nil when no host has written one yet; the lease as it is, for status.
     func read() async throws -> SharedRecord? {
         let session = self.session
         let logger = self.logger
-        let row = try await run("reading the shared record") { connection -> (Int64, String, String)? in
+        let row = try await run("reading the shared record") { connection -> (Int64, String, String, String?, Int64, Double)? in
             let rows = try await connection.query(
-                "SELECT version, record, written_by FROM tokend_shared WHERE session = \(session) AND version > 0",
-                logger: logger)
-            for try await row in rows.decode((Int64, String, String).self) { return row }
+                """
+                SELECT version, record, written_by, lease_holder, lease_epoch,
+                    CASE WHEN lease_holder IS NULL OR lease_expires <= now() THEN 0
+                        ELSE extract(epoch FROM lease_expires - now())::float8 END
+                FROM tokend_shared WHERE session = \(session) AND version > 0
+                """, logger: logger)
+            for try await row in rows.decode((Int64, String, String, String?, Int64, Double).self) { return row }
             return nil
         }
-        return try row.flatMap { try open(version: $0.0, text: $0.1, writtenBy: $0.2) }
+        if let row { sawLease(holder: row.3, epoch: row.4, remaining: row.5) }
+        let record = try row.flatMap { try open(version: $0.0, text: $0.1, writtenBy: $0.2) }
+        sawCopy()
+        return record
     }
 
     /// Opens a sealed record read at `version`.

@@ -127,23 +127,3 @@ public final class SessionMetrics: Sendable {
     public func value(of kind: CookieChangeKind) -> UInt64 { cookies[kind]!.value }
     public func writes(ok: Bool) -> UInt64 { writes[ok]!.value }
 }
-
-/// A fleet session's lock and shared record (sessions with `shared-store` only).
-public final class FleetMetrics: Sendable {
-    public let lockWait: Histogram
-    public let lockLosses: Counter
-    public let conflicts: Counter
-
-    public init(session: String, in metrics: Metrics = Metrics()) {
-        let label = [("session", session)]
-        lockWait = metrics.histogram(
-            "tokend_fleet_lock_wait_seconds", help: "How long this host waited for the fleet lock.", labels: label)
-        lockLosses = metrics.counter(
-            "tokend_fleet_lock_losses",
-            help: "Fleet locks not obtained in time, or lost with their connection while held.", labels: label)
-        conflicts = metrics.counter(
-            "tokend_fleet_write_conflicts",
-            help: "Writes to the shared record refused because another host wrote a newer version (compare and swap).",
-            labels: label)
-    }
-}

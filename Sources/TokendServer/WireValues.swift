@@ -51,6 +51,14 @@ extension SessionStatus {
         status.hostId = hostID
         status.store = store
         status.sharedVersion = sharedVersion
+        status.fleet = fleet.map { fleet in
+            BrokerInterface.FleetStatus(
+                following: fleet.following, pollInterval: fleet.pollInterval, copyAge: fleet.copyAge,
+                statements: fleet.statements, connects: fleet.connects, lastRoundTrip: fleet.lastRoundTrip,
+                lease: fleet.lease.map {
+                    BrokerInterface.FleetLease(holder: $0.holder, epoch: $0.epoch, remaining: $0.remaining, heldHere: $0.heldHere)
+                })
+        }
         status.resources = resources
         status.stateSince = stateSince
         status.webResources = webResources

@@ -49,6 +49,36 @@ struct StatusCommand: AsyncParsableCommand {
             return "No session this user may read: `tokenctl doctor` checks this user's access."
         }
         let now = Int(Date().timeIntervalSince1970)
-        return statuses.map { "\($0.session): \(StatusAdvice($0, now: now).text)" }.joined(separator: "\n\n")
+        return statuses.map { status in
+            (["\(status.session): \(StatusAdvice(status, now: now).text)"] + fleetLines(status).map { "  \($0)" })
+                .joined(separator: "\n")
+        }.joined(separator: "\n\n")
+    }
+
+    /// A fleet session's store as this host sees it: how it learns of other
+    /// hosts' writes, how old its copy is, the store's round trips, the lease.
+    static func fleetLines(_ status: SessionStatus) -> [String] {
+        guard let fleet = status.fleet else { return [] }
+        let every = "a read every \(fleet.pollInterval) s"
+        let following = switch fleet.following {
+        case "listening": "notifications (listen=on) and \(every)"
+        case "notificationsLost":
+            "\(every) only: listen=on, but no notification arrives (a pooler in transaction mode?)"
+        default: every
+        }
+        let age = fleet.copyAge.map { "read \(StatusAdvice.relative(-Int($0.rounded())))" } ?? "not read yet"
+        let trip = fleet.lastRoundTrip.map { String(format: ", last round trip %.1f ms", $0 * 1000) } ?? ""
+        let lease: String
+        if let held = fleet.lease {
+            let who = held.heldHere ? "this host" : held.holder
+            lease = "lease held by \(who) (epoch \(held.epoch)), \(Int(held.remaining.rounded(.up))) s left"
+                + (held.heldHere ? "" : " when last read")
+        } else {
+            lease = "lease free when last read"
+        }
+        return [
+            "fleet host \(status.hostId ?? "?"): learns of other hosts' writes by \(following); its copy \(age)",
+            "\(lease); \(fleet.statements) statements to the store\(trip), \(fleet.connects) connections opened",
+        ]
     }
 }

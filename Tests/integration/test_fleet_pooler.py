@@ -4,6 +4,7 @@
 connections in front of a PostgreSQL 15 that allows 20): every fleet
 statement is autocommit or a short transaction, nothing session-scoped."""
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -63,6 +64,19 @@ def test_three_hosts_share_a_session_through_pgbouncer_and_hold_no_connection_wh
                  20, "every host's connection closed while idle")
         assert pg.backends() <= 5
         assert "pg_advisory_lock" not in pg.sql("SELECT string_agg(query, ' ') FROM pg_stat_activity")
+        # Status, tokenctl status and the metrics show the store as A sees it (tokend(8), tokenctl(1)).
+        store = fleet.status("a")["fleet"]
+        assert store["following"] == "polling" and store["pollInterval"] == 5, store
+        assert store["statements"] > 0 and store["connects"] > 0 and store["lastRoundTrip"] > 0, store
+        assert store["copyAge"] >= 0, store
+        text = fleet["a"].ctl("status").stdout
+        assert "\n  fleet host a: learns of other hosts' writes by a read every 5 s; its copy read " in text, text
+        assert re.search(r"^  lease (free when last read|held by \w+ \(epoch \d+\), \d+ s left( when last read)?); "
+                         r"\d+ statements to the store, last round trip [\d.]+ ms, \d+ connections opened$", text, re.M), text
+        metrics = fleet["a"].call("io.tokend.Broker.GetMetrics")[1]["parameters"]["text"]
+        assert re.search(r'^tokend_fleet_store_round_trip_seconds_count\{session="default"\} [1-9]', metrics, re.M)
+        assert re.search(r'^tokend_fleet_following\{session="default",mode="polling"\} 1', metrics, re.M), metrics
+        assert re.search(r'^tokend_fleet_copy_age_seconds\{session="default"\} \d', metrics, re.M), metrics
     finally:
         fleet.stop()
 
@@ -112,6 +126,17 @@ def test_a_lease_holder_killed_in_a_slow_refresh_is_replaced_once_its_lease_expi
         # While C's upstream call hangs, C renews its lease (the same epoch, a later expiry).
         wait_for(lambda: lease() != taken, 15, "C renewing its lease")
         assert lease().split("|")[:2] == taken.split("|")[:2]
+        # C's status says it holds the lease (the database's epoch, time left); A sees C's lease at a poll.
+        epoch = int(taken.split("|")[1])
+        held = fleet.status("c")["fleet"]["lease"]
+        assert held["holder"] == "c" and held["heldHere"] and held["epoch"] == epoch and 0 < held["remaining"] <= 14, held
+        wait_for(lambda: (fleet.status("a")["fleet"].get("lease") or {}).get("holder") == "c", 10, "A seeing C's lease")
+        assert fleet.status("a")["fleet"]["lease"]["heldHere"] is False
+        text = fleet["a"].ctl("status").stdout
+        assert re.search(rf"lease held by c \(epoch {epoch}\), \d+ s left when last read", text), text
+        metrics = lambda host: fleet[host].call("io.tokend.Broker.GetMetrics")[1]["parameters"]["text"]
+        wait_for(lambda: 'tokend_fleet_lease_held{session="default"} 1' in metrics("c"), 10, "C's lease in its metrics")
+        assert 'tokend_fleet_lease_held{session="default"} 0' in metrics("a")
         fleet["c"].process.kill()
         killed = time.time()
         fleet.wait_generation(generation + 1, timeout=40, hosts="ab")
@@ -220,6 +245,10 @@ def test_listen_works_on_a_direct_connection_and_is_found_not_to_behind_the_pool
         wait_for(lambda: "following the fleet by notifications" in fleet["a"].logs(), 20, "A's probe notification")
         wait_for(lambda: "LISTEN gets no notifications" in fleet["b"].logs(), 20, "B finding LISTEN deaf")
         assert "following the fleet by notifications" not in fleet["b"].logs()
+        # Status says so too: A listens, B fell back to polling.
+        assert fleet.status("a")["fleet"]["following"] == "listening"
+        assert fleet.status("b")["fleet"]["following"] == "notificationsLost"
+        assert "only: listen=on, but no notification arrives" in fleet["b"].ctl("status").stdout
         # B's login reaches A by notification (A's next poll is an hour away).
         login(fleet["b"], server)
         generation = fleet["b"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"]
