@@ -138,6 +138,7 @@ let package = Package(
         .testTarget(name: "NativeMessagingTests", dependencies: ["NativeMessaging", "Varlink"], swiftSettings: strict),
         .testTarget(name: "ConfigTests", dependencies: ["Config"], swiftSettings: strict),
         .testTarget(name: "TokendMetricsTests", dependencies: ["TokendMetrics"], swiftSettings: strict),
+        .testTarget(name: "FleetTests", dependencies: ["Fleet", "Broker"], swiftSettings: strict),
         .testTarget(name: "tokend-proxyTests", dependencies: ["tokend-proxy", "Persons", "TestSupport", nio, .product(name: "NIOHTTP1", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "tokenctlTests", dependencies: ["tokenctl"], swiftSettings: strict),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", logging], swiftSettings: strict),
