@@ -35,7 +35,9 @@ extension SessionActor {
     /// cannot sign here (a copy of the state on another machine, a TPM that
     /// does not answer) is forgotten without revoking: the grant may be another
     /// host's, alive there, and a revocation here would end it for that host.
-    public func logout(revoke: Bool) async throws {
+    /// Returns whether the provider took the revocation (false when not asked, or it failed).
+    @discardableResult
+    public func logout(revoke: Bool) async throws -> Bool {
         await settle()
         let keyProblem = revoke ? await proofKeyUnusableHere() : nil
         let reason = keyProblem.map { Self.notRevokedReason + " (\($0))" } ?? "logged out"
@@ -56,13 +58,15 @@ extension SessionActor {
             logger.warning(
                 "refresh token not revoked: the session's DPoP key is not usable here, so the provider still holds the grant",
                 metadata: ["problem": "\(keyProblem)"])
-            return
+            return false
         }
-        guard revoke, let refreshToken else { return }
+        guard revoke, let refreshToken else { return false }
         do {
             try await endpoint.revoke(token: refreshToken)
+            return true
         } catch {
             logger.warning("revocation failed", metadata: ["reason": "\(error)"])
+            return false
         }
     }
 

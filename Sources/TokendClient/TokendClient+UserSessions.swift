@@ -20,9 +20,10 @@ extension TokendClient {
             I.AddSession.Out.self)
     }
 
-    /// Forgets a session a user added, its tokens revoked at the provider first unless `revoke` is false.
-    /// Its owner may, and tokend's administrators.
-    public func removeSession(_ session: String, revoke: Bool = true) async throws(TokendClientError) {
-        _ = try await call("RemoveSession", I.RemoveSession.In(session: session, revoke: revoke), I.RemoveSession.Out.self)
+    /// Forgets a session a user added, its tokens revoked at the provider first unless `revoke` is false;
+    /// returns whether the provider took the revocation. Its owner may, and tokend's administrators.
+    @discardableResult
+    public func removeSession(_ session: String, revoke: Bool = true) async throws(TokendClientError) -> Bool {
+        try await call("RemoveSession", I.RemoveSession.In(session: session, revoke: revoke), I.RemoveSession.Out.self).revoked
     }
 }

@@ -53,6 +53,10 @@ extension BrokerInterface {
                 self.revoke = revoke
             }
         }
-        public typealias Out = Empty
+        public struct Out: Codable, Sendable {
+            /// Whether the provider took the revocation of its refresh token.
+            public var revoked: Bool
+            public init(revoked: Bool) { self.revoked = revoked }
+        }
     }
 }

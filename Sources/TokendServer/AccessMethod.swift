@@ -31,12 +31,17 @@ func accessMethods(_ broker: Broker, policy: @escaping @Sendable () -> AccessPol
                 name = otherName
             }
             let sessions: [SessionActor]
-            if let session = call.session {
+            if let given = call.session {
+                // A bare name is the caller's own session first; another person's is not there.
+                let session = policy.resolve(given, for: caller)
+                if policy.hides(session, from: caller) {
+                    throw VarlinkError(BrokerInterface.Error.noSuchSession, ["session": .string(session)])
+                }
                 sessions = [try broker.session(session)]
             } else {
                 // Sessions are listed to whoever may read them; an admin asking sees every one.
                 sessions = broker.all.sorted { $0.name < $1.name }
-                    .filter { admin || policy.allows(caller, .read, session: $0.name) }
+                    .filter { policy.lists($0.name, to: caller) || (admin && !$0.name.contains("/")) }
             }
             return try I.GetAccess.Out(
                 uid: Int(peer.uid), user: name, sessions: sessions.map { policy.access(of: peer, to: $0) }

@@ -102,7 +102,8 @@ struct AccessPolicy: Sendable {
     /// A session a user added: its owner (the person) may make every call, and nobody else any.
     func allows(_ peer: PeerCredentials?, _ wanted: MethodClass, session: String?) -> Bool {
         guard let peer else { return false }
-        if let session, let owner = users.owners[session] { return peer.person == owner }
+        // USER/NAME is a user's: its owner's, and (no owner known) nobody's, never tokend.toml's rules'.
+        if let session, session.contains("/") { return users.owners[session] == peer.person }
         let rules = session.flatMap { sessions[$0] } ?? global
         return rules.allows(peer, wanted)
     }
@@ -116,8 +117,8 @@ struct AccessPolicy: Sendable {
     /// Whether a session a user added is listed to `peer`: to its owner and to tokend's administrators.
     func lists(_ session: String, to peer: PeerCredentials?) -> Bool {
         guard let peer else { return false }
-        guard let owner = users.owners[session] else { return allows(peer, .read, session: session) }
-        return peer.person == owner || global.allows(peer, .admin)
+        guard session.contains("/") else { return allows(peer, .read, session: session) }
+        return users.owners[session] == peer.person || global.allows(peer, .admin)
     }
 
     /// The session a call's name means for `peer`: a bare name is the peer's own session of that
@@ -125,6 +126,12 @@ struct AccessPolicy: Sendable {
     func resolve(_ name: String, for peer: PeerCredentials?) -> String {
         guard let peer, !name.contains("/"), let own = users.names[peer.person]?[name] else { return name }
         return own
+    }
+
+    /// Whether `session` is a user's session that is not `peer`'s: for the caller it is not there
+    /// (NoSuchSession, whether or not it exists, so that its existence does not show).
+    func hides(_ session: String, from peer: PeerCredentials?) -> Bool {
+        session.contains("/") && (peer == nil || users.owners[session] != peer!.person)
     }
 
     /// Decided once at accept: an admin anywhere gets the admins' reserved

@@ -63,8 +63,8 @@ func guarded(
                 session = rules.resolve(given, for: context.peer)
                 if session != given { parameters["session"] = .string(session!) }
             }
-            // Another person's session is not there for the caller, not merely refused.
-            if let session, let owner = rules.users.owners[session], context.peer?.person != owner {
+            // Another person's session is not there for the caller (whether or not it exists), not merely refused.
+            if let session, rules.hides(session, from: context.peer) {
                 throw VarlinkError(BrokerInterface.Error.noSuchSession, ["session": .string(session)])
             }
             let allowed = name == "ListSessions" ? rules.mayList(context.peer) : rules.allows(context.peer, wanted, session: session)

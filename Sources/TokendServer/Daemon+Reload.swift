@@ -37,6 +37,7 @@ extension Daemon {
     }
 
     func reload() async {
+        logger.notice("reloading", metadata: ["config": "\(configPath)"])
         let previous = configuration.withLock { $0 }
         let old = Dictionary(uniqueKeysWithValues: previous.sessions.map { ($0.name, $0) })
         let next: Configuration
@@ -72,7 +73,13 @@ extension Daemon {
             $0.access = next.access
             $0.userSessions = next.userSessions
         }
-        access.withLock { $0 = policy }
+        // The users' sessions as they are now (an AddSession may have finished while this reload waited).
+        access.withLock { current in
+            var policy = policy
+            if let users = try? UserSessionRules(next.userSessions, records: userSessions.all) { policy.users = users }
+            current = policy
+        }
+        if next.userSessions != previous.userSessions { await remakeUserSessions() }
         reuse.changed()  // answers the loop gives again were made under the old rules
         reloadProblem.withLock { $0 = nil }
         if next.daemon != previous.daemon {

@@ -156,6 +156,12 @@ final class Shares: Sendable {
             metadata: ["path": "\(entry.record.path)", "session": "\(entry.record.session)", "reason": "\(reason)"])
     }
 
+    /// Ends every share of `session` (a session removed).
+    func endAll(of session: String, because reason: String) {
+        let ids = entries.withLock { $0.values.filter { $0.record.session == session }.map(\.record.id) }
+        for id in ids { end(id, because: reason) }
+    }
+
     /// Shares the peer may see: its own (by uid); root sees every one.
     func visible(to peer: PeerCredentials) -> [(Record, Int)] {
         entries.withLock { entries in

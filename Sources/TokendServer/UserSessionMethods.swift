@@ -17,8 +17,7 @@ extension Daemon {
             },
             "RemoveSession": .call { parameters, context in
                 let call = try parameters.decode(I.RemoveSession.In.self)
-                try await self.removeSession(call, context)
-                return [:]
+                return try I.RemoveSession.Out(revoked: try await self.removeSession(call, context)).parameters()
             },
         ]
     }
@@ -40,12 +39,14 @@ extension Daemon {
         }
         guard Configuration.isValidSessionName(call.name) else { throw VarlinkError.invalidParameter("name") }
         guard call.issuer != nil || !(call.resources ?? []).isEmpty else { throw VarlinkError.invalidParameter("resources") }
-        guard userSessions.record(fullName) == nil else {
+        do {
+            try userSessions.reserve(fullName, for: peer.person, limit: settings.perPerson)
+        } catch .exists {
             throw VarlinkError(E.sessionExists, ["session": .string(fullName)])
-        }
-        guard userSessions.count(of: peer.person) < settings.perPerson else {
+        } catch {
             throw VarlinkError(E.tooManySessions, ["limit": .int(settings.perPerson)])
         }
+        defer { userSessions.release(fullName) }
         if let wait = userSessions.takeAdd(for: peer.person) {
             throw VarlinkError(E.rateLimited, ["session": .string(fullName), "retryAfter": .int(wait)])
         }
@@ -117,7 +118,7 @@ extension Daemon {
         return session
     }
 
-    func removeSession(_ call: BrokerInterface.RemoveSession.In, _ context: CallContext) async throws {
+    func removeSession(_ call: BrokerInterface.RemoveSession.In, _ context: CallContext) async throws -> Bool {
         let rules = access.withLock { $0 }
         let name = rules.resolve(call.session, for: context.peer)
         guard let record = userSessions.record(name), let peer = context.peer,
@@ -126,12 +127,15 @@ extension Daemon {
             // Another person's session is not there for the caller; tokend.toml's are not removed this way.
             throw VarlinkError(BrokerInterface.Error.noSuchSession, ["session": .string(name)])
         }
+        var revoked = false
         if let session = try? broker.session(name) {
-            // Revoked first: a provider that cannot be reached leaves the session as it was (BrokerError says why).
-            if call.revoke ?? true { try await session.logout(revoke: true) }
+            // Logged out (and revoked, when asked and possible) first; whether the provider took the
+            // revocation is answered, not assumed.
+            revoked = try await session.logout(revoke: call.revoke ?? true)
             await session.stop()
             _ = broker.remove(name)
         }
+        shares.endAll(of: name, because: "its session was removed")
         do {
             try userSessions.remove(name)
         } catch {
@@ -140,16 +144,38 @@ extension Daemon {
         }
         unlink(store.path(for: record.fileName))
         refreshUserRules()
-        logger.notice("user session removed", metadata: context.metadata(name))
+        logger.notice("user session removed", metadata: context.metadata(name).merging(["revoked": "\(revoked)"]) { a, _ in a })
+        return revoked
     }
 
     /// The policy again with the user sessions as they are now; answers made under the old rules are not reused.
+    /// The records are read under the policy's lock: whoever stores a policy last (this, or a reload)
+    /// stores the records as they are then.
     func refreshUserRules() {
-        let configuration = self.configuration.withLock { $0 }
-        if let rules = try? UserSessionRules(configuration.userSessions, records: userSessions.all) {
-            access.withLock { $0.users = rules }
+        let settings = configuration.withLock { $0.userSessions }
+        access.withLock { policy in
+            if let rules = try? UserSessionRules(settings, records: userSessions.all) { policy.users = rules }
         }
         reuse.changed()
+    }
+
+    /// A reload changed [user-sessions]: each session a user added is made again with the new rules
+    /// (what it may connect to), from its state file.
+    func remakeUserSessions() async {
+        for record in userSessions.all {
+            if let old = try? broker.session(record.fullName) { await old.stop() }
+            do {
+                let (settings, tpm) = configuration.withLock { ($0.userSessions, $0.daemon.tpmInUse) }
+                let session = try Self.makeSession(
+                    record.settings, store: store, cookiePolicy: cookiePolicy, hostID: nil, reuse: reuse, logger: logger,
+                    tpm: tpm, user: record, outbound: settings)
+                await session.start()
+                broker.put(session)
+            } catch {
+                _ = broker.remove(record.fullName)
+                logger.error("user session not made again", metadata: ["session": "\(record.fullName)", "problem": "\(error)"])
+            }
+        }
     }
 
     /// A loopback redirect URI on a port free now: the client is registered with it and logins listen there.

@@ -50,6 +50,9 @@ struct UserSessionRecord: Codable, Sendable, Equatable {
 /// The sessions users added, as records; the daemon runs a session for each.
 final class UserSessions: Sendable {
     private let records: Mutex<[String: UserSessionRecord]>
+    /// Names being added (AddSession between its checks and its record), with their owners:
+    /// counted with the records, so that concurrent adds cannot pass per-person or take one name twice.
+    private let reserved = Mutex<[String: UInt32]>([:])
     private let document: SealedDocument
     private let adds = Mutex<[UInt32: (tokens: Double, at: Double)]>([:])
 
@@ -78,6 +81,19 @@ final class UserSessions: Sendable {
     func record(_ fullName: String) -> UserSessionRecord? { records.withLock { $0[fullName] } }
 
     func count(of person: UInt32) -> Int { records.withLock { $0.values.filter { $0.owner == person }.count } }
+
+    /// Why `fullName` cannot be added for `person` now, else nil and the name is held until `release`.
+    enum Refusal: Error { case exists, tooMany }
+    func reserve(_ fullName: String, for person: UInt32, limit: Int) throws(Refusal) {
+        try reserved.withLock { (reserved) throws(Refusal) in
+            guard record(fullName) == nil, reserved[fullName] == nil else { throw .exists }
+            guard count(of: person) + reserved.values.filter({ $0 == person }).count < limit else { throw .tooMany }
+            reserved[fullName] = person
+        }
+    }
+
+    /// Ends a reservation (the record is kept by then, or the add failed).
+    func release(_ fullName: String) { _ = reserved.withLock { $0.removeValue(forKey: fullName) } }
 
     /// Keeps `record` durably (on disk before this returns); nothing changes when writing fails.
     func insert(_ record: UserSessionRecord) throws {

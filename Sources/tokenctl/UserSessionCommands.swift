@@ -117,10 +117,12 @@ struct RemoveCommand: AsyncParsableCommand {
             guard case .noSuchSession = error else { return UserSessionAdvice.remove(error, name: name, yours: []) }
             return UserSessionAdvice.remove(error, name: name, yours: await Self.ownNames(client))
         }
-        try await userSessionRun(common, advice) {
+        let revoked = try await userSessionRun(common, advice) {
             try await client.removeSession(name, revoke: revoke)
         }
-        print("removed session \(name)" + (revoke ? "; its tokens are revoked at the server" : "; not revoked at the server"))
+        print("removed session \(name)" + (revoked ? "; its tokens are revoked at the server"
+            : revoke ? "; the server did not take the revocation (tokend's journal says why): its grant may still be valid there"
+            : "; not revoked at the server"))
     }
 
     /// The bare names of this user's own sessions (for the message when NAME is none of them).

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 
 from conftest import BIN, wait_for
 from mcp import agent, browser_opener, fingerprint, mcp_server, results  # noqa: F401 (mcp_server: fixture)
@@ -60,18 +62,19 @@ def ctl_as(user, daemon, *args, env=None):
                              f"{daemon.logs()[-3000:]}") from None
 
 
-def users_may_add(make_tokend, remote, workdir, users=(ALICE, BOB)):
-    """A tokend whose socket every user reaches, [user-sessions] letting `users` add sessions, plain http to
-    loopback allowed (the FastMCP server is on 127.0.0.1); its own session is a placeholder never asked."""
+def users_may_add(make_tokend, remote, workdir, users=(ALICE, BOB), per_person=8, placeholder=None, **session):
+    """A tokend whose socket every user reaches, [user-sessions] letting `users` add sessions (`per_person`
+    each), plain http to loopback allowed (the FastMCP server is on 127.0.0.1); its own session is a
+    placeholder never asked (or `placeholder`'s)."""
     os.chmod(workdir, 0o755)
-    daemon = make_tokend(Placeholder(remote), daemon={"socket-mode": '"0666"'})
+    daemon = make_tokend(placeholder or Placeholder(remote), daemon={"socket-mode": '"0666"'}, **session)
     with open(daemon.config) as f:
         text = f.read()
     names = ", ".join(f'"{user[0]}"' for user in users)
     with open(daemon.config, "w") as f:
         # Carol may read tokend.toml's sessions, and add none of her own.
         f.write(f'[access]\nread-users = ["{CAROL[0]}"]\nread-groups = []\n\n'
-                f"[user-sessions]\nusers = [{names}]\nallow-loopback-http = true\n\n" + text)
+                f"[user-sessions]\nusers = [{names}]\nper-person = {per_person}\nallow-loopback-http = true\n\n" + text)
     return daemon.start()
 
 
@@ -132,16 +135,20 @@ def test_another_user_can_neither_see_use_log_in_nor_remove_it(mcp_server, make_
     daemon = users_may_add(make_tokend, remote, workdir)
     assert "error" not in call_as(ALICE, daemon, "AddSession", name="mcp", resources=[remote.url])
     browser_login(ALICE, daemon, "mcp", workdir)
-    full = f"{ALICE[0]}/mcp"
+    full, none = f"{ALICE[0]}/mcp", f"{ALICE[0]}/none"
     for user in (BOB, CAROL):
         listed = call_as(user, daemon, "ListSessions")
         names = [s["session"] for s in listed.get("parameters", {}).get("sessions", [])]
         assert full not in names, listed
-        for method, parameters in (("GetToken", {"session": full}), ("GetStatus", {"session": full}),
-                                   ("BeginLogin", {"session": full, "flow": "browser"}),
-                                   ("RemoveSession", {"session": full}), ("Subscribe", {"session": full})):
-            reply = call_as(user, daemon, method, **parameters)
-            assert reply.get("error") in (B + "NoSuchSession", "org.varlink.service.PermissionDenied"), (user, method, reply)
+        # The same answer as for a session that does not exist: its existence does not show.
+        for method, parameters in (("GetToken", {}), ("GetStatus", {}), ("BeginLogin", {"flow": "browser"}),
+                                   ("Logout", {}), ("ResetStrategy", {}), ("GetCookies", {"url": "http://x/"}),
+                                   ("RemoveSession", {}), ("Subscribe", {}), ("GetAccess", {})):
+            for name in (full, none):
+                reply = call_as(user, daemon, method, session=name, **parameters)
+                assert reply.get("error") == B + "NoSuchSession", (user, method, name, reply)
+        for login in (f"{full}/0123", f"{none}/0123"):
+            assert call_as(user, daemon, "CancelLogin", id=login)["error"] in (B + "NoSuchSession", B + "NoSuchLogin")
         # Its bare name is not hers: for another user "mcp" is tokend.toml's, which there is none of.
         assert call_as(user, daemon, "GetToken", session="mcp")["error"] in (B + "NoSuchSession", "org.varlink.service.PermissionDenied")
     # tokend's administrator (root) lists it, with its owner, and gets no token of it.
@@ -186,7 +193,7 @@ def test_restart_and_reload_keep_them_and_remove_revokes(mcp_server, make_tokend
     assert token_as(ALICE, daemon, "mcp") == before, "and a reload"
     # Remove: revoked at the server, then forgotten; its state file goes too.
     removed = call_as(ALICE, daemon, "RemoveSession", session="mcp")
-    assert "error" not in removed, removed
+    assert removed["parameters"] == {"revoked": True}, removed
     assert remote.events("revoke"), [line for line in daemon.logs().splitlines() if "revo" in line.lower() or "logout" in line.lower()]
     listed = call_as(ALICE, daemon, "ListSessions")["parameters"]["sessions"]
     assert f"{ALICE[0]}/mcp" not in [s["session"] for s in listed]
@@ -214,3 +221,96 @@ def test_a_server_that_forgot_the_client_has_it_registered_again_at_the_next_log
     [whoami] = results(agent(remote.url, "whoami", headers={"Authorization": "Bearer " + access}))
     assert whoami["client_id"] == again["client_id"]
     assert "client registered again" in daemon.logs()
+
+
+def test_concurrent_adds_keep_per_person_and_one_name_once(mcp_server, make_tokend, workdir):
+    """per-person = 1 and four adds at once, two of one name: one is added, the others refused; nothing
+    half-added is left (one record, one session, one state file)."""
+    remote = mcp_server(access_ttl=30)
+    daemon = users_may_add(make_tokend, remote, workdir, per_person=1)
+    replies = {}
+
+    def add(index, name):
+        replies[index] = call_as(ALICE, daemon, "AddSession", name=name, resources=[remote.url])
+
+    threads = [threading.Thread(target=add, args=(i, "same" if i < 2 else f"n{i}")) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    added = [r for r in replies.values() if "error" not in r]
+    assert len(added) == 1, replies
+    assert sorted(r["error"] for r in replies.values() if "error" in r) in (
+        [B + "SessionExists", B + "TooManySessions", B + "TooManySessions"],
+        [B + "TooManySessions"] * 3), replies
+    listed = [s["session"] for s in call_as(ALICE, daemon, "ListSessions")["parameters"]["sessions"]]
+    assert listed == [added[0]["parameters"]["status"]["session"]], listed
+    with open(os.path.join(daemon.state, "user-sessions.json")) as f:
+        assert [r["clientID"] for r in json.load(f)] == [added[0]["parameters"]["clientId"]]
+
+
+class HangingToken:
+    """A token endpoint that takes connections and never answers: a refresh of tokend.toml's session hangs
+    there (until upstream-timeout), and a reload that restarts that session waits for it."""
+
+    def __init__(self):
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.base = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.token_url = self.base + "/token"
+        self.connections = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.connections.append(self.listener.accept()[0])
+            except OSError:
+                return
+
+
+def test_a_session_added_while_a_reload_waits_is_its_owners_alone(mcp_server, make_tokend, workdir):
+    """A reload that restarts tokend.toml's session waits for its refresh in flight; a user adds a session
+    meanwhile. The policy the reload stores has the new session's owner: the owner uses it, a reader of
+    tokend.toml's sessions does not see it."""
+    remote = mcp_server(access_ttl=30)
+    hang = HangingToken()
+    daemon = users_may_add(make_tokend, remote, workdir, placeholder=hang, **{"upstream-timeout": 15})
+    threading.Thread(target=lambda: daemon.call(B + "Login", session="default", refreshToken="rt"), daemon=True).start()
+    wait_for(lambda: hang.connections, 20, "tokend.toml's refresh in flight")
+    with open(daemon.config) as f:
+        text = f.read()
+    with open(daemon.config, "w") as f:
+        f.write(text.replace("min-valid = 3", "min-valid = 4"))
+    os.kill(daemon.process.pid, signal.SIGHUP)
+    wait_for(lambda: "reloading" in daemon.logs(), 20, "the reload begun")
+    added = call_as(ALICE, daemon, "AddSession", name="late", resources=[remote.url])
+    assert "error" not in added, added
+    assert "reloaded" not in daemon.logs(), "the add finished while the reload waited"
+    wait_for(lambda: "reloaded" in daemon.logs(), 40, "the reload's end")
+    full = f"{ALICE[0]}/late"
+    assert call_as(ALICE, daemon, "GetStatus", session="late")["parameters"]["status"]["session"] == full
+    assert call_as(CAROL, daemon, "GetStatus", session=full)["error"] == B + "NoSuchSession"
+    assert full not in [s["session"] for s in call_as(CAROL, daemon, "ListSessions")["parameters"]["sessions"]]
+
+
+def test_a_reload_applies_new_user_session_rules_to_sessions_already_added(mcp_server, make_tokend, workdir):
+    """allow-loopback-http turned off and reloaded: the session already added no longer reaches the loopback
+    server (its refresh is refused by the outbound rules, the server sees none); a new add is refused too."""
+    remote = mcp_server(access_ttl=30)
+    daemon = users_may_add(make_tokend, remote, workdir)
+    assert "error" not in call_as(ALICE, daemon, "AddSession", name="mcp", resources=[remote.url])
+    browser_login(ALICE, daemon, "mcp", workdir)
+    with open(daemon.config) as f:
+        text = f.read()
+    with open(daemon.config, "w") as f:
+        f.write(text.replace("allow-loopback-http = true", "allow-loopback-http = false"))
+    os.kill(daemon.process.pid, signal.SIGHUP)
+    wait_for(lambda: "reloaded" in daemon.logs(), 20, "the reload")
+    refused = call_as(ALICE, daemon, "Refresh", session="mcp", staleGeneration=1)
+    assert "error" in refused, refused
+    status = call_as(ALICE, daemon, "GetStatus", session="mcp")["parameters"]["status"]
+    assert "loopback" in (status.get("lastError") or ""), status
+    assert remote.refreshes() == [], "the server saw no refresh"
+    assert call_as(ALICE, daemon, "AddSession", name="two", resources=[remote.url])["error"] == B + "AddressRefused"

@@ -114,9 +114,10 @@ class Tokend:
         return AddedSession.from_wire(self.call("AddSession", name=name, issuer=issuer, clientId=client_id,
                                                 resources=resources, scope=scope, dpop=dpop))
 
-    def remove_session(self, session: str, revoke: bool = True) -> None:
-        """Forgets a session a user added, its tokens revoked at the server first unless `revoke` is False."""
-        self.call("RemoveSession", session=session, revoke=revoke)
+    def remove_session(self, session: str, revoke: bool = True) -> bool:
+        """Forgets a session a user added, its tokens revoked at the server first unless `revoke` is False;
+        whether the server took the revocation."""
+        return bool(self.call("RemoveSession", session=session, revoke=revoke).get("revoked"))
 
     def events(self, session: Optional[str] = None, since_version: Optional[int] = None,
                resource: Optional[str] = None, scope: Optional[str] = None) -> Iterator[Event]:
@@ -272,8 +273,8 @@ class AsyncTokend:
         return AddedSession.from_wire(await self.call("AddSession", name=name, issuer=issuer, clientId=client_id,
                                                       resources=resources, scope=scope, dpop=dpop))
 
-    async def remove_session(self, session: str, revoke: bool = True) -> None:
-        await self.call("RemoveSession", session=session, revoke=revoke)
+    async def remove_session(self, session: str, revoke: bool = True) -> bool:
+        return bool((await self.call("RemoveSession", session=session, revoke=revoke)).get("revoked"))
 
     async def events(self, session: Optional[str] = None, since_version: Optional[int] = None,
                      resource: Optional[str] = None, scope: Optional[str] = None) -> AsyncIterator[Event]:
