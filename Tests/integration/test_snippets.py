@@ -2,11 +2,15 @@
 docs/*.md and the man pages passes `tokend --check-config`, and so does the
 shipped etc/tokend/tokend.toml; every tokenctl command there is accepted by
 tokenctl's argument parser; and README's quick start, followed literally with a
-provider that has a public client, gives a running tokend that logs in."""
+provider that has a public client, gives a running tokend that logs in: with
+`tokenctl login --device` as README writes it (against Glewlwyd, whose
+discovery names its device endpoint) and with its `--browser` alternative."""
 import os
 import re
+import shlex
 import subprocess
 import tomllib
+import urllib.parse
 
 import pytest
 
@@ -80,7 +84,6 @@ def test_every_configuration_snippet_is_valid(snippet, workdir):
 def test_every_tokenctl_command_snippet_parses(snippet, workdir):
     """Run against a socket that is not there, with a home of its own and no
     input: whatever it then says, it is not a usage error (64)."""
-    import shlex
     argv = shlex.split(snippet.text)
     nowhere = os.path.join(workdir, "no-tokend")
     argv = [nowhere if previous == "--socket" else word for previous, word in zip([None] + argv, argv)]
@@ -94,16 +97,67 @@ def test_every_tokenctl_command_snippet_parses(snippet, workdir):
     assert run.returncode != 64 and "Error:" not in run.stderr, f"{snippet.where}: {snippet.text}\n{run.stderr}"
 
 
-def start_login(daemon, flow):
-    process = subprocess.Popen([os.path.join(BIN, "tokenctl"), "login", f"--{flow}", "--socket", daemon.socket],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    printed = []
-    while True:
-        line = process.stdout.readline()
-        assert line, f"tokenctl ended early: {''.join(printed)} {process.stderr.read()}"
-        printed.append(line)
-        if line.strip().startswith("http"):
-            return process, line.strip()
+def readme_command(prefix):
+    """The quick start's command that begins with `prefix`, as argv, exactly as README.md writes it."""
+    found = [c for c in COMMANDS if c.where.startswith("README.md") and c.text.startswith(prefix)]
+    assert found, f"README.md has no {prefix!r}"
+    return shlex.split(found[0].text)
+
+
+def run_quick_start_tokend(session, workdir):
+    """tokend on README's session (already given the provider), its socket and
+    state under workdir; returns the process and the environment in which a
+    plain `tokenctl ...` (no --socket) reaches it."""
+    socket_path, config = os.path.join(workdir, "sock"), os.path.join(workdir, "tokend.toml")
+    with open(config, "w") as f:
+        f.write(f'[daemon]\nsocket = "{socket_path}"\nstate-directory = "{workdir}/state"\n\n' + session)
+    checked = check_config(config)
+    assert checked.returncode == 0, checked.stderr
+    with open(os.path.join(workdir, "tokend.log"), "w") as log:
+        tokend = subprocess.Popen([os.path.join(BIN, "tokend"), "--config", config], stdout=log, stderr=log)
+    wait_for(lambda: os.path.exists(socket_path) or tokend.poll() is not None, 20, "tokend's socket")
+    assert tokend.poll() is None, open(os.path.join(workdir, "tokend.log")).read()
+    return tokend, dict(os.environ, TOKEND_SOCKET=socket_path)
+
+
+def test_the_quick_start_device_login_followed_literally(workdir):
+    """README's session and its login command as written (`tokenctl login
+    --device`), against a provider whose discovery names a device endpoint and
+    that has a public client: Glewlwyd (the test authorization server does the
+    device grant but does not advertise it, so README's issuer-only session
+    could not find it there). Only the issuer and the client id are put in. The
+    user approves the code tokenctl printed; login exits 0 and README's
+    `tokenctl token` prints the token."""
+    from provider2 import PUBLIC_CLIENT_ID, Glewlwyd
+    provider = Glewlwyd(os.path.join(workdir, "g2"))
+    tokend = None
+    try:
+        session = quick_start().text.replace("https://id.example.com", provider.issuer)
+        session = session.replace('"my-app"', f'"{PUBLIC_CLIENT_ID}"')
+        assert session.count(provider.issuer) == 1 and PUBLIC_CLIENT_ID in session
+        tokend, env = run_quick_start_tokend(session, workdir)
+        login = readme_command("tokenctl login")
+        assert login == ["tokenctl", "login", "--device"], login
+        process = subprocess.Popen([os.path.join(BIN, "tokenctl"), *login[1:]], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env=env)
+        printed = []
+        while not printed or not printed[-1].startswith("Or open "):
+            line = process.stdout.readline()
+            assert line, f"tokenctl ended early: {''.join(printed)} {process.stderr.read()}"
+            printed.append(line)
+        code = urllib.parse.parse_qs(urllib.parse.urlparse(printed[-1].split()[-1]).query)["code"][0]
+        assert code in "".join(printed[:-1]), printed  # the code to enter is shown too
+        provider.approve_device(code)
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, (out, err)
+        token = subprocess.run([os.path.join(BIN, "tokenctl"), *readme_command("tokenctl token")[1:]],
+                               capture_output=True, text=True, timeout=30, env=env)
+        assert token.returncode == 0 and len(token.stdout.strip()) > 20, token.stderr
+    finally:
+        if tokend:
+            tokend.terminate()
+            tokend.wait(20)
+        provider.stop()
 
 
 @pytest.fixture
@@ -114,36 +168,32 @@ def public_provider(workdir):
 
 
 @BROWSER
-def test_the_quick_start_followed_literally_runs_and_logs_in(public_provider, workdir):
-    """README's session, with the test provider's issuer and its public client
-    (tokend-browser) put in, and tokend's socket and state under workdir: it
-    passes --check-config, tokend runs on it, `tokenctl login --browser` logs
-    in, and `tokenctl token` prints a token."""
+def test_the_quick_start_browser_login(public_provider, workdir):
+    """README's alternative, `--browser on a desktop`: the same session with
+    the test provider's issuer and its public browser client put in; tokend
+    runs on it, `tokenctl login --browser` logs in through Chromium, and
+    `tokenctl token` prints a token."""
     from browser import Browser
     session = quick_start().text.replace("https://id.example.com", public_provider.issuer)
     session = session.replace('"my-app"', '"tokend-browser"')
     assert session.count(public_provider.issuer) == 1 and '"tokend-browser"' in session
-    socket_path, config = os.path.join(workdir, "sock"), os.path.join(workdir, "tokend.toml")
-    with open(config, "w") as f:
-        f.write(f'[daemon]\nsocket = "{socket_path}"\nstate-directory = "{workdir}/state"\n\n' + session)
-    assert check_config(config).returncode == 0
-    with open(os.path.join(workdir, "tokend.log"), "w") as log:
-        tokend = subprocess.Popen([os.path.join(BIN, "tokend"), "--config", config], stdout=log, stderr=log)
+    assert "# or --browser on a desktop" in open(os.path.join(ROOT, "README.md")).read()
+    tokend, env = run_quick_start_tokend(session, workdir)
     browser = None
     try:
-        wait_for(lambda: os.path.exists(socket_path) or tokend.poll() is not None, 20, "tokend's socket")
-        assert tokend.poll() is None, open(os.path.join(workdir, "tokend.log")).read()
-
-        class Daemon:
-            socket = socket_path
-        process, start = start_login(Daemon, "browser")
+        process = subprocess.Popen([os.path.join(BIN, "tokenctl"), "login", "--browser"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env=env)
+        start = ""
+        while not start.startswith("http"):
+            line = process.stdout.readline()
+            assert line, f"tokenctl ended early: {process.stderr.read()}"
+            start = line.strip()
         browser = Browser()
-        page = browser.authorize(start)
-        assert "Logged in" in page
+        assert "Logged in" in browser.authorize(start)
         out, err = process.communicate(timeout=60)
         assert process.returncode == 0, err
-        token = subprocess.run([os.path.join(BIN, "tokenctl"), "token", "--socket", socket_path],
-                               capture_output=True, text=True, timeout=30)
+        token = subprocess.run([os.path.join(BIN, "tokenctl"), "token"], capture_output=True, text=True,
+                               timeout=30, env=env)
         assert token.returncode == 0 and len(token.stdout.strip()) > 20, token.stderr
     finally:
         if browser:
