@@ -15,9 +15,17 @@ struct BrowserLogin: Sendable {
 
     /// Listens and begins the login. `redirectUri` nil: the session's own, else a free port.
     /// Throws ListenerError when it cannot listen, TokendClientError when tokend refuses.
-    static func begin(_ client: TokendClient, session: String?, redirectUri: String?) async throws -> BrowserLogin {
-        var redirectUri = redirectUri
-        if redirectUri == nil { redirectUri = try await client.status(session: session).redirectUri }
+    static func begin(_ client: TokendClient, session: String?, redirectUri asked: String?) async throws -> BrowserLogin {
+        let status = try await client.status(session: session)
+        // A session with a redirect-uri takes browser logins only there (the provider registered it): said
+        // here, before anything listens, with the command for this session (the same without --redirect-uri).
+        if let own = status.redirectUri, let asked, asked != own {
+            let flag = status.session == "default" ? "" : " --session \(status.session)"
+            throw TokendClientError.loginFailed(
+                reason: "session \(status.session) takes browser logins only at its redirect-uri \(own), not \(asked): "
+                    + "log in with `tokenctl login\(flag) --browser` (it listens there)")
+        }
+        let redirectUri = asked ?? status.redirectUri
         let listener = try LoopbackListener(redirectURI: redirectUri)
         let login = try await client.beginLogin(session: session, flow: "browser", redirectURI: listener.redirectURI)
         return BrowserLogin(listener: listener, login: login)

@@ -141,3 +141,30 @@ def test_a_call_to_a_tokend_that_never_answers_ends_at_its_deadline(silent_socke
         result = ctl(*args, "--socket", silent_socket, timeout=30, TOKENCTL_TIMEOUT="2")
         assert result.returncode == 3, (args, result.returncode, result.stderr)
         assert "did not answer within 2 s (TOKENCTL_TIMEOUT)" in result.stderr, (args, result.stderr)
+
+
+def test_a_redirect_uri_the_session_does_not_take_names_the_session(server, make_tokend):
+    """A session with a fixed redirect-uri refuses a browser login to another
+    URI; the fix it names logs that session in (tokenctl listens at the
+    session's redirect-uri by itself), not the default one."""
+    own = f"http://127.0.0.1:{free_port()}/callback"
+    other = f"http://127.0.0.1:{free_port()}/callback"
+    daemon = make_tokend(server, sessions=portal(**{"token-endpoint": server.token_url, "redirect-uri": own,
+                                                    "authorization-endpoint": server.base + "/o/authorize/"})).start()
+    refused = daemon.ctl("login", "--session", "portal", "--browser", "--no-open", "--redirect-uri", other)
+    assert refused.returncode == 8, (refused.returncode, refused.stderr)
+    assert own in refused.stderr and "tokenctl login --session portal --browser" in refused.stderr, refused.stderr
+    assert "tokenctl login --browser" not in refused.stderr, refused.stderr
+    # The named fix begins a login at the session's own redirect URI.
+    process = subprocess.Popen([TOKENCTL, "login", "--session", "portal", "--browser", "--no-open",
+                                "--socket", daemon.socket], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        start = ""
+        while not start.startswith("http"):
+            line = process.stdout.readline()
+            assert line, process.stderr.read()
+            start = line.strip()
+        assert start.startswith(own.removesuffix("/callback")), (start, own)
+    finally:
+        process.terminate()
+        process.wait(20)
