@@ -95,7 +95,9 @@ public final class Daemon: Service, CustomStringConvertible {
                     tpm: configuration.daemon.tpmInUse, user: record, outbound: configuration.userSessions))
         }
         broker = Broker(sessions: sessions)
-        shares = Shares(broker: broker, logger: logger, stateDirectory: store.directory, closer: closer)
+        shares = Shares(
+            broker: broker, logger: logger, stateDirectory: store.directory, closer: closer,
+            checkpoint: Self.crashPoint(environment, hooks: testHooks))
     }
 
     /// The access policy of `configuration`, with the sessions users added.

@@ -67,11 +67,18 @@ final class Shares: Sendable {
     /// loop or the pool (connections waiting on one may hold descriptors).
     let closer: DescriptorCloser
 
-    init(broker: Broker, logger: Logger, stateDirectory: String? = nil, closer: DescriptorCloser = DescriptorCloser()) {
+    /// Test builds: the kill -9 checkpoint (CrashPoint), here "share-record-removed".
+    let checkpoint: (@Sendable (String) -> Void)?
+
+    init(
+        broker: Broker, logger: Logger, stateDirectory: String? = nil, closer: DescriptorCloser = DescriptorCloser(),
+        checkpoint: (@Sendable (String) -> Void)? = nil
+    ) {
         self.closer = closer
         self.broker = broker
         self.logger = logger
         self.stateDirectory = stateDirectory
+        self.checkpoint = checkpoint
     }
 
     /// The server whose loop serves the shares' sockets.
@@ -150,6 +157,7 @@ final class Shares: Sendable {
         // The record goes first: a crash before systemd drops its copy of the socket then finds the
         // socket without a record at start, and `restore` closes it, instead of serving the share again.
         persist()
+        checkpoint?("share-record-removed")
         Notifier.removeStored(name: Self.storeName(entry.record.id))
         logger.notice(
             "share ended",
