@@ -27,28 +27,37 @@ struct GitCredentialCommand: AsyncParsableCommand {
     ///     credential.https://git.example.com.helper "!tokenctl git-credential --resource https://git.example.com/"
     @OptionGroup var key: KeyOptions
 
+    /// git ignores a helper's exit status and goes on to its next helper (gitcredentials(7)), so every
+    /// "no credential from here" — tokend unreachable, no session for the host, a login required — exits 0
+    /// with the reason on stderr, as git credential-cache does when its daemon is not running. Only a
+    /// mistake in how the helper is configured exits non-zero: a usage error, or --session naming a
+    /// session tokend does not know (5, like every command).
     func run() async throws {
-        if let session {
-            // A name tokend does not know is a mistake in git's configuration: said, and exit 5, like every command.
-            var common = (try? Common.parse([])) ?? Common()
-            common.socket = socket
-            common.session = session
-            let client = try await common.connect()
-            _ = try await common.run { try await client.status(session: session) }
-            await client.close()
-        }
         let request = Self.readRequest()
-        guard operation == "get" || operation == "erase" else { return }  // store: tokend keeps the token
-        guard let host = request.fields["host"] else { return }
+        let asked = operation == "get" || operation == "erase"  // store: tokend keeps the token
+        guard asked || session != nil else { return }
+        guard let client = try? await TokendClient.connect(socket: socket) else {
+            FileHandle.standardError.write(Data(
+                "tokenctl git-credential: tokend is not reachable at \(TokendClient.socketPath(socket)): no token from it\n".utf8))
+            return
+        }
+        if let session {
+            do {
+                _ = try await client.status(session: session)
+            } catch .noSuchSession {
+                let (code, advice) = Common.advice(for: .noSuchSession(session: session), session: session)
+                FileHandle.standardError.write(Data("tokenctl: \(TokendClientError.noSuchSession(session: session))\n  \(advice)\n".utf8))
+                throw ExitCode(code)
+            } catch {
+                FileHandle.standardError.write(Data("tokenctl git-credential: \(error)\n".utf8))
+                return
+            }
+        }
+        guard asked, let host = request.fields["host"] else { return }
         // A bearer token travels only encrypted, or to this machine.
         guard Loopback.isSafeScheme(request.fields["protocol"], host: Self.withoutPort(host)) else {
             FileHandle.standardError.write(
                 Data("tokenctl git-credential: no token for \(request.fields["protocol"] ?? "?")://\(host): only https (or http to 127.0.0.1/[::1])\n".utf8))
-            return
-        }
-        // Any failure leaves git to its next helper, with the reason on stderr.
-        guard let client = try? await TokendClient.connect(socket: socket) else {
-            FileHandle.standardError.write(Data("tokenctl git-credential: tokend is not reachable\n".utf8))
             return
         }
         guard let sessions = try? await client.sessions(),

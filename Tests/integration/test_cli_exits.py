@@ -96,3 +96,40 @@ def test_tokenctl_finds_a_per_user_tokend_when_there_is_no_system_one(server, ma
     env["XDG_RUNTIME_DIR"] = os.path.join(workdir, "elsewhere")
     missing = subprocess.run([TOKENCTL, "version"], capture_output=True, text=True, env=env, timeout=30)
     assert missing.returncode == 3 and "/run/tokend/io.tokend.Broker" in missing.stderr, missing.stderr
+
+
+def git_fill(workdir, helper):
+    """`git credential fill` for https://git.example.com with `helper` first and a
+    plain helper after it that answers alice/from-the-next-helper: what git gets."""
+    env = {"PATH": os.environ["PATH"], "HOME": workdir, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
+    nxt = "!f() { echo username=alice; echo password=from-the-next-helper; }; f"
+    return subprocess.run(["git", "-c", f"credential.helper={helper}", "-c", f"credential.helper={nxt}",
+                           "credential", "fill"], input="protocol=https\nhost=git.example.com\n\n",
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_git_credential_gives_way_to_the_next_helper_and_exits_0_when_it_has_nothing(server, make_tokend, workdir):
+    """git ignores a helper's exit status (gitcredentials(7)); tokenctl git-credential
+    exits 0 whenever it has no credential of the moment (tokend unreachable, a login
+    required), saying why on stderr, with or without --session, and git takes the
+    next helper's. A --session tokend does not know is the helper's configuration,
+    refused with 5 (tokenctl(1), EXIT STATUS)."""
+    missing = os.path.join(workdir, "no-tokend.sock")
+    for session in ([], ["--session", "default"], ["--session", "portal"]):
+        alone = subprocess.run([TOKENCTL, "git-credential", "--socket", missing, *session, "get"], capture_output=True,
+                               text=True, input="protocol=https\nhost=git.example.com\n\n", timeout=30)
+        assert alone.returncode == 0 and alone.stdout == "", (session, alone.returncode, alone.stdout, alone.stderr)
+        assert f"tokend is not reachable at {missing}" in alone.stderr, alone.stderr
+        filled = git_fill(workdir, f"!{TOKENCTL} git-credential --socket {missing} {' '.join(session)}")
+        assert "password=from-the-next-helper" in filled.stdout, filled
+        assert "tokend is not reachable" in filled.stderr, filled.stderr
+    daemon = make_tokend(server, **{"git-hosts": '["git.example.com"]'}).start()  # not logged in
+    needs_login = git_fill(workdir, f"!{TOKENCTL} git-credential --socket {daemon.socket} --session default")
+    assert "password=from-the-next-helper" in needs_login.stdout, needs_login
+    assert "login" in needs_login.stderr, needs_login.stderr
+    unknown = subprocess.run([TOKENCTL, "git-credential", "--socket", daemon.socket, "--session", "nope", "get"],
+                             capture_output=True, text=True, input="protocol=https\nhost=git.example.com\n\n", timeout=30)
+    assert unknown.returncode == 5 and unknown.stdout == "" and "nope" in unknown.stderr, unknown
+    login(daemon, server)
+    mine = git_fill(workdir, f"!{TOKENCTL} git-credential --socket {daemon.socket} --session default")
+    assert "password=" in mine.stdout and "from-the-next-helper" not in mine.stdout, mine
