@@ -84,7 +84,7 @@ struct LoginCommand: AsyncParsableCommand {
         say("    \(login.userCode ?? "")")
         say("")
         if let complete = login.verificationUriComplete { say("Or open \(complete)") }
-        say("The code expires \(formatTime(login.expiresAt)).")
+        say("The code expires \(humanTime(login.expiresAt)).")
         fflush(nil)
         let progress = showWaiting("Waiting for approval")
         defer { progress.cancel() }

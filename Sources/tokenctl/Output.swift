@@ -2,11 +2,10 @@ import Foundation
 import TokendClient
 import Varlink
 
-func formatTime(_ unix: Int) -> String {
-    let formatter = ISO8601DateFormatter()
-    let seconds = unix - Int(Date().timeIntervalSince1970)
-    let relative = seconds >= 0 ? "in \(seconds) s" : "\(-seconds) s ago"
-    return "\(formatter.string(from: Date(timeIntervalSince1970: TimeInterval(unix)))) (\(relative))"
+/// A time as every human output of tokenctl writes it (tokenctl(1), CONVENTIONS): local "10:42" today,
+/// "2026-05-28 10:42" on another day, then how far it is: "10:42 (in 5 min)". --json writes RFC 3339.
+func humanTime(_ unix: Int, now: Int = Int(Date().timeIntervalSince1970), zone: TimeZone = .current) -> String {
+    StatusAdvice.time(unix, now: now, zone: zone)
 }
 
 func jsonText(_ value: JSONValue) -> String { JSONWriter.string(value) }
@@ -48,9 +47,9 @@ func printStatus(_ status: SessionStatus) {
         print("user:         \(name)\(email)(subject \(subject))")
     }
     print("generation:   \(status.generation)")
-    if let expiresAt = status.expiresAt { print("expires:      \(formatTime(expiresAt))") }
-    if let last = status.lastRefreshAt { print("last refresh: \(formatTime(last))") }
-    if let next = status.nextRefreshAt { print("next refresh: \(formatTime(next))") }
+    if let expiresAt = status.expiresAt { print("expires:      \(humanTime(expiresAt))") }
+    if let last = status.lastRefreshAt { print("last refresh: \(humanTime(last))") }
+    if let next = status.nextRefreshAt { print("next refresh: \(humanTime(next))") }
     print("refreshes:    \(status.refreshes) (coalesced callers: \(status.coalesced), failures: \(status.failures))")
     if let store = status.store {
         print("fleet:        host \(status.hostId ?? "?"), shared copy version \(status.sharedVersion.map(String.init) ?? "none")")

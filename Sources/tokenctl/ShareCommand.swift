@@ -75,7 +75,7 @@ struct ShareCreateCommand: AsyncParsableCommand {
         file.release()
         print("share at \(share.path): session \(share.session)"
             + (share.resources.isEmpty ? "" : ", resources \(share.resources.joined(separator: " "))")
-            + (share.scope.map { ", scope \"\($0)\"" } ?? "") + ", until \(formatTime(share.expiresAt))")
+            + (share.scope.map { ", scope \"\($0)\"" } ?? "") + ", until \(humanTime(share.expiresAt))")
     }
 }
 
@@ -95,7 +95,7 @@ struct ShareListCommand: AsyncParsableCommand {
             } else {
                 print(
                     "\(share.path)\t\(share.session)\t\(share.resources.isEmpty ? "-" : share.resources.joined(separator: ","))"
-                        + "\tuntil \(formatTime(share.expiresAt))\t\(share.connections) connection\(share.connections == 1 ? "" : "s")")
+                        + "\tuntil \(humanTime(share.expiresAt))\t\(share.connections) connection\(share.connections == 1 ? "" : "s")")
             }
         }
     }

@@ -52,6 +52,6 @@ struct RefreshCommand: AsyncParsableCommand {
             try await client.refresh(
                 session: common.session, staleGeneration: staleGeneration, resource: key.resource, scope: key.scope)
         }
-        print("generation \(token.generation), expires \(formatTime(token.expiresAt))")
+        print("generation \(token.generation), expires \(humanTime(token.expiresAt))")
     }
 }

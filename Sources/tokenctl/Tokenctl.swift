@@ -206,7 +206,7 @@ struct SessionsCommand: AsyncParsableCommand {
                 if let owner = status.owner { line["owner"] = .string(owner) }
                 print(jsonText(cliJSON(.object(line))))
             } else {
-                let expiry = status.expiresAt.map { "expires \(formatTime($0))" } ?? ""
+                let expiry = status.expiresAt.map { "expires \(humanTime($0))" } ?? ""
                 let owner = status.owner.map { "\towner \($0)" } ?? ""
                 print("\(status.session)\t\(status.state)\tgeneration \(status.generation)\t\(expiry)\(owner)")
             }

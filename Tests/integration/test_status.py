@@ -12,19 +12,29 @@ from prometheus import samples
 
 
 class Said(str):
-    """What `tokenctl status` printed, and the moments before and after it ran."""
+    """What a tokenctl command printed, the moments before and after it ran, and the run."""
     window: tuple[float, float]
+    run: subprocess.CompletedProcess[str]
+
+
+def human(daemon, *args, input=None):
+    """A tokenctl command's output for people, in UTC so times read as the wire's Unix times say; the
+    window it ran in. Its exit status is the test's to check."""
+    before = time.time()
+    run = subprocess.run([os.path.join(BIN, "tokenctl"), *args, "--socket", daemon.socket], capture_output=True,
+                         text=True, timeout=30, env={**os.environ, "TZ": "UTC"}, input=input,
+                         stdin=None if input is not None else subprocess.DEVNULL)
+    said = Said(run.stdout)
+    said.window = (before, time.time())
+    said.run = run
+    return said
 
 
 def status_text(daemon, *args):
-    """`tokenctl status` in UTC, so times read as the status's Unix times say."""
-    before = time.time()
-    run = subprocess.run([os.path.join(BIN, "tokenctl"), "status", "--socket", daemon.socket, *args],
-                         capture_output=True, text=True, timeout=30, env={**os.environ, "TZ": "UTC"})
+    """`tokenctl status`, read as a person reads it."""
+    said = human(daemon, "status", *args)
     # Exit 2 exactly when a session it shows needs a login (tokenctl(1)).
-    assert run.returncode == (2 if ": login required" in run.stdout else 0), (run.returncode, run.stderr)
-    said = Said(run.stdout)
-    said.window = (before, time.time())
+    assert said.run.returncode == (2 if ": login required" in said else 0), (said.run.returncode, said.run.stderr)
     return said
 
 
@@ -128,3 +138,53 @@ def test_json_is_tokends_status_with_times_as_rfc3339(server, make_tokend):
         printed[key] = int(datetime.datetime.strptime(printed[key], "%Y-%m-%dT%H:%M:%SZ")
                            .replace(tzinfo=datetime.timezone.utc).timestamp())
     assert printed == reply
+
+
+RELATIVE = r"\((?:in \d+ (?:s|min|h)|\d+ (?:s|min|h) ago|now)\)"
+
+
+def test_every_human_time_reads_the_same(server, make_tokend, workdir):
+    """One rule for a time in human output (tokenctl(1), CONVENTIONS): local "HH:MM" today, with the
+    date on another day, then how far it is. login, sessions, refresh, share create and list, status
+    and a device login's code say their times so; none prints RFC 3339 (that is --json's)."""
+    device = {"device-authorization-endpoint": json.dumps(server.base + "/o/device-authorization/")}
+    daemon = make_tokend(server, **device).start()
+    said = {"login": human(daemon, "login", input=server.password_grant()[1]["refresh_token"] + "\n")}
+    machine = wire_status(daemon)
+    assert said["login"].run.returncode == 0, said["login"].run.stderr
+    assert re.search(rf"^expires: +{clock_re(machine['expiresAt'], said['login'])} {RELATIVE}$", said["login"], re.M)
+    assert re.search(rf"^last refresh: {clock_re(machine['lastRefreshAt'], said['login'])} {RELATIVE}$",
+                     said["login"], re.M), said["login"]
+    said["sessions"] = human(daemon, "sessions")
+    assert re.search(rf"\texpires {clock_re(machine['expiresAt'], said['sessions'])} {RELATIVE}$",
+                     said["sessions"], re.M), said["sessions"]
+    said["refresh"] = human(daemon, "refresh", "--stale-generation", "1")
+    machine = wire_status(daemon)
+    assert re.fullmatch(rf"generation 2, expires {clock_re(machine['expiresAt'], said['refresh'])} {RELATIVE}\n",
+                        said["refresh"]), said["refresh"]
+    said["status"] = status_text(daemon)
+    assert re.search(rf"valid until {clock_re(machine['expiresAt'], said['status'])} {RELATIVE}", said["status"])
+    said["share create"] = human(daemon, "share", "create", os.path.join(workdir, "s.sock"), "--ttl", "2h")
+    shared = varlink_call(daemon.socket, "io.tokend.Broker.ListShares", {})[1]["parameters"]["shares"][0]
+    assert re.search(rf"until {clock_re(shared['expiresAt'], said['share create'])} \(in 2 h\)$",
+                     said["share create"], re.M), said["share create"]
+    said["share list"] = human(daemon, "share", "list")
+    assert re.search(rf"\tuntil {clock_re(shared['expiresAt'], said['share list'])} \(in 2 h\)\t",
+                     said["share list"]), said["share list"]
+    process = subprocess.Popen([os.path.join(BIN, "tokenctl"), "login", "--device", "--socket", daemon.socket],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TZ": "UTC"})
+    try:
+        before, line = time.time(), ""
+        while not line.startswith("The code expires "):
+            line = process.stdout.readline()
+            assert line, process.stderr.read()
+        code = Said(line)
+        code.window = (before, time.time())
+        # The device code's lifetime is the server's (1800 s by default): its expiry is half an hour on.
+        forms = "|".join(clock_re(int(t) + 1800 + d, code) for t in code.window for d in (-1, 0, 1))
+        assert re.fullmatch(rf"The code expires (?:{forms}) \(in (29|30) min\)\.\n", line), line
+    finally:
+        process.terminate()
+        process.wait(20)
+    assert {k: v for k, v in said.items() if re.search(r"\d\d:\d\d:\d\d|T\d\d:", v)} == {}, said

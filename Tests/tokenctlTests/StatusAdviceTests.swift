@@ -89,6 +89,19 @@ import TokendClient
         #expect(StatusAdvice.time(now + 86_400, now: now, zone: utc) == "2026-05-29 20:26 (in 24 h)")
     }
 
+    /// Every human time (status, sessions, token refresh, shares, login) is humanTime's; at 23:59 on
+    /// 31 December a time two minutes on is in another day and year, and says so.
+    @Test func humanTimesTurnTheDayAndTheYear() {
+        let newYearsEve = 1_798_761_540  // 2026-12-31 23:59:00 UTC
+        #expect(humanTime(newYearsEve + 120, now: newYearsEve, zone: utc) == "2027-01-01 00:01 (in 2 min)")
+        #expect(humanTime(newYearsEve + 30, now: newYearsEve, zone: utc) == "23:59 (in 30 s)")
+        #expect(humanTime(newYearsEve - 86_400, now: newYearsEve, zone: utc) == "2026-12-30 23:59 (24 h ago)")
+        let berlin = TimeZone(identifier: "Europe/Berlin")!
+        // Local time: in Berlin that moment is already 00:59 of the new year, today there.
+        #expect(humanTime(newYearsEve, now: newYearsEve, zone: berlin) == "00:59 (now)")
+        #expect(humanTime(newYearsEve - 3600, now: newYearsEve, zone: berlin) == "2026-12-31 23:59 (60 min ago)")
+    }
+
     @Test func whoMayHaveEachResourceAndWhetherPagesMaySaySo() {
         var apis = status("active")
         apis.resources = ["https://admin.example.com/", "https://mail.example.com/"]
