@@ -36,7 +36,7 @@ def subcommands(path=()):
 COMMANDS = subcommands()
 # The commands that read (print what tokend or this machine holds).
 READERS = [("token",), ("status",), ("sessions",), ("cookies",), ("share", "list"), ("version",), ("doctor",),
-           ("login",)]  # watch prints tokend's events, JSON only
+           ("login",), ("access",), ("add",)]  # watch prints tokend's events, JSON only
 # The commands that act on no one session: no --session to ignore.
 SESSIONLESS = [("sessions",), ("metrics",), ("share", "list"), ("share", "revoke"), ("version",),
                ("browser-bridge",)]
@@ -66,6 +66,13 @@ def test_help_answers_offline(path, workdir):
 def test_every_reading_command_has_json(path):
     assert path in COMMANDS
     assert "--json" in run(*path, "--help").stdout, path
+
+
+def test_every_command_with_json_is_a_reader():
+    """The list above is every command whose help offers --json, so tokenctl(1)'s list (checked
+    below) cannot miss one (add's and access's were missed once)."""
+    offered = [p for p in COMMANDS if "--json" in run(*p, "--help").stdout]
+    assert sorted(offered) == sorted(READERS), (offered, READERS)
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) for p in COMMANDS])
@@ -136,8 +143,10 @@ def test_the_conventions_and_troubleshooting_are_written_down():
     for named in ["-h and --help", "offline", "--json", "every session", "--session names one", '"0600"', "RFC 3339",
                   "refused (exit 5)", "--version on every binary", "tokenctl version"]:
         assert named in conventions, named
-    for path in READERS:
-        assert " ".join(path) in conventions, path
+    listed = conventions.split("on every command that reads (")[1].split(")")[0].split(", ")
+    assert sorted(listed) == sorted(" ".join(p) for p in READERS), listed
+    for named in ['"10:42" today', '"2026-05-28 10:42" on another day', '"10:42 (in 5 min)"']:
+        assert named in conventions, named
     for page in ("tokenctl.1", "tokend.8", "tokend-proxy.1"):
         assert "TROUBLESHOOTING" in page_text(page), page
     trouble = text.split("TROUBLESHOOTING")[1].split("SEE ALSO")[0]
