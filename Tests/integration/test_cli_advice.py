@@ -3,46 +3,18 @@ tokend's reasons name the session they are about; a missing login endpoint is
 told apart from an outage by its own error (FlowUnavailable), not by words;
 tokenctl advises only the login flows the session's endpoints allow; `version`
 prints tokenctl's own whatever tokend does; and every call has a deadline."""
-import http.server
 import json
 import os
 import socket
 import subprocess
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from conftest import BIN, free_port
+from discovery import Discovery
 
 TOKENCTL = os.path.join(BIN, "tokenctl")
-
-
-class Discovery:
-    """A provider's discovery document on loopback, naming `endpoints` (and its own issuer)."""
-
-    def __init__(self, endpoints: dict[str, str]) -> None:
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = json.dumps({"issuer": outer.issuer, **endpoints}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

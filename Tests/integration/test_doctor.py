@@ -4,8 +4,6 @@
 """tokenctl doctor against the built tokend and the real authorization server: a
 healthy set-up passes (exit 0); each problem, made for real in turn, fails its
 check (exit 1) and the line names the fix."""
-import email.utils
-import http.server
 import json
 import os
 import re
@@ -13,13 +11,13 @@ import signal
 import socket
 import stat
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from conftest import BIN, CLIENT_ID, AuthServer, Tokend, login, wait_for
+from discovery import Discovery
 
 LINE = re.compile(r"^(ok|warn|FAIL|skip) +([^:]+): (.*)$")
 
@@ -180,41 +178,10 @@ def test_a_provider_that_is_down_is_named(healthy, oidc_server):
     assert "fix: start the provider" in doctor.says("provider (default)")
 
 
-class SkewedProvider:
-    """A discovery document on loopback whose HTTP Date is `skew` seconds behind the real time."""
-
-    def __init__(self, skew: int, token_url: str) -> None:
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def date_time_string(self, timestamp: float | None = None) -> str:
-                return email.utils.formatdate(time.time() - skew, usegmt=True)
-
-            def do_GET(self) -> None:
-                outer.asked.append(self.path)
-                body = json.dumps({"issuer": outer.issuer, "token_endpoint": token_url}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.asked: list[str] = []
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def skewed_provider(server) -> Iterator[SkewedProvider]:
-    provider = SkewedProvider(300, server.token_url)
+def skewed_provider(server) -> Iterator[Discovery]:
+    """A provider whose HTTP Date is 300 s behind the real time."""
+    provider = Discovery({"token_endpoint": server.token_url}, skew=300)
     yield provider
     provider.close()
 
