@@ -26,6 +26,12 @@ def test_there_are_snippets_to_check():
     assert any(c.where.startswith("README.md") for c in CONFIGS)
 
 
+def test_the_readme_stays_a_front_door():
+    """README.md is at most 12,000 bytes (STYLE.md: the front door; reference lives in the man pages)."""
+    size = os.path.getsize(os.path.join(ROOT, "README.md"))
+    assert size <= 12_000, f"README.md is {size} bytes: move detail to docs/ or the man pages"
+
+
 def check_config(path):
     return subprocess.run([os.path.join(BIN, "tokend"), "--check-config", "--config", path],
                           capture_output=True, text=True, timeout=30)
