@@ -103,6 +103,17 @@ def test_every_binary_has_version(binary):
     assert result.returncode == 0 and re.fullmatch(r"\d+\.\d+\.\d+\n", result.stdout), (binary, result)
 
 
+@pytest.mark.parametrize("binary", ["tokend", "tokenctl", "tokend-proxy", "tokend-native-host"])
+def test_every_binary_answers_help_offline(binary, workdir):
+    """-h and --help on every binary: its usage, exit 0, with nothing to talk to (tokend-native-host
+    once took --help for a caller's origin and refused it)."""
+    env = {"PATH": os.environ["PATH"], "HOME": workdir, "TOKEND_SOCKET": os.path.join(workdir, "none")}
+    for flag in ("-h", "--help"):
+        result = subprocess.run([os.path.join(BIN, binary), flag], capture_output=True, text=True, timeout=30, env=env)
+        assert result.returncode == 0 and "USAGE:" in result.stdout.upper(), (binary, flag, result)
+        assert result.stderr == "", (binary, flag, result.stderr)
+
+
 def test_version_shows_tokends_too(server, make_tokend):
     daemon = make_tokend(server).start()
     mine = run("--version").stdout.strip()
