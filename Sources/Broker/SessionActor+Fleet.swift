@@ -52,7 +52,9 @@ extension SessionActor {
     }
 
     /// Writes this host's record to the fleet when the fleet has nothing newer.
-    func catchUpFleet() async {
+    /// False when the store could not be reached.
+    @discardableResult
+    func catchUpFleet() async -> Bool {
         do {
             try await fleetExclusive("catching up") {
                 guard fleetBehind || sharedVersion == nil else { return }
@@ -60,8 +62,26 @@ extension SessionActor {
                     logger.notice("shared store has this host's session", metadata: ["generation": "\(record.generation)"])
                 }
             }
+            return true
         } catch {
             // Noted in storeProblem; the next notification or re-read tries again.
+            return false
+        }
+    }
+
+    /// A refreshed token the store does not have yet is written as soon as the
+    /// store answers, not at the next poll (which backs off to 10 s): after a
+    /// database restart this host's lease lasts one lease length from the
+    /// database's start, and another host that takes it over finds only the
+    /// marker and replays the spent refresh token. Ends once the store has
+    /// answered (written, or another host's copy adopted or refused).
+    func writeBehindPromptly() {
+        Task {
+            while fleetBehind, !stopping {
+                try? await Task.sleep(for: .seconds(1))
+                guard fleetBehind, !stopping else { return }
+                if await catchUpFleet() { return }
+            }
         }
     }
 
@@ -76,12 +96,19 @@ extension SessionActor {
         // Generations never go back: an older one is a rolled-back refresh
         // token (a database writer's doing), and using it would revoke the family.
         guard remote.record.generation >= record.generation else {
-            logger.critical(
-                "refused the fleet's copy: it holds an older generation than this host",
-                metadata: [
-                    "version": "\(remote.version)", "generation": "\(remote.record.generation)",
-                    "own_generation": "\(record.generation)", "host": "\(remote.writtenBy)",
-                ])
+            // Said once per copy (and in status), not at every poll.
+            let refusal =
+                "refused the fleet's copy (version \(remote.version), generation \(remote.record.generation), "
+                + "written by \(remote.writtenBy)): it holds an older generation than this host's \(record.generation)"
+            if lastError != refusal {
+                lastError = refusal
+                logger.critical(
+                    "refused the fleet's copy: it holds an older generation than this host",
+                    metadata: [
+                        "version": "\(remote.version)", "generation": "\(remote.record.generation)",
+                        "own_generation": "\(record.generation)", "host": "\(remote.writtenBy)",
+                    ])
+            }
             return
         }
         if fleetBehind {

@@ -186,6 +186,7 @@ extension SessionActor {
             // another host has taken over by then (with a grace period at the server, both tokens work).
             fleetBehind = true
             logger.error("refreshed token not yet in the shared store", metadata: ["problem": "\(problem)"])
+            writeBehindPromptly()
         }
         // Without a server grace period, a crash loses the rotated token anywhere from the moment the
         // server may have processed the request (it was sent) until the answer is on disk: exposure.

@@ -3,6 +3,12 @@ import PostgresNIO
 
 /// The refresh lease: a row's holder, epoch and expiry, taken and renewed by
 /// the database's clock (`now()`), never compared with a host's.
+///
+/// A held lease lasts until `greatest(lease_expires, pg_postmaster_start_time()
+/// + lease)`: a holder that could not renew only because the database was down
+/// gets a full lease after its restart to write the answer it may hold (the
+/// provider has spent the stored refresh token then; a takeover would replay it).
+/// A dead holder's lease is taken over one lease after the restart instead.
 extension PostgresStore {
     /// Takes the session's lease, waiting while another host holds it.
     public func lock() async throws -> any SharedLease {
@@ -71,7 +77,8 @@ extension PostgresStore {
                 VALUES (\(session), 0, 0, '', \(host), \(host), 1, now() + \(seconds) * interval '1 second')
                 ON CONFLICT (session) DO UPDATE SET lease_holder = excluded.lease_holder,
                     lease_epoch = s.lease_epoch + 1, lease_expires = excluded.lease_expires
-                WHERE s.lease_holder IS NULL OR s.lease_expires <= now()
+                WHERE s.lease_holder IS NULL
+                    OR greatest(s.lease_expires, pg_postmaster_start_time() + \(seconds) * interval '1 second') <= now()
                     OR (s.lease_holder = excluded.lease_holder AND s.lease_epoch = \(own))
                 RETURNING s.lease_epoch, s.version, s.record, s.written_by
                 """, logger: logger)
@@ -89,13 +96,13 @@ extension PostgresStore {
 
     /// The row and who holds its lease for how many more seconds (0: free or expired).
     func leaseState() async throws -> (row: Row, holder: String, remaining: Double)? {
-        let (session, logger) = (session, logger)
+        let (session, logger, seconds) = (session, logger, leaseSeconds)
         let state = try await run("reading the fleet's lease") { connection -> (row: Row, holder: String, epoch: Int64, remaining: Double)? in
             let rows = try await connection.query(
                 """
                 SELECT version, record, written_by, coalesce(lease_holder, ''), lease_epoch,
-                    CASE WHEN lease_holder IS NULL OR lease_expires <= now() THEN 0
-                        ELSE extract(epoch FROM lease_expires - now())::float8 END
+                    CASE WHEN lease_holder IS NULL THEN 0 ELSE greatest(0, extract(epoch FROM
+                        greatest(lease_expires, pg_postmaster_start_time() + \(seconds) * interval '1 second') - now())::float8) END
                 FROM tokend_shared WHERE session = \(session)
                 """, logger: logger)
             for try await (version, text, writtenBy, holder, epoch, remaining)
@@ -119,7 +126,8 @@ extension PostgresStore {
                 UPDATE tokend_shared SET lease_holder = \(host), lease_epoch = lease_epoch + 1,
                     lease_expires = now() + \(seconds) * interval '1 second'
                 WHERE session = \(session) AND version = \(expected)
-                    AND (lease_holder IS NULL OR lease_expires <= now())
+                    AND (lease_holder IS NULL
+                        OR greatest(lease_expires, pg_postmaster_start_time() + \(seconds) * interval '1 second') <= now())
                 RETURNING lease_epoch
                 """, logger: logger)
             for try await epoch in rows.decode(Int64.self) { return epoch }

@@ -125,14 +125,13 @@ public final class PostgresStore: SharedStore {
 
     /// The fleet's copy, nil when no host has written one yet; the lease as it is, for status.
     func read() async throws -> SharedRecord? {
-        let session = self.session
-        let logger = self.logger
+        let (session, logger, seconds) = (session, logger, leaseSeconds)
         let row = try await run("reading the shared record") { connection -> (Int64, String, String, String?, Int64, Double)? in
             let rows = try await connection.query(
                 """
                 SELECT version, record, written_by, lease_holder, lease_epoch,
-                    CASE WHEN lease_holder IS NULL OR lease_expires <= now() THEN 0
-                        ELSE extract(epoch FROM lease_expires - now())::float8 END
+                    CASE WHEN lease_holder IS NULL THEN 0 ELSE greatest(0, extract(epoch FROM
+                        greatest(lease_expires, pg_postmaster_start_time() + \(seconds) * interval '1 second') - now())::float8) END
                 FROM tokend_shared WHERE session = \(session) AND version > 0
                 """, logger: logger)
             for try await row in rows.decode((Int64, String, String, String?, Int64, Double).self) { return row }

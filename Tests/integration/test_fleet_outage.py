@@ -1,0 +1,127 @@
+"""PostgreSQL down for longer than the lease while its holder has the provider's
+answer but cannot write it: the holder writes it when the database is back,
+and no other host replays the spent refresh token."""
+import http.server
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from conftest import AuthServer, login, wait_for
+from fleet import Fleet, Postgres
+
+
+class DelayingProxy:
+    """Forwards each POST at once, then holds its answer `delay` seconds (the
+    server has rotated the token by then; the host does not know it yet)."""
+
+    def __init__(self, upstream: str, delay: float) -> None:
+        proxy = self
+        self.forwarded = threading.Event()
+        self.release = threading.Event()
+        self.release.set()  # answers at once until `hold()`
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                request = urllib.request.Request(upstream + self.path, data=body, method="POST")
+                for name in ("Authorization", "Content-Type"):
+                    if self.headers.get(name):
+                        request.add_header(name, self.headers[name])
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as reply:
+                        status, payload = reply.status, reply.read()
+                except urllib.error.HTTPError as error:
+                    status, payload = error.code, error.read()
+                proxy.forwarded.set()
+                proxy.release.wait(delay)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def hold(self) -> None:
+        self.forwarded.clear()
+        self.release.clear()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+
+
+def test_database_down_longer_than_the_lease_after_the_answer_loses_nothing(workdir):
+    server = AuthServer(os.path.join(workdir, "as"))  # rotation and reuse detection, no grace period
+    pg = Postgres(os.path.join(workdir, "pg"))
+    proxy = DelayingProxy(server.base, 30)
+    a_server = type("S", (), {"token_url": proxy.url + "/o/token/", "base": server.base})()
+    # upstream-timeout 3 s: the lease lasts 8 s after its last renewal.
+    fleet = Fleet(workdir, server, pg, hosts=("a", "b"), servers={"a": a_server}, **{"upstream-timeout": 3})
+    stop = threading.Event()
+    try:
+        fleet.start()
+        login(fleet["a"], server)
+        generation = fleet.status("a")["generation"]
+        fleet.wait_generation(generation)
+        before = len(server.grants("refresh_token"))
+        proxy.hold()
+        answered: dict = {}
+        refresh = threading.Thread(target=lambda: answered.update(
+            a=fleet["a"].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1]))
+        refresh.start()
+        assert proxy.forwarded.wait(20), "A's refresh reached the server"
+        # A renews every third of its lease (2.7 s): its expiry when the database stops is at most that later.
+        holder, expires = pg.sql("SELECT lease_holder, lease_expires + interval '3 s' FROM tokend_shared",
+                                 database="tokend").split("|")
+        assert holder == "a"
+        pg.stop("fast")
+        down = time.monotonic()
+        proxy.release.set()  # A has the rotated token now and cannot write it
+        refresh.join(30)
+        assert answered["a"]["parameters"]["token"]["generation"] == generation + 1, answered
+        # B's callers ask B to refresh the generation it has, all the while.
+        replies: list = []
+
+        def caller() -> None:
+            while not stop.is_set():
+                try:
+                    replies.append(fleet["b"].call("io.tokend.Broker.Refresh",
+                                                   staleGeneration=fleet.status("b")["generation"])[1])
+                except (ConnectionError, OSError) as error:
+                    replies.append({"exception": str(error)})
+                stop.wait(0.2)
+
+        callers = threading.Thread(target=caller)
+        callers.start()
+        # Down for longer than the lease: by its expiry, A's lease has run out when the database is back.
+        stop.wait(max(0.0, 12 - (time.monotonic() - down)))
+        pg.start()
+        assert pg.sql(f"SELECT pg_postmaster_start_time() > '{expires}'") == "t", \
+            "A's lease ran out while the database was down"
+        wait_for(lambda: pg.row().split("|")[1:] == [str(generation + 1), "a"], 30,
+                 f"A's refreshed generation {generation + 1} written by A")
+        fleet.wait_generation(generation + 1, hosts="b")
+        stop.set()
+        callers.join(20)
+        grants = server.grants("refresh_token")[before:]
+        assert grants and all(g["status"] == 200 and not g.get("reuse") for g in grants), \
+            f"a spent refresh token was replayed: {grants}"
+        for name in "ab":
+            assert fleet.status(name)["state"] == "active", fleet.status(name)
+        assert "stopped during a refresh" not in fleet["b"].logs()
+        print(f"database down 12 s (lease 8 s): A wrote generation {generation + 1} when it came back; "
+              f"{len(grants)} refresh grants, none reused; B answered {len(replies)} refreshes meanwhile")
+    finally:
+        stop.set()
+        fleet.stop()
+        proxy.release.set()
+        proxy.stop()
+        pg.stop("immediate")
+        server.stop()
