@@ -193,6 +193,7 @@ extension SessionActor {
             inFlight = nil
             reschedule()
         }
+        if !onlyIfMarked, let token = await newerInFleet(than: generation) { return token }
         do {
             return try await fleetExclusive("refresh") {
                 try requireActive()
@@ -210,5 +211,17 @@ extension SessionActor {
             // No refresh without the lock: a still-valid token, or the store's error.
             return try validToken(or: error, now: clock.now())
         }
+    }
+
+    /// A compare-and-refresh's first step: one plain read, no lease. When the
+    /// store already holds a newer generation and no refresh is under way,
+    /// this host adopts it and calls no one; a fleet of stale hosts then takes
+    /// no lease at all. Otherwise (still stale, a marker, the store not
+    /// answering) the refresh goes on under the lease.
+    func newerInFleet(than generation: Int) async -> Token? {
+        guard let shared, let remote = try? await shared.read() else { return nil }
+        await adoptShared(remote)
+        guard record.generation > generation, record.refreshStartedAt == nil else { return nil }
+        return validToken(now: clock.now())
     }
 }

@@ -8,6 +8,9 @@ public protocol SharedStore: Sendable {
     var hostID: String { get }
     /// Takes the session's fleet-wide lock, waiting while another host holds it.
     func lock() async throws -> any SharedLease
+    /// The fleet's copy as it is now, without the lock (nil: no host has written one yet):
+    /// a compare-and-refresh reads first and takes the lock only if the store is still stale.
+    func read() async throws -> SharedRecord?
     /// Runs until cancelled, telling `handle` what the fleet's copy is (after
     /// each notification, each reconnect and each periodic re-read) and when
     /// the store cannot be reached.
@@ -20,6 +23,19 @@ public protocol SharedStore: Sendable {
 
 extension SharedStore {
     public func fleetStatus() -> FleetStatus? { nil }
+
+    /// A store without a plain read reads under its lock.
+    public func read() async throws -> SharedRecord? {
+        let lease = try await lock()
+        do {
+            let copy = try await lease.read()
+            await lease.release()
+            return copy
+        } catch {
+            await lease.release()
+            throw error
+        }
+    }
 }
 
 /// Held between `lock()` and `release()`: this host alone writes the session.

@@ -124,7 +124,7 @@ public final class PostgresStore: SharedStore {
     // MARK: Reading
 
     /// The fleet's copy, nil when no host has written one yet; the lease as it is, for status.
-    func read() async throws -> SharedRecord? {
+    public func read() async throws -> SharedRecord? {
         let (session, logger, seconds) = (session, logger, leaseSeconds)
         let row = try await run("reading the shared record") { connection -> (Int64, String, String, String?, Int64, Double)? in
             let rows = try await connection.query(

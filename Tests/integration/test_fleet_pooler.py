@@ -81,23 +81,31 @@ def test_three_hosts_share_a_session_through_pgbouncer_and_hold_no_connection_wh
         fleet.stop()
 
 
-def test_a_stale_host_asked_to_refresh_reads_the_store_and_calls_no_one(server, workdir, bouncer):
-    # B polls once an hour: only its compare-and-refresh can tell it of A's refresh.
-    fleet = Fleet(workdir, server, bouncer, hosts=("a", "b"), **{"shared-store": f'"{bouncer.url(options="poll=3600")}"'})
+def test_stale_hosts_asked_to_refresh_read_the_store_take_no_lease_and_call_no_one(server, workdir, pg, bouncer):
+    # B, C and D poll once an hour: only their compare-and-refresh can tell them of A's refresh.
+    fleet = Fleet(workdir, server, bouncer, hosts=("a", "b", "c", "d"),
+                  **{"shared-store": f'"{bouncer.url(options="poll=3600")}"'})
     try:
         fleet["a"].start()
         login(fleet["a"], server)
         generation = fleet["a"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"]
-        fleet["b"].start()
-        fleet.wait_generation(generation, hosts="b")
+        for name in "bcd":
+            fleet[name].start()
+        fleet.wait_generation(generation, hosts="bcd")
         newer = fleet["a"].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1]["parameters"]["token"]
         assert newer["generation"] == generation + 1
-        assert fleet.status("b")["generation"] == generation, "B has not polled since: its copy is stale"
+        epoch = pg.sql("SELECT lease_epoch FROM tokend_shared", database="tokend")
         grants = len(server.grants("refresh_token"))
-        reply = fleet["b"].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1]
-        assert "error" not in reply, reply
-        assert reply["parameters"]["token"]["accessToken"] == newer["accessToken"]
-        assert len(server.grants("refresh_token")) == grants and fleet.status("b")["refreshes"] == 0
+        for name in "bcd":
+            assert fleet.status(name)["generation"] == generation, f"{name} has not polled since: its copy is stale"
+            reply = fleet[name].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1]
+            assert "error" not in reply, reply
+            assert reply["parameters"]["token"]["accessToken"] == newer["accessToken"]
+        assert len(server.grants("refresh_token")) == grants
+        assert all(fleet.status(name)["refreshes"] == 0 for name in "bcd")
+        after = pg.sql("SELECT lease_epoch FROM tokend_shared", database="tokend")
+        print(f"3 stale hosts answered with generation {generation + 1}: lease epoch {epoch} before, {after} after")
+        assert after == epoch, "a stale host took the lease to learn what one read tells"
     finally:
         fleet.stop()
 
