@@ -91,6 +91,12 @@ extension SessionActor {
                     .invalidCallback, name,
                     "a browser login needs redirectUri http://127.0.0.1:PORT/PATH (or [::1]) where the caller listens")
             }
+            // A session with redirect-uri takes browser logins only there; the command that listens there names the session.
+            if let only = self.redirectURI, redirectURI != only {
+                throw BrokerError.login(
+                    .invalidCallback, name,
+                    "this session's provider takes only the redirect URI \(only) (redirect-uri): `\(Self.loginCommand(name)) --browser` listens there")
+            }
             let code = AuthorizationCodeLogin(redirectURI: redirectURI)
             let url: URL
             do {

@@ -86,7 +86,7 @@ extension HTTPTokenEndpoint {
         guard let redirectURI, login.redirectURI != redirectURI else { return }
         throw .rejected(
             code: "invalid_request",
-            reason: "this session's provider takes only the redirect URI \(redirectURI) (redirect-uri): log in with tokenctl login --browser --redirect-uri \(redirectURI)")
+            reason: "this session's provider takes only the redirect URI \(redirectURI) (redirect-uri): log in listening there")
     }
 
     public func redeem(_ grant: LoginGrant, cookieHeader: String) async -> RefreshAnswer {

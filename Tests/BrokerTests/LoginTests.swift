@@ -203,6 +203,28 @@ import Testing
         #expect(error?.reason.contains(refusal.reason) == true)
         #expect(await session.status().pendingLogins == 0)
     }
+
+    /// A session with redirect-uri takes browser logins only there, and says which command listens there.
+    @Test func aBrowserLoginAtAnotherRedirectURIIsRefusedNamingTheSessionsCommand() async throws {
+        let directory = NSTemporaryDirectory() + "tokend-broker-\(UUID().uuidString.prefix(8))"
+        let refusal = TokenEndpointError.transient("the provider was asked")
+        let session = SessionActor(
+            name: "portal", policy: RefreshPolicy(refreshMargin: 60, minValid: 30, defaultLifetime: 300),
+            endpoint: RefusingAuthorization(refusal: refusal), file: try StateStore(directory: directory).file(for: "portal"),
+            clock: TestClock(), logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
+            redirectURI: "http://127.0.0.1:8765/callback")
+        await session.start()
+        let error = await #expect(throws: BrokerError.self) {
+            try await session.beginLogin(flow: .browser, redirectURI: "http://127.0.0.1:4000/cb", owner: nil)
+        }
+        #expect(error?.code == .invalidCallback)
+        #expect(error?.reason.contains("`tokenctl login --session portal --browser` listens there") == true, "\(String(describing: error))")
+        // At its own redirect URI the login goes on to the provider.
+        let there = await #expect(throws: BrokerError.self) {
+            try await session.beginLogin(flow: .browser, redirectURI: "http://127.0.0.1:8765/callback", owner: nil)
+        }
+        #expect(there?.reason.contains("the provider was asked") == true)
+    }
 }
 
 /// A provider that refuses (or cannot take) every authorization request, as a PAR endpoint does.

@@ -209,7 +209,7 @@ import _CryptoExtras
             _ = try await endpoint(redirectURI: registered).beginAuthorization(for: other)
             Issue.record("another redirect URI was accepted")
         } catch {
-            #expect(error.kind == .rejected && error.reason.contains("--redirect-uri \(registered)"))
+            #expect(error.kind == .rejected && error.reason.contains("only the redirect URI \(registered)"))
         }
         let url = try await endpoint(redirectURI: registered).beginAuthorization(for: AuthorizationCodeLogin(redirectURI: registered))
         let query = try #require(URLComponents(url: url, resolvingAgainstBaseURL: false)?.queryItems)
