@@ -93,11 +93,15 @@ public struct FleetStatus: Sendable, Equatable {
     public var lastRoundTrip: Double?
     /// The refresh lease as this host last saw it; nil when it was free or has since run out.
     public var lease: FleetLeaseStatus?
+    /// Seconds the database's clock is ahead of this host's, measured by every read and write
+    /// (nil: not yet); expiry times go to the store in the database's time.
+    public var clockOffset: Double?
 
     public init(
         following: String, pollInterval: Int, copyAge: Double?, statements: Int, connects: Int,
-        lastRoundTrip: Double?, lease: FleetLeaseStatus?
+        lastRoundTrip: Double?, lease: FleetLeaseStatus?, clockOffset: Double? = nil
     ) {
+        self.clockOffset = clockOffset
         self.following = following
         self.pollInterval = pollInterval
         self.copyAge = copyAge

@@ -39,14 +39,15 @@ final class PostgresLease: SharedLease {
                 store.metrics?.conflicts.increment()
                 return nil
             }
-            // The version the row will have, under the seal (see PostgresStore.open).
-            var bound = record
+            // In the database's time; and the version the row will have, under the seal (see PostgresStore.open).
+            var bound = PostgresStore.shifted(record, by: store.clockShift)
             bound.fleetVersion = (expected ?? 0) + 1
             let text = try store.codec.sealedText(bound)
             let generation = Int64(record.generation)
             let (session, host, logger, seconds) = (store.session, store.hostID, store.logger, store.leaseSeconds)
             let notify = store.address.listen
             let written = try await store.run("writing the shared record") { connection -> Int64? in
+                let sent = PostgresStore.localNow()
                 let rows = try await connection.query(
                     """
                     WITH w AS (
@@ -56,10 +57,14 @@ final class PostgresLease: SharedLease {
                             AND lease_holder = \(host) AND lease_epoch = \(epoch)
                         RETURNING version)
                     SELECT version, CASE WHEN \(notify)
-                        THEN pg_notify(\(PostgresStore.channel), version::text || ' ' || \(session))::text END
+                        THEN pg_notify(\(PostgresStore.channel), version::text || ' ' || \(session))::text END,
+                        extract(epoch FROM now())::float8
                     FROM w
                     """, logger: logger)
-                for try await (version, _) in rows.decode((Int64, String?).self) { return version }
+                for try await (version, _, databaseNow) in rows.decode((Int64, String?, Double).self) {
+                    store.sawDatabaseClock(databaseNow, sent: sent, received: PostgresStore.localNow())
+                    return version
+                }
                 return nil
             }
             guard let written else {

@@ -70,6 +70,7 @@ extension PostgresStore {
         let (session, host, logger, seconds) = (session, hostID, logger, leaseSeconds)
         let own = unreleased.withLock { $0 } ?? -1
         let taken = try await run("taking the fleet's lease") { connection -> (Int64, Row)? in
+            let sent = Self.localNow()
             let rows = try await connection.query(
                 """
                 INSERT INTO tokend_shared AS s
@@ -80,9 +81,12 @@ extension PostgresStore {
                 WHERE s.lease_holder IS NULL
                     OR greatest(s.lease_expires, pg_postmaster_start_time() + \(seconds) * interval '1 second') <= now()
                     OR (s.lease_holder = excluded.lease_holder AND s.lease_epoch = \(own))
-                RETURNING s.lease_epoch, s.version, s.record, s.written_by
+                RETURNING s.lease_epoch, s.version, s.record, s.written_by, extract(epoch FROM now())::float8
                 """, logger: logger)
-            for try await (epoch, version, text, writtenBy) in rows.decode((Int64, Int64, String, String).self) {
+            for try await (epoch, version, text, writtenBy, databaseNow)
+                in rows.decode((Int64, Int64, String, String, Double).self)
+            {
+                self.sawDatabaseClock(databaseNow, sent: sent, received: Self.localNow())
                 return (epoch, (version, text, writtenBy))
             }
             return nil

@@ -24,6 +24,10 @@ struct StoreSightings: Sendable {
     /// When this host last read or wrote the fleet's copy.
     var copySeen: ContinuousClock.Instant?
     var lastRoundTrip: Duration?
+    /// Seconds the database's clock is ahead of this host's (see PostgresStore.sawDatabaseClock).
+    var clockOffset: Double?
+    /// The journal has said the offset is large (said again once it was small meanwhile).
+    var clockWarned = false
 
     /// The status these sightings make at `now`; a lease seen with no time left is not shown as held.
     func status(
@@ -39,7 +43,7 @@ struct StoreSightings: Sendable {
         return FleetStatus(
             following: following.name, pollInterval: Int(pollInterval.components.seconds),
             copyAge: copySeen.map { (now - $0).seconds }, statements: statements, connects: connects,
-            lastRoundTrip: lastRoundTrip?.seconds, lease: held)
+            lastRoundTrip: lastRoundTrip?.seconds, lease: held, clockOffset: clockOffset)
     }
 }
 

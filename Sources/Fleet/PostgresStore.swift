@@ -127,14 +127,20 @@ public final class PostgresStore: SharedStore {
     public func read() async throws -> SharedRecord? {
         let (session, logger, seconds) = (session, logger, leaseSeconds)
         let row = try await run("reading the shared record") { connection -> (Int64, String, String, String?, Int64, Double)? in
+            let sent = Self.localNow()
             let rows = try await connection.query(
                 """
-                SELECT version, record, written_by, lease_holder, lease_epoch,
+                SELECT version, record, written_by, lease_holder, lease_epoch, extract(epoch FROM now())::float8,
                     CASE WHEN lease_holder IS NULL THEN 0 ELSE greatest(0, extract(epoch FROM
                         greatest(lease_expires, pg_postmaster_start_time() + \(seconds) * interval '1 second') - now())::float8) END
                 FROM tokend_shared WHERE session = \(session) AND version > 0
                 """, logger: logger)
-            for try await row in rows.decode((Int64, String, String, String?, Int64, Double).self) { return row }
+            for try await (version, text, writtenBy, holder, epoch, databaseNow, remaining)
+                in rows.decode((Int64, String, String, String?, Int64, Double, Double).self)
+            {
+                self.sawDatabaseClock(databaseNow, sent: sent, received: Self.localNow())
+                return (version, text, writtenBy, holder, epoch, remaining)
+            }
             return nil
         }
         if let row { sawLease(holder: row.3, epoch: row.4, remaining: row.5) }
@@ -147,7 +153,7 @@ public final class PostgresStore: SharedStore {
     func open(version: Int64, text: String, writtenBy: String) throws -> SharedRecord? {
         guard version > 0 else { return nil }  // the row holds a lease, no record yet
         knownVersion.max(version, ordering: .relaxed)
-        let record: SessionRecord
+        var record: SessionRecord
         do {
             record = try codec.openSealed(text)
         } catch {
@@ -162,6 +168,7 @@ public final class PostgresStore: SharedStore {
                 "the shared record at version \(version) was sealed for version \(sealedFor): replayed or altered "
                     + "in the database; not adopted")
         }
+        record = Self.shifted(record, by: -clockShift)  // to this host's clock
         return SharedRecord(version: version, record: record, writtenBy: writtenBy)
     }
 }

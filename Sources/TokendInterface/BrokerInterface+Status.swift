@@ -123,11 +123,14 @@ extension BrokerInterface {
         public var lastRoundTrip: Double?
         /// The refresh lease as this host last saw it held.
         public var lease: FleetLease?
+        /// Seconds the database's clock is ahead of this host's.
+        public var clockOffset: Double?
 
         public init(
             following: String, pollInterval: Int, copyAge: Double?, statements: Int, connects: Int,
-            lastRoundTrip: Double?, lease: FleetLease?
+            lastRoundTrip: Double?, lease: FleetLease?, clockOffset: Double? = nil
         ) {
+            self.clockOffset = clockOffset
             self.following = following
             self.pollInterval = pollInterval
             self.copyAge = copyAge

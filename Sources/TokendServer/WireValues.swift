@@ -57,7 +57,7 @@ extension SessionStatus {
                 statements: fleet.statements, connects: fleet.connects, lastRoundTrip: fleet.lastRoundTrip,
                 lease: fleet.lease.map {
                     BrokerInterface.FleetLease(holder: $0.holder, epoch: $0.epoch, remaining: $0.remaining, heldHere: $0.heldHere)
-                })
+                }, clockOffset: fleet.clockOffset)
         }
         status.resources = resources
         status.stateSince = stateSince

@@ -170,6 +170,19 @@ def generate_key(path):
     os.chmod(path, 0o600)
 
 
+def descendants(pid):
+    """The processes under `pid`, deepest first (/proc's children lists)."""
+    found = []
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(child) for child in f.read().split()]
+    except OSError:
+        return found
+    for child in children:
+        found += descendants(child) + [child]
+    return found
+
+
 class Fleet:
     """Hosts a, b, c, ...: one tokend each, sharing session "default" through `pg`."""
 
@@ -205,6 +218,12 @@ class Fleet:
     def stop(self):
         for host in self.hosts.values():
             if host.process is not None and host.process.poll() is None:
+                # A host started under a wrapper (faketime forks tokend and waits): its tokend first.
+                for pid in descendants(host.process.pid):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
                 host.process.send_signal(signal.SIGKILL)
                 host.process.wait(10)
 
