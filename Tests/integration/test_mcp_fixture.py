@@ -28,6 +28,21 @@ def mcp_session(remote, client_id, redirect_uri):
             "resources": [remote.url]}
 
 
+def assert_streamed_step_by_step(remote, streaming, gate, steps):
+    """`streaming` (an agent calling slow_stream with `gate`) has each step's progress before the server is
+    let to send the next one, and then the result."""
+    try:
+        for step in range(1, steps + 1):
+            assert streaming.next_matching("progress")["progress"] == step
+            assert [e["step"] for e in remote.events("stream_step")] == list(range(1, step + 1))
+            if step < steps:
+                remote.release(gate, step + 1)
+        lines = streaming.finish()
+    finally:
+        streaming.kill()
+    assert results(lines) == [f"streamed {steps} steps"] and not errors(lines), lines
+
+
 def test_the_server_registers_approves_at_once_and_rotates(mcp_server):
     """Without tokend: what the fixture's server does, seen by a test and by FastMCP's Client."""
     remote = mcp_server(access_ttl=60)
@@ -66,16 +81,7 @@ def test_a_slow_answer_is_streamed_step_by_step(mcp_server):
     tokens = remote.authorize(remote.register([redirect])["client_id"], redirect)
     streaming = start_agent(remote.url, "slow_stream", arguments={"steps": 3, "gate": "g"},
                             headers={"Authorization": "Bearer " + tokens["access_token"]})
-    try:
-        for step in (1, 2, 3):
-            assert streaming.next_matching("progress")["progress"] == step
-            assert [e["step"] for e in remote.events("stream_step")] == list(range(1, step + 1))
-            if step < 3:
-                remote.release("g", step + 1)
-        lines = streaming.finish()
-    finally:
-        streaming.kill()
-    assert results(lines) == ["streamed 3 steps"] and not errors(lines), lines
+    assert_streamed_step_by_step(remote, streaming, "g", 3)
 
 
 def test_tokend_logs_in_an_admin_session_for_it_through_the_browser(mcp_server, make_tokend, workdir):
@@ -164,18 +170,9 @@ def test_an_agent_without_oauth_streams_through_tokend_proxy(mcp_server, make_to
     try:
         wait_for(lambda: "listening" in open(log).read(), 30, "tokend-proxy listening")
         streaming = start_agent(f"http://127.0.0.1:{port}/mcp", "slow_stream", arguments={"steps": 3, "gate": "p"})
-        try:
-            for step in (1, 2, 3):
-                assert streaming.next_matching("progress")["progress"] == step
-                assert [e["step"] for e in remote.events("stream_step")] == list(range(1, step + 1))
-                if step < 3:
-                    remote.release("p", step + 1)
-            lines = streaming.finish()
-        finally:
-            streaming.kill()
+        assert_streamed_step_by_step(remote, streaming, "p", 3)
     finally:
         proxy.kill()
         proxy.wait(20)
-    assert results(lines) == ["streamed 3 steps"] and not errors(lines), lines
     [call] = remote.calls("slow_stream")
     assert call["token"] in [r["access"] for r in remote.refreshes()], "a token tokend got (login refreshes once)"
