@@ -78,7 +78,7 @@ final class PostgresLease: SharedLease {
             store.sawCopy()
             return written
         } catch {
-            store.metrics?.lockLosses.increment()
+            // The store did not answer: no lease is lost by that (it lasts, and is taken back).
             throw SharedStoreError(store.explain(error))
         }
     }
@@ -100,6 +100,7 @@ final class PostgresLease: SharedLease {
                 if Task.isCancelled { return }
                 do {
                     if try await store.renew(epoch: epoch) { continue }
+                    if Task.isCancelled { return }  // released meanwhile
                     store.metrics?.lockLosses.increment()
                     store.logger.warning("the fleet's lease was taken by another host while held; writes are fenced")
                     return
@@ -117,7 +118,12 @@ final class PostgresLease: SharedLease {
             defer { done = true }
             return !done
         }) else { return }
-        renewal.withLock { $0 }?.cancel()
+        // A renewal in flight ends first: one that lands after the release would find the lease
+        // free and report it taken by another host.
+        if let renewing = renewal.withLock({ $0 }) {
+            renewing.cancel()
+            await renewing.value
+        }
         if let epoch = epoch.withLock({ $0 }) {
             // Not released (the store unreachable): this host takes it back, or it expires.
             await store.giveUp(epoch: epoch)
