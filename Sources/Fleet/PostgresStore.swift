@@ -34,6 +34,9 @@ public final class PostgresStore: SharedStore {
     let link: StoreLink
     let turns = TurnQueue()
     let schemaReady = Mutex(false)
+    /// The one schema check in progress: concurrent first calls wait for it rather than run their
+    /// own (they would share the connection, and so one transaction, where the advisory lock is no bar).
+    let schemaCheck = Mutex<Task<Void, any Error>?>(nil)
     /// Lock waits, lost leases and refused writes are counted here.
     let metrics: FleetMetrics?
     /// The newest version this process has read or written: a notification of
@@ -72,10 +75,24 @@ public final class PostgresStore: SharedStore {
     {
         let logger = self.logger
         if !schemaReady.withLock({ $0 }) {
-            try await link.run("checking the schema", limit: .seconds(150)) { connection in
-                var quiet = logger
-                quiet.logLevel = .warning
-                try await Schema.migrate(on: connection, logger: quiet)
+            let link = self.link
+            let check = schemaCheck.withLock { running -> Task<Void, any Error> in
+                if let running { return running }
+                let started = Task {
+                    try await link.run("checking the schema", limit: .seconds(150)) { connection in
+                        var quiet = logger
+                        quiet.logLevel = .warning
+                        try await Schema.migrate(on: connection, logger: quiet)
+                    }
+                }
+                running = started
+                return started
+            }
+            do {
+                try await check.value
+            } catch {
+                schemaCheck.withLock { if $0 == check { $0 = nil } }  // the next call checks again
+                throw error
             }
             schemaReady.withLock { $0 = true }
         }
