@@ -224,4 +224,45 @@ extension ServerLoopTests {
         try await eventually { (try? TestClient(path: sidePath)) == nil }
         await server.stop()
     }
+
+    /// Security round five, finding 5: a share's far side holds bytes in a budget of its own, in its
+    /// creator's name. Far-side connections that fill 4 MiB with unfinished messages (the last one past
+    /// it is closed) leave the creator's own connections on the main socket the whole 4 MiB: four of them
+    /// hold 3.6 MB more, and a call completed on one is answered.
+    @Test func aShareFarSideFillingItsBudgetLeavesTheCreatorsOwnUntouched() async throws {
+        let server = try await Side.Server()
+        let sidePath = server.path + ".side"
+        defer { unlink(sidePath) }
+        _ = try server.server.serve(
+            listener: Side.listener(at: sidePath), service: Side.service(side: true), person: getuid(), limit: 64,
+            limitError: VarlinkError("org.example.side.TooMany"))
+        // A call whose message is 900 KB long (under the 1 MiB frame limit), sent all but its end.
+        let unfinished = #"{"method":"org.example.side.Where","parameters":{"pad":""# + String(repeating: "x", count: 900_000)
+        let end = #""}}"# + "\u{0}"
+        var far: [TestClient] = []
+        for _ in 0..<5 {
+            let client = try TestClient(path: sidePath)
+            client.send(unfinished)
+            far.append(client)
+        }
+        // 4.5 MB through the share: past the budget, the connection that passed it is closed.
+        #expect(far[4].closedByServer(), "the far side's own budget is full")
+        var own: [TestClient] = []
+        for _ in 0..<4 {
+            let client = try TestClient(path: server.path)
+            client.send(unfinished)
+            own.append(client)
+        }
+        // 3.6 MB more held for the creator on the main socket, none of it refused: each message, ended, is answered.
+        for client in own {
+            client.send(end)
+            #expect(client.reply() != nil, "the creator's own connection is read and answered")
+        }
+        // And the far side's first four still hold theirs: ended, they are answered too.
+        for client in far.prefix(4) {
+            client.send(end)
+            #expect(client.reply() != nil)
+        }
+        await server.stop()
+    }
 }
