@@ -263,3 +263,31 @@ def test_listen_works_on_a_direct_connection_and_is_found_not_to_behind_the_pool
         fleet.wait_generation(generation, hosts="a")
     finally:
         fleet.stop()
+
+
+def test_logout_on_one_host_reaches_every_host_within_the_poll_interval(server, workdir, pg, bouncer):
+    # The claim: no LISTEN through the pooler, yet a logout reaches every host within one poll
+    # interval (plus its 10 % jitter and a second for the read itself), measured from the logout's answer.
+    poll = 3
+    names = ("a", "b", "c", "d")
+    fleet = Fleet(workdir, server, bouncer, hosts=names, **{"shared-store": f'"{bouncer.url(options=f"poll={poll}")}"'})
+    try:
+        fleet.start()
+        login(fleet["a"], server)
+        generation = fleet["a"].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]["generation"]
+        fleet.wait_generation(generation, timeout=30)
+        reply = fleet["a"].call("io.tokend.Broker.Logout", revoke=False)[1]
+        answered = time.monotonic()
+        assert "error" not in reply, reply
+        seen = {}
+
+        def every_host_logged_out():
+            for name in names[1:]:
+                if name not in seen and fleet.status(name)["state"] == "loggedOut":
+                    seen[name] = time.monotonic() - answered
+            return len(seen) == len(names) - 1
+
+        wait_for(every_host_logged_out, 30, "every other host logged out")
+        assert max(seen.values()) <= poll * 1.1 + 1, seen
+    finally:
+        fleet.stop()
