@@ -130,10 +130,7 @@ struct DoctorCommand: AsyncParsableCommand {
                     file, found: FileFacts.of(file.path), session: name, hasToken: hasToken,
                     groupID: file.group.flatMap(DoctorTokenFileCheck.groupID)))
         }
-        if let store = session.sharedStore {
-            let passwordFile = session.credentialFiles.first { $0.key == "shared-store-password-file" }?.path
-            results += DoctorFleetCheck.run(url: store, session: name, passwordFile: passwordFile)
-        }
+        if let store = session.sharedStore { results += DoctorFleetCheck.run(url: store, session: name) }
         if let dpop = status?.dpop {
             results += DoctorDPoPCheck.judge(dpop, session: name, librariesMissing: DoctorDPoPCheck.missingLibraries())
         }

@@ -59,15 +59,3 @@ def test_a_database_writer_cannot_roll_the_fleet_back(server, fleet_of, pg):
         token = fleet[name].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]
         assert token["generation"] == current["generation"] and token["accessToken"] == current["accessToken"]
     assert all(g["status"] == 200 for g in server.grants("refresh_token")), "no spent refresh token was replayed"
-
-
-def test_doctor_names_the_grant_a_role_lacks(server, fleet_of, pg):
-    # The DBA revoked what tokend writes with: doctor says so, and which GRANT puts it back.
-    fleet = fleet_of(server, hosts=("a",)).start()
-    login(fleet["a"], server)
-    doctor = lambda: fleet["a"].ctl("doctor", "--config", fleet["a"].config).stdout
-    assert "tokend may read and write tokend's tables" in doctor()
-    pg.sql("REVOKE INSERT, UPDATE ON tokend_shared FROM tokend", database="tokend")
-    said = doctor()
-    assert "SQLSTATE 42501" in said and "tokend_shared (INSERT, UPDATE)" in said, said
-    assert "GRANT INSERT, UPDATE ON tokend_shared TO tokend;" in said, said
