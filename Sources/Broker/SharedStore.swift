@@ -96,12 +96,15 @@ public struct FleetStatus: Sendable, Equatable {
     /// Seconds the database's clock is ahead of this host's, measured by every read and write
     /// (nil: not yet); expiry times go to the store in the database's time.
     public var clockOffset: Double?
+    /// What this host found when it asked the store about itself (nil: not asked yet).
+    public var check: StoreCheckStatus?
 
     public init(
         following: String, pollInterval: Int, copyAge: Double?, statements: Int, connects: Int,
-        lastRoundTrip: Double?, lease: FleetLeaseStatus?, clockOffset: Double? = nil
+        lastRoundTrip: Double?, lease: FleetLeaseStatus?, clockOffset: Double? = nil, check: StoreCheckStatus? = nil
     ) {
         self.clockOffset = clockOffset
+        self.check = check
         self.following = following
         self.pollInterval = pollInterval
         self.copyAge = copyAge
@@ -126,5 +129,26 @@ public struct FleetLeaseStatus: Sendable, Equatable {
         self.epoch = epoch
         self.remaining = remaining
         self.heldHere = heldHere
+    }
+}
+
+/// The store as this host found it when it asked (at start, every 10 minutes, and after a refused
+/// statement): the role it connects as, what that role may not do on tokend's tables, and what
+/// stands between this host and PostgreSQL.
+public struct StoreCheckStatus: Sendable, Equatable {
+    public var user: String
+    /// Table → the privileges tokend uses on it that the role lacks (SELECT, INSERT, UPDATE); empty when none.
+    public var missing: [String: [String]]
+    /// "direct", "transaction" (a pooler that hands a server connection back after each
+    /// transaction), "session" (one server connection held per client connection) or "unknown".
+    public var pooler: String
+    /// Seconds since the check.
+    public var age: Double
+
+    public init(user: String, missing: [String: [String]], pooler: String, age: Double) {
+        self.user = user
+        self.missing = missing
+        self.pooler = pooler
+        self.age = age
     }
 }

@@ -28,6 +28,9 @@ struct StoreSightings: Sendable {
     var clockOffset: Double?
     /// The journal has said the offset is large (said again once it was small meanwhile).
     var clockWarned = false
+    /// What the store said about itself when last asked (see PostgresStore+Check), and whether it is being asked.
+    var check: StoreFacts?
+    var checking = false
 
     /// The status these sightings make at `now`; a lease seen with no time left is not shown as held.
     func status(
@@ -43,7 +46,10 @@ struct StoreSightings: Sendable {
         return FleetStatus(
             following: following.name, pollInterval: Int(pollInterval.components.seconds),
             copyAge: copySeen.map { (now - $0).seconds }, statements: statements, connects: connects,
-            lastRoundTrip: lastRoundTrip?.seconds, lease: held, clockOffset: clockOffset)
+            lastRoundTrip: lastRoundTrip?.seconds, lease: held, clockOffset: clockOffset,
+            check: check.map {
+                StoreCheckStatus(user: $0.user, missing: $0.missing, pooler: $0.pooler.rawValue, age: (now - $0.asked).seconds)
+            })
     }
 }
 
@@ -51,6 +57,7 @@ extension PostgresStore {
     /// Status and metrics see the same figures: metrics are gathered from
     /// every session's status once a second, so the copy's age grows there too.
     public func fleetStatus() -> FleetStatus? {
+        checkIfDue()
         let status = sightings.withLock { $0 }.status(
             following: following.withLock { $0 }, pollInterval: address.pollInterval,
             statements: link.statements.load(ordering: .relaxed), connects: link.connects.load(ordering: .relaxed),

@@ -95,6 +95,7 @@ public final class PostgresStore: SharedStore {
                 throw error
             }
             schemaReady.withLock { $0 = true }
+            checkIfDue()
         }
         return try await link.run(what, limit: statementTimeout) { connection in
             let sent = ContinuousClock.now
@@ -113,6 +114,7 @@ public final class PostgresStore: SharedStore {
             if let message = error.serverInfo?[.message] {
                 let state = error.serverInfo?[.sqlState] ?? "?"
                 if state == "42501" {
+                    checkAfterRefusal()  // status says which privileges, for doctor
                     return "\(address): \(message) (SQLSTATE \(state)): grant the store's user SELECT, INSERT and "
                         + "UPDATE on tokend_shared (and CREATE on the schema, for tokend to create its tables)"
                 }

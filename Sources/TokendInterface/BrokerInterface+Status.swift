@@ -125,12 +125,15 @@ extension BrokerInterface {
         public var lease: FleetLease?
         /// Seconds the database's clock is ahead of this host's.
         public var clockOffset: Double?
+        /// What this host found when it asked the store about itself.
+        public var check: StoreCheck?
 
         public init(
             following: String, pollInterval: Int, copyAge: Double?, statements: Int, connects: Int,
-            lastRoundTrip: Double?, lease: FleetLease?, clockOffset: Double? = nil
+            lastRoundTrip: Double?, lease: FleetLease?, clockOffset: Double? = nil, check: StoreCheck? = nil
         ) {
             self.clockOffset = clockOffset
+            self.check = check
             self.following = following
             self.pollInterval = pollInterval
             self.copyAge = copyAge
@@ -138,6 +141,33 @@ extension BrokerInterface {
             self.connects = connects
             self.lastRoundTrip = lastRoundTrip
             self.lease = lease
+        }
+    }
+
+    /// The store's role, the privileges it lacks on tokend's tables, and the pooler between (see docs/fleet.md).
+    public struct StoreCheck: Codable, Sendable, Equatable {
+        public var user: String
+        public var missing: [MissingGrant]
+        /// "direct", "transaction", "session" or "unknown".
+        public var pooler: String
+        /// Seconds since the check.
+        public var age: Double
+
+        public init(user: String, missing: [MissingGrant], pooler: String, age: Double) {
+            self.user = user
+            self.missing = missing
+            self.pooler = pooler
+            self.age = age
+        }
+    }
+
+    public struct MissingGrant: Codable, Sendable, Equatable {
+        public var table: String
+        public var privileges: [String]
+
+        public init(table: String, privileges: [String]) {
+            self.table = table
+            self.privileges = privileges
         }
     }
 

@@ -57,7 +57,14 @@ extension SessionStatus {
                 statements: fleet.statements, connects: fleet.connects, lastRoundTrip: fleet.lastRoundTrip,
                 lease: fleet.lease.map {
                     BrokerInterface.FleetLease(holder: $0.holder, epoch: $0.epoch, remaining: $0.remaining, heldHere: $0.heldHere)
-                }, clockOffset: fleet.clockOffset)
+                }, clockOffset: fleet.clockOffset,
+                check: fleet.check.map { check in
+                    BrokerInterface.StoreCheck(
+                        user: check.user,
+                        missing: check.missing.sorted { $0.key < $1.key }.map {
+                            BrokerInterface.MissingGrant(table: $0.key, privileges: $0.value)
+                        }, pooler: check.pooler, age: check.age)
+                })
         }
         status.resources = resources
         status.stateSince = stateSince

@@ -130,7 +130,10 @@ struct DoctorCommand: AsyncParsableCommand {
                     file, found: FileFacts.of(file.path), session: name, hasToken: hasToken,
                     groupID: file.group.flatMap(DoctorTokenFileCheck.groupID)))
         }
-        if let store = session.sharedStore { results += DoctorFleetCheck.run(url: store, session: name) }
+        if let store = session.sharedStore {
+            results += DoctorFleetCheck.run(url: store, session: name)
+            results += DoctorFleetCheck.judgeStore(status?.fleet, session: name)
+        }
         if let dpop = status?.dpop {
             results += DoctorDPoPCheck.judge(dpop, session: name, librariesMissing: DoctorDPoPCheck.missingLibraries())
         }

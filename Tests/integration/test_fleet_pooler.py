@@ -291,3 +291,34 @@ def test_logout_on_one_host_reaches_every_host_within_the_poll_interval(server, 
         assert max(seen.values()) <= poll * 1.1 + 1, seen
     finally:
         fleet.stop()
+
+
+def test_doctor_tells_a_session_mode_pooler_from_a_transaction_mode_one(server, workdir, pg, bouncer, servers):
+    # Two hosts of one fleet: A through the file's PgBouncer in transaction mode, B through a second PgBouncer in
+    # session mode in front of the same PostgreSQL. Each tokend probes with two client connections at once
+    # (status's fleet.check.pooler); doctor warns of session mode only, naming the pool_mode that fixes it.
+    session_mode = PgBouncer(os.path.join(os.path.dirname(bouncer.directory), "pgbouncer-session"), servers[0],
+                             pool=5, mode="session")
+    fleet = Fleet(workdir, server, bouncer, hosts=("a", "b"),
+                  **{"shared-store": f'"{bouncer.url(options="poll=5")}"'})
+    try:
+        with open(fleet["b"].config) as f:
+            config = f.read()
+        with open(fleet["b"].config, "w") as f:
+            f.write(config.replace(f":{bouncer.port}/", f":{session_mode.port}/"))
+        fleet.start()
+        login(fleet["a"], server)
+        checked = lambda name: fleet.status(name)["fleet"].get("check")
+        wait_for(lambda: checked("a") and checked("b"), 30, "both hosts' look at the store")
+        assert checked("a")["pooler"] == "transaction", checked("a")
+        assert checked("b")["pooler"] == "session", checked("b")
+        stats = next(r for r in session_mode.show("STATS") if r["database"] == "tokend")
+        assert int(stats["total_xact_count"]) > 0, "B's statements went through the session-mode PgBouncer"
+        said_a = fleet["a"].ctl("doctor", "--config", fleet["a"].config).stdout
+        assert "a pooler in transaction mode" in said_a and "session mode" not in said_a, said_a
+        said_b = fleet["b"].ctl("doctor", "--config", fleet["b"].config).stdout
+        assert "a pooler in session mode: each host pins one server connection" in said_b, said_b
+        assert "pool_mode = transaction" in said_b, said_b
+    finally:
+        fleet.stop()
+        session_mode.stop()

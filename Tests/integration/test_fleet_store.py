@@ -59,3 +59,26 @@ def test_a_database_writer_cannot_roll_the_fleet_back(server, fleet_of, pg):
         token = fleet[name].call("io.tokend.Broker.GetToken")[1]["parameters"]["token"]
         assert token["generation"] == current["generation"] and token["accessToken"] == current["accessToken"]
     assert all(g["status"] == 200 for g in server.grants("refresh_token")), "no spent refresh token was replayed"
+
+
+def test_doctor_names_the_grant_a_role_lacks(server, fleet_of, pg):
+    # The DBA revoked what tokend writes with. tokend asks the store about itself (status's fleet.check) when
+    # a statement is refused for privileges, and doctor says which privileges, and the GRANT that restores them.
+    fleet = fleet_of(server, hosts=("a",)).start()
+    login(fleet["a"], server)
+    doctor = lambda: fleet["a"].ctl("doctor", "--config", fleet["a"].config).stdout
+    wait_for(lambda: fleet.status("a")["fleet"].get("check"), 20, "tokend's first look at the store")
+    check = fleet.status("a")["fleet"]["check"]
+    assert check["user"] == "tokend" and check["missing"] == [] and check["pooler"] == "direct", check
+    said = doctor()
+    assert "tokend may read and write tokend's tables" in said and "no pooler" in said, said
+    pg.sql("REVOKE INSERT, UPDATE ON tokend_shared FROM tokend", database="tokend")
+    generation = fleet.status("a")["generation"]
+    reply = fleet["a"].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1]
+    assert "error" in reply, "the refused lease statement fails the refresh"
+    wait_for(lambda: fleet.status("a")["fleet"]["check"]["missing"], 20, "the check after the refusal")
+    assert fleet.status("a")["fleet"]["check"]["missing"] == [{"table": "tokend_shared", "privileges": ["INSERT", "UPDATE"]}]
+    said = doctor()
+    assert "SQLSTATE 42501" in said and "tokend_shared (INSERT, UPDATE)" in said, said
+    assert "GRANT INSERT, UPDATE ON tokend_shared TO tokend;" in said, said
+    assert "the store's role lacks privileges tokend uses" in fleet["a"].logs()
