@@ -25,36 +25,70 @@ extension PostgresStore {
         }
     }
 
-    /// One statement when the lease is free; while another host holds it, a
-    /// jittered poll of the row (50 ms doubling to 1 s, never past the lease's
-    /// expiry). A host that saw the fleet's copy change while it waited gets a
-    /// lease taken only if it writes: the change is most often the refresh it
-    /// wanted, and a fleet at expiry then takes the lease once, not once per host.
+    /// One statement when the lease is free. While another host holds it, a
+    /// jittered look at the row (50 ms doubling to 1 s, at least four round
+    /// trips apart, never past the lease's expiry; see FleetTiming.leaseWait).
+    /// A host that has seen the lease held, in a look or in the read just
+    /// before, looks before it tries to take it: when the fleet's copy changed
+    /// meanwhile and no refresh is marked under way, it gets a lease taken only
+    /// if it writes. The change is most often the refresh it wanted, and a
+    /// fleet at expiry then takes the lease once, not once per host that
+    /// waited. It tries to take the lease only when the copy did not change
+    /// (its holder gave up, or stopped) or a refresh is marked (its holder
+    /// stopped mid-refresh).
     func takeLease() async throws -> PostgresLease {
         let deadline = ContinuousClock.now + lockWait
         var seen: Int64?
         var pause = FleetTiming.firstLeaseWait
+        // The read just before (a compare-and-refresh's, most often) may have seen another host's lease:
+        // then this host waits before it looks, as after a look.
+        if let held = leaseSeenHeld() {
+            seen = held.version
+            let wait = FleetTiming.leaseWait(
+                pause: pause, roundTrip: held.roundTrip, remaining: held.left.seconds, jitter: .random(in: 0...1))
+            try await Task.sleep(for: wait.sleep)
+            pause = wait.next
+        }
         while true {
-            if let (epoch, row) = try await tryTake() {
+            if seen == nil, let (epoch, row) = try await tryTake() {
                 return PostgresLease(store: self, epoch: epoch, current: Result { try open(row) })
             }
-            guard let state = try await leaseState() else { continue }  // deleted meanwhile: take it anew
+            let asked = ContinuousClock.now
+            guard let state = try await leaseState() else {  // deleted meanwhile: take it anew
+                seen = nil
+                continue
+            }
+            let roundTrip = ContinuousClock.now - asked
             if state.remaining == 0 {
                 let current = Result { try open(state.row) }
                 if let seen, state.row.version > seen, (try? current.get())??.record.refreshStartedAt == nil {
                     return PostgresLease(store: self, epoch: nil, current: current)
                 }
-                continue
+                if let (epoch, row) = try await tryTake() {
+                    return PostgresLease(store: self, epoch: epoch, current: Result { try open(row) })
+                }
+                continue  // another host took it first
             }
             seen = seen ?? state.row.version
             guard ContinuousClock.now < deadline else {
                 throw SharedStoreError(
                     "another host (\(state.holder)) held the fleet's lease for more than \(lockWait.components.seconds) s")
             }
-            let wait = FleetTiming.leaseWait(pause: pause, remaining: state.remaining, jitter: Double.random(in: 0...1))
-            try await Task.sleep(for: wait.sleep)
+            let wait = FleetTiming.leaseWait(
+                pause: pause, roundTrip: roundTrip, remaining: state.remaining, jitter: .random(in: 0...1))
+            try await Task.sleep(for: min(wait.sleep, deadline - .now))
             pause = wait.next
         }
+    }
+
+    /// When this host's last read found another host's lease with time left:
+    /// the version it read, the time the lease has left now, and the round trip.
+    func leaseSeenHeld() -> (version: Int64, left: Duration, roundTrip: Duration)? {
+        let (lease, roundTrip) = sightings.withLock { ($0.lease, $0.lastRoundTrip) }
+        guard let lease, lease.holder != hostID else { return nil }
+        let left = lease.left(at: .now)
+        guard left > .zero else { return nil }
+        return (knownVersion.load(ordering: .relaxed), left, roundTrip ?? .zero)
     }
 
     typealias Row = (version: Int64, text: String, writtenBy: String)

@@ -1,6 +1,5 @@
 import Broker
 import Deadline
-import Foundation
 import PostgresNIO
 
 /// How a host learns of other hosts' writes.
@@ -27,30 +26,31 @@ extension PostgresStore {
         }
     }
 
+    /// Reads at start, then as `ReadPlan` says: a poll on a phase of its own and
+    /// one extra read of each copy at its refresh; after a failure again in
+    /// 1 s, doubling to 10 s.
     func poll(_ handle: @escaping @Sendable (SharedStoreEvent) async -> Void) async {
+        let started = ContinuousClock.now
+        let elapsed = { (ContinuousClock.now - started).seconds }
+        var plan = ReadPlan(poll: address.pollInterval, refreshMargin: refreshMargin, phase: .random(in: 0...1))
         var backoff = Duration.seconds(1)
         while !Task.isCancelled {
-            let wait: Duration
+            plan.reading(at: elapsed(), jitter: .random(in: 0...1))
             do {
                 let current = try await read()
                 await handle(.current(current))
                 backoff = .seconds(1)
-                wait = nextRead(after: current, now: Date().timeIntervalSince1970)
+                plan.saw(
+                    expiresAt: current?.record.expiresAt, at: elapsed(), wallNow: Self.localNow(),
+                    spread: .random(in: 0...1))
             } catch {
                 if Task.isCancelled { break }
                 await handle(.unavailable(explain(error)))
-                wait = backoff
+                plan.failed(at: elapsed(), retry: backoff)
                 backoff = min(backoff * 2, .seconds(10))
             }
-            try? await Task.sleep(for: wait)
+            try? await Task.sleep(for: plan.wait(at: elapsed()))
         }
-    }
-
-    /// When to read next (see FleetTiming.nextRead).
-    func nextRead(after current: SharedRecord?, now: Double) -> Duration {
-        FleetTiming.nextRead(
-            expiresAt: current?.record.expiresAt, now: now, poll: address.pollInterval, refreshMargin: refreshMargin,
-            jitter: Double.random(in: 0...1), spread: Double.random(in: 0...1))
     }
 
     /// LISTEN on a connection of its own, proven by a probe sent on the other
