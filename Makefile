@@ -35,7 +35,7 @@ all: build
 # System packages (Debian) the build and tests need; skipped when present.
 deps:
 	@missing=""; \
-	for p in python3-venv libsystemd-dev curl publicsuffix chromium chromium-driver firefox-esr git postgresql-15 pgbouncer iproute2 openssl groff-base strace uidmap glewlwyd $(DEPS_EXTRA); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in python3-venv libsystemd-dev curl publicsuffix chromium chromium-driver firefox-esr git postgresql-15 pgbouncer iproute2 openssl groff-base strace uidmap openssh-server glewlwyd $(DEPS_EXTRA); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	command -v kubectl >/dev/null || missing="$$missing kubernetes-client"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \

@@ -11,7 +11,7 @@ CLOCK_TESTS := Tests/integration/test_status.py \
 	Tests/integration/test_doctor.py::test_a_session_that_needs_a_login_names_the_command
 FAKETIME_LIB := /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
 
-test-clock: venv build
+test-clock: $(call needs,venv build)
 	@for at in "$$(date -u +%F) 23:30:00" "$$(date -u +%Y)-12-31 23:59:00"; do \
 		offset=$$(( $$(date -u -d "$$at" +%s) - $$(date -u +%s) )); \
 		echo "test-clock: the clock at $$at UTC (offset $$offset s)"; \

@@ -90,8 +90,10 @@ actor Agent {
     }
 
     /// How often the list of sessions is asked again: tokend tells no one
-    /// of a session a reload adds.
-    static let relistSeconds = 60
+    /// of a session a reload adds. TOKENCTL_AGENT_RELIST (seconds) sets it
+    /// for a test that waits for the next list.
+    static let relistSeconds = ProcessInfo.processInfo.environment["TOKENCTL_AGENT_RELIST"].flatMap { Int($0) }
+        .map { max(1, $0) } ?? 60
 
     /// Watches `sessions`, and those that appear later, until none is left
     /// to watch (tokend went away) or tokend no longer answers the list.

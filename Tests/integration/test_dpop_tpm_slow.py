@@ -22,16 +22,8 @@ class SlowTPM:
     its control port), each answer `delay` seconds late."""
 
     def __init__(self, tpm, delay):
-        while True:
-            port, relays = free_port(), []
-            try:
-                for offset in (0, 1):
-                    relays.append(Relay("127.0.0.1", port + offset, "127.0.0.1", tpm.port + offset, delay))
-                break
-            except OSError:  # the port next to the free one is taken: two others
-                for relay in relays:
-                    relay.close()
-        self.relays = relays
+        port = free_port(count=2)  # both ports this test's: no other worker is given the second
+        self.relays = [Relay("127.0.0.1", port + offset, "127.0.0.1", tpm.port + offset, delay) for offset in (0, 1)]
         self.tcti = f"swtpm:host=127.0.0.1,port={port}"
 
     def close(self):

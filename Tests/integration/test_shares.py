@@ -373,10 +373,7 @@ SHARER = (65534, 65534)  # the share's creator runs ssh: ssh needs a passwd entr
 @pytest.fixture
 def sshd(workdir):
     if not os.path.exists(SSHD):
-        subprocess.run(["apt-get", "install", "-y", "-qq", "openssh-server"], capture_output=True,
-                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-    if not os.path.exists(SSHD):
-        pytest.fail("needs Debian's openssh-server (apt-get install openssh-server)")
+        pytest.fail("needs Debian's openssh-server: `make deps` installs it")
     directory = os.path.join(workdir, "ssh")
     os.makedirs(directory)
     os.chmod(directory, 0o755)
@@ -474,9 +471,7 @@ print(direct.returncode, direct.stderr.strip().replace("\n", " "))
 def subordinate_range():
     """/etc/subuid gives SHARER (nobody) a range, restored afterwards; newuidmap installed."""
     if not shutil.which("newuidmap"):
-        subprocess.run(["apt-get", "install", "-y", "-qq", "uidmap"], capture_output=True)
-    if not shutil.which("newuidmap"):
-        pytest.fail("needs newuidmap (apt-get install uidmap)")
+        pytest.fail("needs newuidmap (Debian's uidmap): `make deps` installs it")
     saved = open("/etc/subuid").read() if os.path.exists("/etc/subuid") else None
     with open("/etc/subuid", "a") as f:
         f.write(f"nobody:{RANGE_START}:{RANGE_COUNT}\n")
