@@ -76,13 +76,14 @@ def test_every_command_with_json_is_a_reader():
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) for p in COMMANDS])
-def test_session_only_where_it_acts_and_an_unknown_one_is_refused(path, server, make_tokend, workdir):
+def test_session_only_where_it_acts_and_an_unknown_one_is_refused(path, request, make_tokend, workdir):
     offered = "--session" in run(*path, "--help").stdout
     if path in SESSIONLESS:
         assert not offered, f"{' '.join(path)} acts on no one session, yet offers --session"
         return
     if not offered or path in NOT_CALLED:
         return
+    server = request.getfixturevalue("server")  # started only for the commands that call tokend
     daemon = make_tokend(server).start()
     login(daemon, server)
     extra = [os.path.join(workdir, a) if a == "SHARE" else a for a in ARGUMENTS.get(path, [])]
