@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Varlink
 
 /// The io.tokend.Broker interface: its declaration (the .varlink file,

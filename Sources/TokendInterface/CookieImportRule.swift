@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Which cookies a browser-side client may move for a session: those whose
 /// URL's host is the host of one of the session's web origins. A page on

@@ -1,9 +1,12 @@
-import Foundation
 import NativeMessaging
 import Synchronization
 import TokendInterface
 import Varlink
 import VarlinkNIO
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Relays the extension's requests to tokend over Varlink, as the user the
 /// browser runs as (so tokend's access policy applies unchanged), and
@@ -140,19 +143,4 @@ final class Output: Sendable {
 struct BridgeError: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
-}
-
-enum StandardInput {
-    /// Reads exactly `count` bytes from stdin; nil at end of input.
-    static func readExactly(_ count: Int) -> [UInt8]? {
-        var buffer = [UInt8](repeating: 0, count: count)
-        var offset = 0
-        while offset < count {
-            let got = buffer[offset...].withUnsafeMutableBytes { read(0, $0.baseAddress, $0.count) }
-            if got < 0 && errno == EINTR { continue }
-            guard got > 0 else { return nil }
-            offset += got
-        }
-        return buffer
-    }
 }

@@ -1,4 +1,3 @@
-import Foundation
 import NativeMessaging
 import TokendInterface
 import Varlink
@@ -22,7 +21,8 @@ if let first = arguments.first, ["-h", "--help", "--version"].contains(first) {
 }
 guard arguments.contains(where: allowedCallers.contains) else {
     let caller = arguments.first ?? "(none)"
-    FileHandle.standardError.write(Data("tokend-native-host: refusing caller \(caller): not the tokend extension\n".utf8))
+    let refusal = Array("tokend-native-host: refusing caller \(caller): not the tokend extension\n".utf8)
+    _ = refusal.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
     exit(1)
 }
 
@@ -30,27 +30,8 @@ let socket = BrokerInterface.socketPath()
 let output = Output()
 let bridge = Bridge(socket: socket, output: output)
 
-/// The browser's messages, read on a thread of their own; the stream ends with stdin.
-let messages = AsyncStream<JSONObject?> { continuation in
-    Thread.detachNewThread {
-        while let header = StandardInput.readExactly(4) {
-            let length = NativeMessaging.length(header)
-            guard length <= NativeMessaging.maximumIncoming else {
-                // Too large to take: drop it, say so, and go on with the next message.
-                var left = length
-                while left > 0, let skipped = StandardInput.readExactly(min(left, 65536)) { left -= skipped.count }
-                continuation.yield(nil)
-                continue
-            }
-            guard let body = StandardInput.readExactly(length) else { break }
-            continuation.yield((try? JSONParser.parse(body))?.objectValue ?? [:])
-        }
-        continuation.finish()
-    }
-}
-
 await withDiscardingTaskGroup { group in
-    for await message in messages {
+    for await message in StandardInput.messages() {
         guard let message else {
             output.send(["error": "io.tokend.Bridge.RequestTooLarge", "parameters": ["limit": .int(NativeMessaging.maximumIncoming)]])
             continue
