@@ -292,6 +292,8 @@ class Host:
                 continue  # a newer copy: planned anew
             except asyncio.TimeoutError:
                 pass
+            # As the broker's proactiveRefresh: a wake that lost the race with an adoption (here, the copy
+            # adopted between the timer and this task's turn) refreshes the generation adopted just now.
             if self.in_flight is None:
                 self.in_flight = asyncio.create_task(self.refresh(self.generation, only_if_marked=False))
             if not await asyncio.shield(self.in_flight):
@@ -431,11 +433,12 @@ class Worker:
 
     async def reaper(self) -> None:
         """StoreLink's linger: a connection idle for 2 s is closed."""
+        idle = lambda h: not h.turn.locked() and time.monotonic() - h.last >= LINGER
         while not self.stopping:
             await asyncio.sleep(0.1)
-            now = time.monotonic()
-            for host in [h for h in self.connected if not h.turn.locked() and now - h.last >= LINGER]:
-                await host.drop()
+            for host in [h for h in self.connected if idle(h)]:
+                if idle(host):  # again: a statement may have begun while an earlier host's close was awaited
+                    await host.drop()
 
     async def run(self, start: float, duration: float) -> None:
         await asyncio.sleep(max(0.0, start - time.time()))

@@ -56,13 +56,14 @@ async def direct(pg: Any, user: str = "tokend") -> pgwire.Connection:
 
 
 def cpu_seconds(pids: list[int]) -> dict[int, float]:
-    """User and system CPU seconds each process has used so far."""
+    """User and system CPU seconds each process has used so far, with its children that have ended
+    (a backend PgBouncer closed is counted in its postmaster's)."""
     used = {}
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            used[pid] = (int(fields[11]) + int(fields[12])) / TICK
+            used[pid] = sum(int(v) for v in fields[11:15]) / TICK
         except (OSError, IndexError):
             pass
     return used
@@ -176,7 +177,11 @@ def run_fleet(n: int, args: argparse.Namespace, pg: Any, bouncer: Any,
     busy = (after[2][0] - before[2][0]) / max(1, after[2][1] - before[2][1])
     machine = {"load_before": before[3], "load_after": after[3], "busy": busy,
                "workers_cpu_s": sum(p["cpu_s"] for p in parts), "bouncer_cpu_s": cpu_since(before[0], after[0]),
-               "pg_cpu_s": cpu_since(before[1], after[1]), "workers_reported": len(parts)}
+               "pg_cpu_s": cpu_since(before[1], after[1]), "workers_reported": len(parts),
+               "busy_cpu_s": (after[2][0] - before[2][0]) / TICK}
+    # What the rest of the machine used meanwhile (other work on it; this process's samplers).
+    machine["others_cpu_s"] = machine["busy_cpu_s"] - sum(
+        machine[k] for k in ("workers_cpu_s", "bouncer_cpu_s", "pg_cpu_s"))
     return merge(parts), samples, machine
 
 
@@ -383,7 +388,7 @@ def markdown(results: list[dict[str, Any]], old: dict[str, Any], args: argparse.
         "client connections max, steady / at expiry | connections opened/s | PgBouncer cl_active / cl_waiting max "
         "(cl_waiting at expiry) "
         "| backends max | upstream refreshes | leases taken | failed | latency p50/p99/max ms | "
-        "load avg before → after; CPU busy | CPU s: workers / PgBouncer / PostgreSQL |",
+        "load avg before → after; CPU busy | CPU s: workers / PgBouncer / PostgreSQL / rest of the machine |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -396,7 +401,7 @@ def markdown(results: list[dict[str, Any]], old: dict[str, Any], args: argparse.
             f"{r['backends_max']} | {r['upstream_calls']} | "
             f"{r['leases_taken']} | {r['failures']:,} | {r['latency_p50_ms']}/{r['latency_p99_ms']}/"
             f"{r['latency_max_ms']} | {m['load_before']:.1f} → {m['load_after']:.1f}; {m['busy'] * 100:.0f} % | "
-            f"{m['workers_cpu_s']:.0f} / {m['bouncer_cpu_s']:.0f} / {m['pg_cpu_s']:.0f} |")
+            f"{m['workers_cpu_s']:.0f} / {m['bouncer_cpu_s']:.0f} / {m['pg_cpu_s']:.0f} / {m['others_cpu_s']:.0f} |")
     lines += [
         "",
         f"Today's design (schema 1: a session advisory lock connection and a LISTEN connection per host, direct): "
