@@ -437,8 +437,16 @@ extension SessionActor {
             } catch {
                 return
             }
-            await action(self)
+            await self.act(unlessCancelled: action)
         }
+    }
+
+    /// A woken task's action, on this session, unless it was cancelled meanwhile: a reschedule
+    /// that ran between the end of the task's sleep and its turn here (a newer token adopted from
+    /// the fleet's store, most often) cancels it, and the old plan must not refresh the new token.
+    func act(unlessCancelled action: @Sendable (SessionActor) async -> Void) async {
+        guard !Task.isCancelled else { return }
+        await action(self)
     }
 
     func proactiveRefresh() async {

@@ -27,20 +27,26 @@ final class TestClock: BrokerClock {
             s.nextID += 1
             return s.nextID
         }
+        // As Task.sleep: a sleep cancelled before its deadline throws; one whose deadline came first
+        // returns, even if the task is cancelled before it runs again.
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
-                let resumeNow = state.withLock { s -> Bool in
-                    if Task.isCancelled || deadline <= s.now { return true }
+                let outcome = state.withLock { s -> Bool? in
+                    if Task.isCancelled { return false }
+                    if deadline <= s.now { return true }
                     s.sleepers[id] = (deadline, continuation)
-                    return false
+                    return nil
                 }
-                if resumeNow { continuation.resume() }
+                switch outcome {
+                case true?: continuation.resume()
+                case false?: continuation.resume(throwing: CancellationError())
+                case nil: break
+                }
             }
         } onCancel: {
             let sleeper = state.withLock { $0.sleepers.removeValue(forKey: id) }
             sleeper?.continuation.resume(throwing: CancellationError())
         }
-        try Task.checkCancellation()
     }
 
     func advance(to time: Double) {
