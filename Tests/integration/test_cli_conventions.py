@@ -1,3 +1,5 @@
+# Over 90 s of `make test` on a busy 2-core machine (docs/testing.md; 233 s at load 12-15, 62 s quiet): it
+# runs every tokenctl subcommand's help twice or more, each a process start, and a tokend for each that acts.
 """One set of conventions across tokenctl's commands (issue 54; written down in
 tokenctl(1), CONVENTIONS), held by walking every subcommand tokenctl's help
 lists: -h and --help answer offline; every command that reads has --json;

@@ -1,4 +1,4 @@
-# Up to 90 s or more of `make test` on the busy 2-core machine (docs/testing.md): each agent is a process of its
+# Over 90 s of `make test` on the busy 2-core machine (docs/testing.md; 123 s at load 12-15): each agent is a process of its
 # own that imports FastMCP's client (some 3 s of CPU), and the tests start nine.
 """The MCP fixture (mcp.py) against tokend as it is: FastMCP's own MCP server and
 OAuth authorization server (code nobody here wrote), a client registered there
