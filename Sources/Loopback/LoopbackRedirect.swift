@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// An exact loopback redirect URI (RFC 8252 §7.3), said once for the
 /// configuration and tokenctl's listener: `http://127.0.0.1:PORT/PATH` or
@@ -23,7 +27,7 @@ public struct LoopbackRedirect: Sendable, Equatable {
         else { return nil }
         let path = url.percentEncodedPath
         let segments = path.split(separator: "/", omittingEmptySubsequences: false)
-        guard !segments.contains(where: { [".", ".."].contains($0.removingPercentEncoding ?? "..") }) else { return nil }
+        guard !segments.contains(where: { [".", ".."].contains($0.percentDecoded ?? "..") }) else { return nil }
         self.host = host
         self.port = UInt16(port)
         self.path = path

@@ -24,7 +24,9 @@ public typealias DPoPStatus = BrokerInterface.DPoPStatus
 extension AccessToken {
     /// The provider bound this token to tokend's DPoP key: it is useless
     /// without a proof of that key on each request (GetProof).
-    public var isDPoPBound: Bool { tokenType.caseInsensitiveCompare("DPoP") == .orderedSame }
+    /// (RFC 9449 §7.1: the token type's case is not significant. Only ASCII D, P
+    /// and O lowercase to d, p and o, so this is the ASCII comparison.)
+    public var isDPoPBound: Bool { tokenType.lowercased() == "dpop" }
 }
 
 /// GetProof's own refusals: the session makes no proofs (ProofNotAvailable),

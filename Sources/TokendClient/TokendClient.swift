@@ -1,4 +1,11 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc  // EAGAIN
+#endif
 import NIOCore
 import TokendInterface
 import Varlink

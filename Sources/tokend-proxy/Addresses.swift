@@ -1,5 +1,13 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Loopback
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The upstream: scheme, host and port, and a path prefix requests go under.
 struct Upstream: Sendable {
@@ -26,7 +34,7 @@ struct Upstream: Sendable {
         tls = scheme == "https"
         let standard = tls ? 443 : 80
         port = url.port ?? standard
-        host = name.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        host = unbracketed(name)
         let literal = host.contains(":") ? "[\(host)]" : host
         authority = port == standard ? literal : "\(literal):\(port)"
     }
@@ -47,7 +55,7 @@ enum ListenAddress: Sendable {
             guard let colon = rest.lastIndex(of: ":"), let port = Int(rest[rest.index(after: colon)...]) else { return nil }
             let host = String(rest[..<colon])
             guard Loopback.isLiteral(host) else { return nil }
-            self = .tcp(host: host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port: port)
+            self = .tcp(host: unbracketed(host), port: port)
         } else {
             return nil
         }
@@ -61,4 +69,14 @@ enum ListenAddress: Sendable {
         }
         return .inherited(3)
     }
+}
+
+/// `text` without the `[` and `]` at its ends, however many (an IPv6 literal as a URL writes it);
+/// what Foundation's `trimmingCharacters(in: CharacterSet(charactersIn: "[]"))` returns.
+func unbracketed(_ text: String) -> String {
+    let scalars = text.unicodeScalars
+    let isBracket = { (scalar: Unicode.Scalar) in scalar == "[" || scalar == "]" }
+    guard let first = scalars.firstIndex(where: { !isBracket($0) }), let last = scalars.lastIndex(where: { !isBracket($0) })
+    else { return "" }
+    return String(scalars[first...last])
 }

@@ -1,7 +1,7 @@
-import Foundation
 import NIOCore
 import NIOHTTP1
 import TokendClient
+import Varlink
 
 /// An answer the proxy gives itself, with a body that says why: plain text, or for a client that speaks
 /// MCP a JSON-RPC error (with no id, as the transport allows for an HTTP error) that its user is shown.
@@ -62,9 +62,7 @@ struct Answer: Sendable {
 
     /// `{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":…,"data":{"status":…}}}`.
     static func jsonRPCError(message: String, status: Int) -> String {
-        let error: [String: Any] = ["code": jsonRPCCode, "message": message, "data": ["status": status]]
-        let object: [String: Any] = ["jsonrpc": "2.0", "id": NSNull(), "error": error]
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
-        return String(decoding: data, as: UTF8.self)
+        let error: JSONObject = ["code": .int(jsonRPCCode), "message": .string(message), "data": .object(["status": .int(status)])]
+        return JSONWriter.string(.object(["jsonrpc": .string("2.0"), "id": .null, "error": .object(error)]))
     }
 }

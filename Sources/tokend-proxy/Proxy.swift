@@ -1,5 +1,10 @@
 import CLinux
+import Dispatch
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Logging
 import Loopback
 import NIOCore

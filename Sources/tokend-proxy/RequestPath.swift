@@ -1,4 +1,4 @@
-import Foundation
+import Loopback
 
 /// A request target as the upstream gets it: its path with the dot segments
 /// removed (RFC 3986 §5.2.4), so that no `..`, raw or percent-encoded,
@@ -20,7 +20,7 @@ enum RequestPath {
         var kept: [Substring] = []
         for (index, segment) in segments.enumerated() {
             let last = index == segments.count - 1
-            guard let decoded = segment.removingPercentEncoding else {
+            guard let decoded = segment.percentDecoded else {
                 return .failure(Refusal("the path has a malformed percent-encoding"))
             }
             if let hidden = hidden(in: decoded) { return .failure(Refusal(hidden)) }

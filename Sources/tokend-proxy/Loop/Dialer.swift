@@ -1,4 +1,4 @@
-import Foundation  // DispatchQueue
+import Dispatch
 import NIOCore
 import NIOSSL
 

@@ -1,5 +1,4 @@
 import CLinux
-import Foundation  // Thread
 import NIOCore  // NIODeadline
 import Synchronization
 
@@ -54,9 +53,15 @@ final class ProxyLoop: @unchecked Sendable {
     static func start(count: Int) throws -> [ProxyLoop] {
         let loops = try (0..<max(1, count)).map { _ in try ProxyLoop() }
         for loop in loops {
-            let started = Thread { loop.run() }
-            started.name = "tokend-proxy loop"
-            started.start()
+            var thread = pthread_t()
+            let started = pthread_create(
+                &thread, nil,
+                { argument in
+                    Unmanaged<ProxyLoop>.fromOpaque(argument!).takeRetainedValue().run()
+                    return nil
+                }, Unmanaged.passRetained(loop).toOpaque())
+            guard started == 0 else { throw SocketError("pthread_create", started) }
+            pthread_detach(thread)
         }
         return loops
     }
