@@ -55,15 +55,11 @@ class ProxyProcess:
         wait_for(self.listening, 20, "the proxy's socket")
 
     def listening(self):
+        """The proxy said it listens (its socket is bound and listening by then). Not a probe connection:
+        one the test closed is counted against --max-connections until the proxy has read its end."""
         if self.process.poll() is not None:
             raise AssertionError(f"tokend-proxy exited with {self.process.returncode}: {self.logs()}")
-        if not self.port:
-            return os.path.exists(self.path)
-        try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-            return True
-        except OSError:
-            return False
+        return any(line.endswith(" listening") for line in self.logs().splitlines())
 
     def request(self, method, target, headers, body=None):
         return request(self.port, method, target, headers, body)
@@ -313,6 +309,8 @@ class RecordingAPI:
     def __init__(self, tls=None):
         self.seen = []
         self.lock = threading.Lock()
+        # A request for /held is answered once this is set.
+        self.gate = threading.Event()
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -332,6 +330,8 @@ class RecordingAPI:
                     if not piece:
                         return
                     received += len(piece)
+                if self.path.endswith("/held"):
+                    api.gate.wait()
                 if self.path.endswith("/chunked"):  # an answer of unknown length, in two chunks
                     self.send_response(200)
                     self.send_header("Transfer-Encoding", "chunked")
@@ -363,6 +363,7 @@ class RecordingAPI:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self):
+        self.gate.set()
         self.server.shutdown()
 
 
@@ -801,21 +802,27 @@ def test_a_stalled_head_gets_408_and_a_connection_over_the_cap_503(server, make_
     login(daemon, server)
     cap, seconds = 20, 2
     proxy = ProxyProcess(daemon, recording.url, workdir, "--header-timeout", str(seconds), "--max-connections",
-                         str(cap), "--max-connections-per-user", str(cap), port=free_port())
+                         str(cap), "--max-connections-per-user", str(cap), "--timeout", "300", port=free_port())
     try:
-        host = {"Host": f"127.0.0.1:{proxy.port}"}
-        assert proxy.request("GET", "/data", host)[0] == 200  # warmed up
+        # The proxy holds all `cap` connections when one more comes, as events show, not a time: each held
+        # one's request has reached the upstream, which keeps its answer until the gate opens (so no head
+        # timeout runs meanwhile, however slow the machine), and no connection was closed before (one the
+        # test closed counts until the proxy has read its end).
+        head = f"GET /held HTTP/1.1\r\nHost: 127.0.0.1:{proxy.port}\r\n\r\n".encode()
         partial = f"GET /data HTTP/1.1\r\nHost: 127.0.0.1:{proxy.port}\r\nX-Pad: ".encode() + b"a" * 60_000
         held = []
         for index in range(cap):
             s = socket.create_connection(("127.0.0.1", proxy.port))
-            if index:  # one connection sends nothing (an idle keep-alive one); the others a 60 KB head, unfinished
-                s.sendall(partial)
+            # After its answer, one connection sends nothing (an idle keep-alive one); the others have sent
+            # a 60 KB head, unfinished, behind their request.
+            s.sendall(head + (partial if index else b""))
             held.append(s)
-        started = time.monotonic()
+        wait_for(lambda: len(recording.seen) == cap, 60, "every held connection's request upstream")
         with socket.create_connection(("127.0.0.1", proxy.port)) as extra:
             extra.settimeout(10)
             assert extra.recv(200).startswith(b"HTTP/1.1 503"), "a connection over the cap"
+        recording.gate.set()
+        started = time.monotonic()
         answers = []
         for s in held:
             s.settimeout(max(0.1, started + seconds + 10 - time.monotonic()))
@@ -828,12 +835,24 @@ def test_a_stalled_head_gets_408_and_a_connection_over_the_cap_503(server, make_
             answers.append(data)
             s.close()
         late = time.monotonic() - started
-        print(f"{cap} connections with no or a partial head: 408 within {late:.1f} s ({seconds} s timeout); one more: 503")
-        assert all(a.startswith(b"HTTP/1.1 408") and b"no whole request head" in a for a in answers), \
-            {a[:60] for a in answers}
+        print(f"{cap} connections with no or a partial head after an answer: 408 within {late:.1f} s "
+              f"({seconds} s timeout); one more: 503")
+        after = [a[a.find(b"HTTP/1.1 408"):] for a in answers if a.startswith(b"HTTP/1.1 200") and b"HTTP/1.1 408" in a]
+        assert len(after) == cap and all(b"no whole request head" in a for a in after), {a[:60] for a in answers}
         assert late < seconds + 10, late
-        assert recording.seen == [("GET", "/data", token_of(daemon)["accessToken"])], "no partial head went upstream"
-        wait_for(lambda: proxy.request("GET", "/data", host)[0] == 200, 10, "a request once the slots are free")
+        # A connection that sends nothing at all gets its 408 too, its time counted from its start (the
+        # slots are free now: the proxy closed each held connection, and at most one per loop may still
+        # be counted between its close and its release).
+        with socket.create_connection(("127.0.0.1", proxy.port)) as silent:
+            silent.settimeout(seconds + 10)
+            data = b""
+            while chunk := silent.recv(65536):
+                data += chunk
+            assert data.startswith(b"HTTP/1.1 408") and b"no whole request head" in data, data[:60]
+        token = token_of(daemon)["accessToken"]
+        assert recording.seen == [("GET", "/held", token)] * cap, "no partial head went upstream"
+        wait_for(lambda: proxy.request("GET", "/data", {"Host": f"127.0.0.1:{proxy.port}"})[0] == 200, 10,
+                 "a request once the slots are free")
     finally:
         proxy.stop()
 
