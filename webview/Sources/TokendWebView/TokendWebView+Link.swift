@@ -102,6 +102,13 @@ extension TokendWebView {
                 self?.markApplied(event.generation)
                 done()
             }
+            // A subscription's first event; the cookie version it names is the one its catch-up
+            // brings. tokend sends no cookies event when the web view is at that version already
+            // (a jar never changed, or nothing missed), so the web view has caught up now.
+            if !ready, event.version == version {
+                ready = true
+                releaseHeldNavigations(why: nil)
+            }
         case "cookies":
             let changes = (event.changes ?? []).filter { hosts.mirrors($0.cookie) }
             update { jar in
