@@ -133,9 +133,10 @@ sys.stdin.readline()
 try:
     s.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
     sent = True
-except OSError:  # refused by the kernel (EPERM), or the connection closed (EPIPE)
+except OSError as error:  # refused by the kernel (EPERM), or the connection closed (EPIPE)
     socket.socket(fileno=socket.dup(fd)).setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 0, 0))
     sent = False
+    print(json.dumps({"unsent": str(error)}), file=sys.stderr, flush=True)
 import os
 os.close(fd)
 print(json.dumps({"sent": sent}), flush=True)
@@ -312,7 +313,9 @@ def test_a_persons_stuck_close_refuses_their_further_descriptors(server, make_to
         return pass_as(daemon, READER, daemon.socket, "CreateShare", mine, expect=True, freeze=False, path=share)
 
     for _ in range(40):
-        assert plain()["reply"]["error"] == B + "ShareRefused", "quick closes, back to back, never refused"
+        outcome = plain()
+        assert (outcome["reply"] or {}).get("error") == B + "ShareRefused", \
+            f"quick closes, back to back, never refused: {outcome}"
     lingering = Lingering()
     try:
         outcome = pass_as(daemon, READER, daemon.socket, "CreateShare", lingering.nested(), expect=True, path=share)
