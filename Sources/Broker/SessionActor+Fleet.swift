@@ -158,11 +158,12 @@ extension SessionActor {
 
     /// Runs `body` holding the fleet lock, after adopting the fleet's latest
     /// copy; `persist` inside writes through the lease. Local sessions run it as it is.
-    func fleetExclusive<T>(_ what: String, _ body: () async throws -> T) async throws -> T {
+    /// `forRefresh`: the lease may be taken only at the write (SharedStore.lockForRefresh).
+    func fleetExclusive<T>(_ what: String, forRefresh: Bool = false, _ body: () async throws -> T) async throws -> T {
         guard let shared else { return try await body() }
         let held: any SharedLease
         do {
-            held = try await shared.lock()
+            held = try await (forRefresh ? shared.lockForRefresh() : shared.lock())
         } catch {
             noteStoreProblem("\(error)")
             throw BrokerError.storeUnavailable(name, "\(what): the shared store cannot be reached: \(error)")
@@ -195,7 +196,7 @@ extension SessionActor {
         }
         if !onlyIfMarked, let token = await newerInFleet(than: generation) { return token }
         do {
-            return try await fleetExclusive("refresh") {
+            return try await fleetExclusive("refresh", forRefresh: true) {
                 try requireActive()
                 let marked = record.refreshStartedAt != nil
                 if marked {

@@ -25,6 +25,7 @@ extension SessionActor {
     }
 
     func proactiveKeyedRefresh() async {
+        guard !Task.isCancelled else { return }  // a reschedule replaced this wake (see proactiveRefresh)
         keyScheduler = nil
         guard record.phase == .active, !stopping else { return }
         forgetIdleKeys()

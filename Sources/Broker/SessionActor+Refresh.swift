@@ -450,6 +450,8 @@ extension SessionActor {
     }
 
     func proactiveRefresh() async {
+        // Run by a wake: cancelled by a reschedule after `act(unlessCancelled:)` looked, while its action hopped here.
+        guard !Task.isCancelled else { return }
         scheduler = nil
         guard record.phase == .active, inFlight == nil else { return }
         _ = try? await joinOrStartRefresh(countAsCoalesced: false)

@@ -8,6 +8,11 @@ public protocol SharedStore: Sendable {
     var hostID: String { get }
     /// Takes the session's fleet-wide lock, waiting while another host holds it.
     func lock() async throws -> any SharedLease
+    /// The lock for a refresh: a store may answer a host that waited while the fleet's copy moved on
+    /// (another host's refresh, most often) with a lease it takes only if the host writes. Only a
+    /// refresh may: it writes its marker, fenced, before any upstream call, so losing that write costs
+    /// nothing; a login, logout or cookie change must hold the lease from its read to its write.
+    func lockForRefresh() async throws -> any SharedLease
     /// The fleet's copy as it is now, without the lock (nil: no host has written one yet):
     /// a compare-and-refresh reads first and takes the lock only if the store is still stale.
     func read() async throws -> SharedRecord?
@@ -23,6 +28,8 @@ public protocol SharedStore: Sendable {
 
 extension SharedStore {
     public func fleetStatus() -> FleetStatus? { nil }
+
+    public func lockForRefresh() async throws -> any SharedLease { try await lock() }
 
     /// A store without a plain read reads under its lock.
     public func read() async throws -> SharedRecord? {

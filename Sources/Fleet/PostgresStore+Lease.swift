@@ -12,10 +12,19 @@ import PostgresNIO
 extension PostgresStore {
     /// Takes the session's lease, waiting while another host holds it.
     public func lock() async throws -> any SharedLease {
+        try await lease(deferrable: false)
+    }
+
+    /// As `lock()`, but a host that waited while the copy moved on may get a lease taken only if it writes.
+    public func lockForRefresh() async throws -> any SharedLease {
+        try await lease(deferrable: true)
+    }
+
+    func lease(deferrable: Bool) async throws -> any SharedLease {
         await turns.take()
         let waited = ContinuousClock.now
         do {
-            let lease = try await takeLease()
+            let lease = try await takeLease(deferrable: deferrable)
             metrics?.lockWait.observe(ContinuousClock.now - waited)
             return lease
         } catch {
@@ -35,8 +44,10 @@ extension PostgresStore {
     /// fleet at expiry then takes the lease once, not once per host that
     /// waited. It tries to take the lease only when the copy did not change
     /// (its holder gave up, or stopped) or a refresh is marked (its holder
-    /// stopped mid-refresh).
-    func takeLease() async throws -> PostgresLease {
+    /// stopped mid-refresh). Only a refresh is `deferrable`: a login, logout or
+    /// cookie change holds the lease from its read to its write, or another
+    /// host's write between them would fence its own off unseen.
+    func takeLease(deferrable: Bool) async throws -> PostgresLease {
         let deadline = ContinuousClock.now + lockWait
         var seen: Int64?
         var pause = FleetTiming.firstLeaseWait
@@ -61,7 +72,9 @@ extension PostgresStore {
             let roundTrip = ContinuousClock.now - asked
             if state.remaining == 0 {
                 let current = Result { try open(state.row) }
-                if let seen, state.row.version > seen, (try? current.get())??.record.refreshStartedAt == nil {
+                if deferrable, let seen, state.row.version > seen,
+                    (try? current.get())??.record.refreshStartedAt == nil
+                {
                     return PostgresLease(store: self, epoch: nil, current: current)
                 }
                 if let (epoch, row) = try await tryTake() {

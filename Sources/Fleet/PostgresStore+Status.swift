@@ -31,6 +31,11 @@ struct StoreSightings: Sendable {
     /// What the store said about itself when last asked (see PostgresStore+Check), and whether it is being asked.
     var check: StoreFacts?
     var checking = false
+    /// When the store is asked next (nil: once the schema is ready), and the wait after a failed ask.
+    var nextCheck: ContinuousClock.Instant?
+    var checkBackoff: Duration = .zero
+    /// When a refused statement last brought the ask forward.
+    var refusalCheck: ContinuousClock.Instant?
 
     /// The status these sightings make at `now`; a lease seen with no time left is not shown as held.
     func status(

@@ -10,7 +10,8 @@ import Synchronization
 /// Every fleet statement is an autocommit statement or a short transaction,
 /// so nothing lives on a connection between them: it works through PgBouncer
 /// in transaction mode (no server connection pinned between transactions),
-/// and a host opens at most one connection at a time and none while idle (it
+/// and a host opens at most one connection at a time (the store check's two,
+/// every 10 minutes, aside) and none while idle (it
 /// closes `linger` after its last statement). Keepalive and the user timeout
 /// are set on the socket, not sent as startup parameters: a pooler refuses
 /// those (PgBouncer 1.18 accepts only client_encoding, DateStyle, TimeZone,

@@ -28,13 +28,14 @@ extension DoctorFleetCheck {
     static func judgePooler(_ pooler: String, check: String) -> DoctorResult {
         switch pooler {
         case "direct":
-            return .ok(check, "no pooler: each host holds a PostgreSQL backend only while it runs statements (2 s after the last)")
+            return .ok(
+                check, "each connection has a PostgreSQL backend of its own, on the port this host connects to: no pooler (or one in session mode on the database's own port); a host holds a backend only while it runs statements")
         case "transaction":
             return .ok(check, "a pooler in transaction mode: hosts share the pool's server connections")
         case "session":
             return .warn(
-                check, "a pooler in session mode: each host pins one server connection while it is connected, so the pool, not PostgreSQL, caps the fleet",
-                fix: "pool_mode = transaction for tokend's database in the pooler's configuration (tokend keeps no session state)")
+                check, "each connection has a server connection of its own, and PostgreSQL answers on another port: a pooler in session mode: each host pins one server connection while it is connected, so the pool, not PostgreSQL, caps the fleet (or a port forward or tunnel, which is fine)",
+                fix: "pool_mode = transaction for tokend's database in the pooler's configuration, if it is a pooler (tokend keeps no session state)")
         default:
             return .ok(check, "a pooler, or a proxy, whose mode two probe connections could not tell (server_round_robin?)")
         }
