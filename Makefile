@@ -73,13 +73,14 @@ unit-test:
 
 # Side by side on TEST_WORKERS pytest-xdist workers: the tests mostly wait on
 # their servers (run one at a time they keep a fifth to two fifths of one core
-# busy), so 4 workers use the 2 cores without crowding them. Tests that
+# busy; 4 workers kept 0.9 of the 2 cores busy, every worker busy to the end),
+# so 5 workers use the 2 cores without crowding them. Tests that
 # must not overlap are grouped by their marks (docs/testing.md); the 30 slowest
 # are listed after every run. The web view suite runs here against
 # tokend-webview; `make webview-test` runs it against every app (the C and
 # PyGObject ones too), as CI does. Long campaigns and soaks (@pytest.mark.long)
 # run in `make test-long` only: neither `make test` nor CI runs them.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 5
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup --durations=30
 integration-test: $(call needs,venv build webview)
 	TOKEND_WEBVIEW_APPS=swift $(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not long" Tests/integration
@@ -87,7 +88,10 @@ integration-test: $(call needs,venv build webview)
 test-long: venv build webview
 	TOKEND_WEBVIEW_APPS=swift $(PY) -m pytest -q $(PYTEST_PARALLEL) -m long Tests/integration
 
-TEST_PHASES = venv build-tests webview-build-tests $(TEST_BUILD_EXTRA) fuzz-build \
+# The parts' own builds (TEST_BUILD_EXTRA) and the fuzz build use about a core
+# each, in build directories of their own: one phase runs them side by side.
+space := $(subst ,, )
+TEST_PHASES = venv build-tests webview-build-tests $(subst $(space),+,$(strip $(TEST_BUILD_EXTRA) fuzz-build)) \
 	unit-test webview-unit-test integration-test fuzz-smoke $(TEST_EXTRA)
 test:
 	@mk/phases --phased "make test" "$(MAKE)" $(TEST_PHASES)
