@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import threading
+import time
 import urllib.parse
 
 import pytest
@@ -397,3 +398,34 @@ def test_a_page_gets_only_tokens_whose_audience_pages_may_have(resource_app):
     named = answer(f"tokend.getToken({{resource: {json.dumps(ADMIN_API)}}})")
     assert named["error"] == "io.tokend.Broker.PermissionDenied" and named["parameters"]["resource"] == ADMIN_API
     assert "resource not among session default's web-resources" in app.view.logs()
+
+
+@pytest.mark.parametrize("kind", [name for name in APPS if name == "swift"])
+def test_a_page_first_asked_for_after_the_3_s_wait_runs_when_the_jar_never_changed(kind, display, server, make_tokend,
+                                                                                    workdir):
+    """A session whose cookie jar never changed (no login) gets no cookies event on subscribing: its
+    status event alone tells the web view it has caught up. The web process is stopped before it
+    asks for anything and held past the 3 s a navigation waits for tokend; resumed, its first page
+    runs. (In the Swift core the C and GI apps share: the Swift app alone.)"""
+    site = WebApp()
+    daemon = make_tokend(server, **{"web-origins": json.dumps([site.origin])}).start()
+    view = WebView(display, daemon.socket, site.origin + "/remote", os.path.join(workdir, "webview.log"),
+                   os.path.join(workdir, "home"), app=kind)
+    try:
+        web = wait_for(lambda: view.descendants("WebKitWebProcess"), 30, "the web process")
+        for pid in web:
+            os.kill(pid, signal.SIGSTOP)
+        state = lambda pid: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        wait_for(lambda: all(state(pid) == "T" for pid in web), 10, "the web process stopped")
+        # WebKit's IPC connection has a thread of its own from its start: without one, nothing was asked yet.
+        threads = [open(f"/proc/{pid}/task/{task}/comm").read().strip()
+                   for pid in web for task in os.listdir(f"/proc/{pid}/task")]
+        assert "ReceiveQueue" not in threads, threads
+        time.sleep(5)  # the wait began before the web process did: tokend-webview attaches, then loads the page
+        for pid in web:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: any(path == "/ready" for path, _ in site.requests), 30, "the page running in the web view")
+        assert daemon.call(B + "GetStatus")[1]["parameters"]["status"]["cookieVersion"] == 0
+    finally:
+        view.close()  # a web process still stopped ends with it (bwrap's pid namespace)
+        site.stop()
