@@ -16,9 +16,16 @@ import Glibc
 /// A lane is one thread while it has descriptors to close and none
 /// otherwise, so one person's stuck close holds up only that person's other
 /// closes. Sockets get SO_LINGER off before their close. A person is stuck
-/// while a close of theirs has not returned for `stuckAfter`, or while
-/// `limit` of their descriptors wait: the server takes no further
-/// descriptors from them (`isStuck`) until their lane moves again.
+/// while `limit` of their descriptors wait, or while a close of theirs has
+/// not returned for `stuckAfter` and its thread sleeps in close(2): the
+/// server takes no further descriptors from them (`isStuck`) until their
+/// lane moves again. The clock alone would count a quick close whose thread
+/// the scheduler has not run for that long (a loaded machine: issue 50), or
+/// that has not reached close(2) yet; the kernel says which system call a
+/// thread sleeps in (/proc/self/task/TID/syscall: "running" for one on a CPU
+/// or waiting for one). Where /proc cannot say, the clock alone decides; a
+/// close seen asleep past `stuckAfter` stays stuck until it returns, and one
+/// that does not sleep but does not end either is bounded by `limit`.
 public final class DescriptorCloser: Sendable {
     public let limit: Int
     /// Descriptors of everyone waiting at most: past it the server takes no
@@ -26,6 +33,11 @@ public final class DescriptorCloser: Sendable {
     public let totalLimit: Int
     let stuckAfter: Duration
     private let lanes = Mutex<[UInt32: Lane]>([:])
+    #if TOKEND_TEST_HOOKS
+    /// Test builds only: runs on the lane's thread before each close, as a
+    /// thread held before its close (not run, or not there yet) would be.
+    let beforeClose = Mutex<(@Sendable (CInt) -> Void)?>(nil)
+    #endif
 
     private struct Lane {
         var queue: [CInt] = []
@@ -33,6 +45,10 @@ public final class DescriptorCloser: Sendable {
         var pending = 0
         /// When the close in progress began (CLOCK_MONOTONIC, ns).
         var closingSince: Int64?
+        /// The thread serving the lane, once it runs (nil where /proc does not say).
+        var thread: pid_t?
+        /// The close in progress was seen asleep in close(2) past `stuckAfter`.
+        var stuck = false
         /// A thread serves the lane.
         var running = false
     }
@@ -59,14 +75,20 @@ public final class DescriptorCloser: Sendable {
         lanes.withLock { $0[person]?.pending ?? 0 }
     }
 
-    /// Whether a close of `person`'s has not returned for `stuckAfter`, or
-    /// as many of their descriptors wait as may.
+    /// Whether as many of `person`'s descriptors wait as may, or a close of
+    /// theirs has not returned for `stuckAfter` and sleeps in close(2).
     public func isStuck(_ person: UInt32) -> Bool {
         let now = Self.monotonic()
         let after = stuckAfter.components.seconds * 1_000_000_000 + stuckAfter.components.attoseconds / 1_000_000_000
         return lanes.withLock { lanes in
             guard let lane = lanes[person] else { return false }
-            return lane.pending >= limit || lane.closingSince.map { now - $0 >= after } == true
+            if lane.pending >= limit || lane.stuck { return true }
+            guard let since = lane.closingSince, now - since >= after else { return false }
+            // Asked under the lock, so the answer is about this close: its thread cannot take the
+            // next one meanwhile (one whose close returned waits for the lock, in futex(2)).
+            let stuck = lane.thread.flatMap(Self.asleepInClose) ?? true
+            lanes[person]!.stuck = stuck
+            return stuck
         }
     }
 
@@ -106,16 +128,21 @@ public final class DescriptorCloser: Sendable {
 
     /// Closes the lane's descriptors in order; the lane ends once it is empty.
     private func drain(_ person: UInt32) {
-        while let fd = next(for: person) {
+        let thread = Self.currentThread()
+        while let fd = next(for: person, thread: thread) {
+            #if TOKEND_TEST_HOOKS
+            beforeClose.withLock { $0 }?(fd)
+            #endif
             Self.closeWithoutLinger(fd)
             lanes.withLock {
                 $0[person]?.pending -= 1
                 $0[person]?.closingSince = nil
+                $0[person]?.stuck = false
             }
         }
     }
 
-    private func next(for person: UInt32) -> CInt? {
+    private func next(for person: UInt32, thread: pid_t?) -> CInt? {
         let now = Self.monotonic()
         return lanes.withLock { lanes in
             guard let lane = lanes[person], !lane.queue.isEmpty else {
@@ -123,6 +150,7 @@ public final class DescriptorCloser: Sendable {
                 return nil
             }
             lanes[person]!.closingSince = now
+            lanes[person]!.thread = thread
             return lanes[person]!.queue.removeFirst()
         }
     }
