@@ -51,7 +51,16 @@ class AuthServer:
              "--access-ttl", str(access_ttl), *extra],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(directory, "server.log"), "a"),
             start_new_session=True)
-        wait_for(lambda: os.path.exists(os.path.join(directory, "ready")), 60, "authorization server")
+        wait_for(self._ready, 60, "authorization server")
+
+    def _ready(self):
+        if os.path.exists(os.path.join(self.directory, "ready")):
+            return True
+        if self.process.poll() is not None:
+            with open(os.path.join(self.directory, "server.log"), errors="replace") as log:
+                raise AssertionError(f"the authorization server exited ({self.process.returncode}): "
+                                     f"{log.read()[-2000:]}")
+        return False
 
     @property
     def issuer(self):
