@@ -121,7 +121,7 @@ let package = Package(
         .testTarget(name: "TokendInterfaceTests", dependencies: ["TokendInterface", "Varlink"], swiftSettings: strict),
         // The server loop over real sockets, and the reference Varlink certification suite against it.
         .testTarget(
-            name: "UnixServerTests", dependencies: ["Persons", "TestSupport", "TokendMetrics", "UnixServer", "Varlink", logging],
+            name: "UnixServerTests", dependencies: ["CSystemd", "Persons", "TestSupport", "TokendMetrics", "UnixServer", "Varlink", logging],
             resources: [.embedInCode("Resources/org.varlink.certification.varlink")], swiftSettings: strict),
         .testTarget(
             name: "TokendServerTests", dependencies: ["TestSupport", "TokendServer", "Broker", "Config", "UnixServer", "Varlink"],

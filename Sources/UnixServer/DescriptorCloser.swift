@@ -16,16 +16,22 @@ import Glibc
 /// A lane is one thread while it has descriptors to close and none
 /// otherwise, so one person's stuck close holds up only that person's other
 /// closes. Sockets get SO_LINGER off before their close. A person is stuck
-/// while `limit` of their descriptors wait, or while a close of theirs has
-/// not returned for `stuckAfter` and its thread sleeps in close(2): the
-/// server takes no further descriptors from them (`isStuck`) until their
-/// lane moves again. The clock alone would count a quick close whose thread
-/// the scheduler has not run for that long (a loaded machine: issue 50), or
-/// that has not reached close(2) yet; the kernel says which system call a
-/// thread sleeps in (/proc/self/task/TID/syscall: "running" for one on a CPU
-/// or waiting for one). Where /proc cannot say, the clock alone decides; a
-/// close seen asleep past `stuckAfter` stays stuck until it returns, and one
-/// that does not sleep but does not end either is bounded by `limit`.
+/// while `limit` of their descriptors wait, or while a close of theirs began
+/// `stuckAfter` ago and its thread sleeps in it: the server takes no further
+/// descriptors from them (`isStuck`) until their lane moves again.
+///
+/// "A close" is the lane thread's setsockopt(2) and close(2) of one
+/// descriptor (either can sleep for the peer: the socket's lock, the
+/// linger); the thread marks its start and end itself, without the lanes'
+/// lock. The clock alone would count a quick close whose thread the
+/// scheduler has not run for that long (a loaded machine: issue 50); the
+/// kernel says whether the thread sleeps (/proc/self/task/TID/stat, state S
+/// or D; R for one on a CPU or waiting for one), and inside the marks it can
+/// sleep only in those two calls. That file stays readable to tokend's own
+/// user when PR_SET_DUMPABLE is off, unlike /proc/…/syscall. Where /proc
+/// cannot say, the clock alone decides; a close seen asleep past
+/// `stuckAfter` stays stuck until it returns, and one that does not sleep but
+/// does not end either is bounded by `limit`.
 public final class DescriptorCloser: Sendable {
     public let limit: Int
     /// Descriptors of everyone waiting at most: past it the server takes no
@@ -34,8 +40,9 @@ public final class DescriptorCloser: Sendable {
     let stuckAfter: Duration
     private let lanes = Mutex<[UInt32: Lane]>([:])
     #if TOKEND_TEST_HOOKS
-    /// Test builds only: runs on the lane's thread before each close, as a
-    /// thread held before its close (not run, or not there yet) would be.
+    /// Test builds only: runs on the lane's thread once a close has begun,
+    /// before its setsockopt(2): a thread held there running, as one the
+    /// scheduler does not run for a while would be.
     let beforeClose = Mutex<(@Sendable (CInt) -> Void)?>(nil)
     #endif
 
@@ -43,14 +50,22 @@ public final class DescriptorCloser: Sendable {
         var queue: [CInt] = []
         /// Queued, and the one being closed.
         var pending = 0
-        /// When the close in progress began (CLOCK_MONOTONIC, ns).
-        var closingSince: Int64?
+        /// When the lane's close in progress began.
+        let closing = Closing()
         /// The thread serving the lane, once it runs (nil where /proc does not say).
         var thread: pid_t?
         /// The close in progress was seen asleep in close(2) past `stuckAfter`.
         var stuck = false
         /// A thread serves the lane.
         var running = false
+    }
+
+    /// When a lane's close in progress began (CLOCK_MONOTONIC, ns), 0 between
+    /// closes: written by the lane's thread alone, and not under the lanes'
+    /// lock, so a thread whose close has returned never waits for that lock
+    /// while it still counts as closing (it would then sleep, in futex(2)).
+    final class Closing: Sendable {
+        let since = Atomic<Int64>(0)
     }
 
     public init(limit: Int = 256, totalLimit: Int = 4096, stuckAfter: Duration = .seconds(1)) {
@@ -76,20 +91,28 @@ public final class DescriptorCloser: Sendable {
     }
 
     /// Whether as many of `person`'s descriptors wait as may, or a close of
-    /// theirs has not returned for `stuckAfter` and sleeps in close(2).
+    /// theirs began `stuckAfter` ago and its thread sleeps in it.
     public func isStuck(_ person: UInt32) -> Bool {
         let now = Self.monotonic()
         let after = stuckAfter.components.seconds * 1_000_000_000 + stuckAfter.components.attoseconds / 1_000_000_000
         return lanes.withLock { lanes in
             guard let lane = lanes[person] else { return false }
             if lane.pending >= limit || lane.stuck { return true }
-            guard let since = lane.closingSince, now - since >= after else { return false }
-            // Asked under the lock, so the answer is about this close: its thread cannot take the
-            // next one meanwhile (one whose close returned waits for the lock, in futex(2)).
-            let stuck = lane.thread.flatMap(Self.asleepInClose) ?? true
-            lanes[person]!.stuck = stuck
-            return stuck
+            let since = lane.closing.since.load(ordering: .acquiring)
+            guard since != 0, now - since >= after else { return false }
+            if let thread = lane.thread, let asleep = Self.asleep(thread) {
+                // Asleep when the kernel was asked, and still in the same close after: the sleep
+                // was in it (a thread past its close clears the mark before anything else).
+                guard asleep, lane.closing.since.load(ordering: .acquiring) == since else { return false }
+            }
+            lanes[person]!.stuck = true
+            return true
         }
+    }
+
+    /// The thread serving `person`'s lane, while one does.
+    func thread(for person: UInt32) -> pid_t? {
+        lanes.withLock { $0[person]?.thread }
     }
 
     /// Descriptors of everyone not yet closed.
@@ -129,29 +152,28 @@ public final class DescriptorCloser: Sendable {
     /// Closes the lane's descriptors in order; the lane ends once it is empty.
     private func drain(_ person: UInt32) {
         let thread = Self.currentThread()
-        while let fd = next(for: person, thread: thread) {
+        while let (fd, closing) = next(for: person, thread: thread) {
+            closing.since.store(Self.monotonic(), ordering: .releasing)
             #if TOKEND_TEST_HOOKS
             beforeClose.withLock { $0 }?(fd)
             #endif
             Self.closeWithoutLinger(fd)
+            closing.since.store(0, ordering: .releasing)
             lanes.withLock {
                 $0[person]?.pending -= 1
-                $0[person]?.closingSince = nil
                 $0[person]?.stuck = false
             }
         }
     }
 
-    private func next(for person: UInt32, thread: pid_t?) -> CInt? {
-        let now = Self.monotonic()
-        return lanes.withLock { lanes in
+    private func next(for person: UInt32, thread: pid_t?) -> (CInt, Closing)? {
+        lanes.withLock { lanes in
             guard let lane = lanes[person], !lane.queue.isEmpty else {
                 lanes[person] = nil
                 return nil
             }
-            lanes[person]!.closingSince = now
             lanes[person]!.thread = thread
-            return lanes[person]!.queue.removeFirst()
+            return (lanes[person]!.queue.removeFirst(), lane.closing)
         }
     }
 

@@ -29,8 +29,14 @@ import pytest
 from conftest import BIN, login, read_frame, wait_for
 
 B = "io.tokend.Broker."
-READER = (4310, 4310)  # may read the session
-NOBODY = (4311, 4311)  # may do nothing
+READER = (4320, 4320)  # may read the session
+NOBODY = (4321, 4321)  # may do nothing
+# The kernel counts the descriptors a user has in flight (sent over Unix sockets, not yet received)
+# across all of that user's processes, up to its RLIMIT_NOFILE: two of these tests at once, flooding
+# or holding descriptors as the same users, made each other's sends fail with ETOOMANYREFS (the
+# busy fresh-clone run: "Too many references: cannot splice"). Users of their own, one test at a time.
+pytestmark = pytest.mark.uses("uids 4320-4321", "descriptors in flight are counted per user, across "
+                              "processes: these tests flood and hold them as these two users")
 LINGER = 120
 
 
