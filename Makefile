@@ -8,7 +8,9 @@ DEPS_EXTRA :=
 TEST_EXTRA :=
 BENCH_EXTRA :=
 CLEAN_EXTRA :=
-# Builds `make test` makes before its tests, in order (a part's build of its own, e.g. webview-c).
+# Builds `make test` makes before its tests (a part's build of its own, e.g. webview-c), side by
+# side with the fuzz build: each in a build directory of its own, its packages installed before
+# (webview-deps installs webview-c's).
 TEST_BUILD_EXTRA :=
 # `make test` runs its phases one after another through mk/phases, which prints
 # their times at the end; each phase's make gets PHASED=1, and a prerequisite
@@ -88,8 +90,9 @@ integration-test: $(call needs,venv build webview)
 test-long: venv build webview
 	TOKEND_WEBVIEW_APPS=swift $(PY) -m pytest -q $(PYTEST_PARALLEL) -m long Tests/integration
 
-# The parts' own builds (TEST_BUILD_EXTRA) and the fuzz build use about a core
-# each, in build directories of their own: one phase runs them side by side.
+# The parts' own builds (TEST_BUILD_EXTRA) and the fuzz build, in build
+# directories of their own, ran at 1.0-1.1 cores on average each, one after
+# the other: one phase runs them side by side.
 space := $(subst ,, )
 TEST_PHASES = venv build-tests webview-build-tests $(subst $(space),+,$(strip $(TEST_BUILD_EXTRA) fuzz-build)) \
 	unit-test webview-unit-test integration-test fuzz-smoke $(TEST_EXTRA)

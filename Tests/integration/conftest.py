@@ -57,9 +57,12 @@ class AuthServer:
         if os.path.exists(os.path.join(self.directory, "ready")):
             return True
         if self.process.poll() is not None:
-            with open(os.path.join(self.directory, "server.log"), errors="replace") as log:
-                raise AssertionError(f"the authorization server exited ({self.process.returncode}): "
-                                     f"{log.read()[-2000:]}")
+            try:
+                with open(os.path.join(self.directory, "server.log"), errors="replace") as log:
+                    said = log.read()[-2000:]
+            except OSError as error:
+                said = f"(no log: {error})"
+            raise AssertionError(f"the authorization server exited ({self.process.returncode}): {said}")
         return False
 
     @property
