@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TOMLKit
 
 /// Who may do what, as tokend.toml's [access] tables say it: the global table

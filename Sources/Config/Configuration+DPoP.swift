@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// `dpop` and `dpop-key` (a session's), `tpm` ([daemon]): DPoP-bound tokens (RFC 9449).
 extension TableReader {

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Loopback
 import TOMLKit
 
@@ -106,12 +110,17 @@ extension Configuration {
         return configuration
     }
 
+    /// A-Z, a-z, 0-9: the ASCII scalars Foundation's `CharacterSet.alphanumerics` holds.
+    static func isASCIIAlphanumeric(_ scalar: Unicode.Scalar) -> Bool {
+        ("a"..."z").contains(scalar) || ("A"..."Z").contains(scalar) || ("0"..."9").contains(scalar)
+    }
+
     public static func isValidSessionName(_ name: String) -> Bool {
         guard let first = name.unicodeScalars.first, name.unicodeScalars.count <= 64,
-            CharacterSet.alphanumerics.contains(first), first.isASCII
+            isASCIIAlphanumeric(first)
         else { return false }
         return name.unicodeScalars.allSatisfy {
-            $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-_.".unicodeScalars.contains($0))
+            isASCIIAlphanumeric($0) || "-_.".unicodeScalars.contains($0)
         }
     }
 }

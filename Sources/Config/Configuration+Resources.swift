@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 extension TableReader {
     /// `resources`, `narrowing` and `resource-access` (RFC 8707 resource indicators).

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// tokend.toml's [user-sessions]: who may add sessions of their own at run
 /// time (AddSession), how many, and which authorization servers they may name.

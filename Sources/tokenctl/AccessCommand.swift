@@ -1,8 +1,16 @@
 import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendClient
 import TokendInterface
 import Varlink
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// `tokenctl access`: what this user (or, for root and tokend's admins, another) may do
 /// with each session, from the policy tokend holds: `kubectl auth can-i` for tokend.

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Glibc
 import TokendClient
 
@@ -52,7 +56,7 @@ actor Agent {
     }
 
     static func say(_ line: String) {
-        FileHandle.standardError.write(Data("tokenctl agent: \(line)\n".utf8))
+        StandardStream.error.write("tokenctl agent: \(line)\n")
     }
 
     /// Watches each readable session; when tokend goes away (a restart),

@@ -1,5 +1,9 @@
 import Config
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Glibc
 
 /// Whether this user may sign a session in (tokend's admin class: Login and

@@ -1,5 +1,9 @@
 import CSystemd
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Glibc
 
 /// A D-Bus value an agent's calls carry in a variant (a{sv} hints and options).

@@ -1,5 +1,9 @@
 import CSystemd
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Glibc
 import Synchronization
 
@@ -90,9 +94,7 @@ final class AgentBus: @unchecked Sendable {
                 return 0
             }, Unmanaged.passUnretained(sink).toOpaque())
         guard match >= 0 else { throw BusError("cannot listen to the notification server's signals", code: match) }
-        let thread = Thread { [self] in serve() }
-        thread.name = "session bus"
-        thread.start()
+        detachThread(named: "session bus") { [self] in serve() }
     }
 
     /// Runs `body` on the bus thread; throws when the connection has ended.

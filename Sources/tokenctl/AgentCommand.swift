@@ -1,7 +1,11 @@
 import ArgumentParser
 import Config
 import Dispatch
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Glibc
 import TokendClient
 

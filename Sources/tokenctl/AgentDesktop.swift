@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// What the agent asks of the desktop: notifications
 /// (org.freedesktop.Notifications, the Desktop Notifications Specification)
@@ -106,7 +110,6 @@ struct AgentDesktop: Sendable {
 
     /// Notification bodies may be read as markup (the "body-markup" capability).
     static func escaped(_ text: String) -> String {
-        text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
-            .replacingOccurrences(of: ">", with: "&gt;")
+        Text.htmlEscaped(text)
     }
 }

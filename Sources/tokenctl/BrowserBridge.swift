@@ -1,5 +1,9 @@
 import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Installs the native messaging host manifest (io.tokend.bridge) for one
 /// user or one browser profile, pointing at tokend-native-host.
@@ -37,7 +41,7 @@ struct BrowserBridgeCommand: AsyncParsableCommand {
     func run() throws {
         let hostPath = host ?? Self.besideThisProgram("tokend-native-host")
         guard FileManager.default.isExecutableFile(atPath: hostPath) else {
-            FileHandle.standardError.write(Data("tokenctl: \(hostPath) is not an executable; pass --host PATH\n".utf8))
+            StandardStream.error.write("tokenctl: \(hostPath) is not an executable; pass --host PATH\n")
             throw ExitCode(Exit.failure)
         }
         let directory = targetDirectory()
@@ -46,7 +50,7 @@ struct BrowserBridgeCommand: AsyncParsableCommand {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             try Data(manifest.utf8).write(to: URL(fileURLWithPath: "\(directory)/io.tokend.bridge.json"), options: .atomic)
         } catch {
-            FileHandle.standardError.write(Data("tokenctl: cannot write \(directory)/io.tokend.bridge.json: \(error)\n".utf8))
+            StandardStream.error.write("tokenctl: cannot write \(directory)/io.tokend.bridge.json: \(error)\n")
             throw ExitCode(Exit.failure)
         }
         print("installed \(directory)/io.tokend.bridge.json -> \(hostPath)")
@@ -54,7 +58,7 @@ struct BrowserBridgeCommand: AsyncParsableCommand {
 
     func targetDirectory() -> String {
         if let userDataDir { return "\(userDataDir)/NativeMessagingHosts" }
-        let home = ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory()
+        let home = ProcessInfo.processInfo.environment["HOME"] ?? FileManager.default.homeDirectoryForCurrentUser.path
         let config = ProcessInfo.processInfo.environment["XDG_CONFIG_HOME"] ?? "\(home)/.config"
         switch browser {
         case "chrome": return "\(config)/google-chrome/NativeMessagingHosts"

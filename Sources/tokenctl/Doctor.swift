@@ -1,5 +1,9 @@
 import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Glibc
 import TokendClient
 import TokendInterface
@@ -31,7 +35,7 @@ struct DoctorCommand: AsyncParsableCommand {
         func report(_ results: [DoctorResult]) {
             // Written at once, so a slow check (a provider that does not answer) shows where it is.
             for result in results {
-                FileHandle.standardOutput.write(Data(((json ? jsonText(result.json) : result.line) + "\n").utf8))
+                StandardStream.output.write((json ? jsonText(result.json) : result.line) + "\n")
                 failed = failed || result.outcome == .fail
             }
         }

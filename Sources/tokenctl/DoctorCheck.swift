@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Varlink
 
 /// One line of `tokenctl doctor`: what was checked, how it went, and for
@@ -46,7 +50,7 @@ struct DoctorResult: Equatable, Sendable {
     /// "FAIL  socket: … — fix: …", the outcome padded so the checks line up;
     /// always one line (a tool's several lines are joined with "; ").
     var line: String {
-        let outcome = self.outcome.rawValue.padding(toLength: 5, withPad: " ", startingAt: 0)
+        let outcome = self.outcome.rawValue + String(repeating: " ", count: 5 - self.outcome.rawValue.count)
         let fix = self.fix.map { " — fix: \($0)" } ?? ""
         return "\(outcome) \(check): \(detail)\(fix)"
             .split(whereSeparator: \.isNewline).joined(separator: "; ")

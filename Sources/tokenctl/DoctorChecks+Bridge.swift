@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Varlink
 
 /// The browser bridge for this user: native messaging host manifests
@@ -53,7 +57,7 @@ enum DoctorBridgeCheck {
     }
 
     static func run(webOrigins: Bool, user: String, environment: [String: String]) -> DoctorResult {
-        let home = environment["HOME"] ?? NSHomeDirectory()
+        let home = environment["HOME"] ?? FileManager.default.homeDirectoryForCurrentUser.path
         let configHome = environment["XDG_CONFIG_HOME"] ?? "\(home)/.config"
         var found: [(browser: String, path: String, problem: String?)] = []
         for (browser, directory) in directories(home: home, configHome: configHome) {

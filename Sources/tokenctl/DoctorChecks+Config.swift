@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Glibc
 
 /// The configuration parses: `tokend --check-config` reads it with tokend's
@@ -28,7 +32,7 @@ enum DoctorConfigCheck {
             line.hasPrefix("tokend: ") ? String(line.dropFirst("tokend: ".count)) : String(line)
         }.joined(separator: "; ")
         if status == 0 { return .ok(name, said.isEmpty ? "\(config): valid" : said) }
-        if let standIns, said.contains(standIns) {
+        if let standIns, said.includes(standIns) {
             return .ok(name, "\(config) parses; its secret or key is a credential of tokend.service, which tokend checks when it starts")
         }
         return .fail(
@@ -53,7 +57,7 @@ struct CredentialStandIns {
         let directory = String(cString: made)
         // Long enough for any length check of a secret (client_secret_jwt's HS256 wants 32 bytes).
         let placeholder = Data((String(repeating: "x", count: 64) + "\n").utf8)
-        for name in names where !name.contains("/") {
+        for name in names where !name.includes("/") {
             _ = FileManager.default.createFile(
                 atPath: "\(directory)/\(name)", contents: placeholder, attributes: [.posixPermissions: 0o600])
         }

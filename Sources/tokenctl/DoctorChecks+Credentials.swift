@@ -1,5 +1,9 @@
 import Config
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Glibc
 
 /// A session's secret, key and password files, by tokend's rule
@@ -31,8 +35,8 @@ enum DoctorCredentialCheck {
         for line in text.split(separator: "\n") {
             let parts = line.split(separator: "=", maxSplits: 1)
             guard parts.count == 2 else { continue }
-            let setting = parts[0].trimmingCharacters(in: .whitespaces)
-            let value = parts[1].split(separator: ":", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            let setting = parts[0].trimmingWhitespace
+            let value = parts[1].split(separator: ":", maxSplits: 1).map { $0.trimmingWhitespace }
             guard let name = value.first, !name.isEmpty else { continue }
             switch setting {
             case "LoadCredential":

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Glibc
 import TokendClient
 
@@ -10,7 +14,7 @@ enum DoctorDPoPCheck {
         let check = "DPoP (\(session))"
         var results: [DoctorResult] = []
         if let problem = dpop.problem {
-            let fix = problem.contains("log in again")
+            let fix = problem.includes("log in again")
                 ? "tokenctl login --session \(session) (a new login makes a new key)"
                 : "tokenctl status --session \(session), and tokend's journal"
             results.append(.fail(check, problem, fix: fix))

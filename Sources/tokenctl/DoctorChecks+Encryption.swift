@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Varlink
 
 /// Encryption at rest: the state key tokend seals session files with

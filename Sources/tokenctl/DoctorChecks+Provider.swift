@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// The provider answers, over TLS that verifies, and its clock agrees with
 /// this machine's. curl asks (the system's CAs, no proxy, as tokend connects).
@@ -58,13 +62,13 @@ enum DoctorProviderCheck {
         ])
         var answer = Answer(
             url: url, curlStatus: output?.status ?? 127,
-            curlMessage: (output?.standardError ?? "curl cannot be run").trimmingCharacters(in: .whitespacesAndNewlines),
+            curlMessage: (output?.standardError ?? "curl cannot be run").trimmingWhitespaceAndNewlines,
             receivedAt: Date())
         for line in (output?.standardOutput ?? "").split(whereSeparator: \.isNewline) {
             if line.hasPrefix("HTTP/") {
                 answer.httpStatus = line.split(separator: " ").dropFirst().first.flatMap { Int($0) }
             } else if line.lowercased().hasPrefix("date:") {
-                answer.date = httpDate(String(line.dropFirst(5)).trimmingCharacters(in: .whitespaces))
+                answer.date = httpDate(line.dropFirst(5).trimmingWhitespace)
             }
         }
         return answer
@@ -72,11 +76,7 @@ enum DoctorProviderCheck {
 
     /// RFC 9110's IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT").
     static func httpDate(_ text: String) -> Date? {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        return formatter.date(from: text)
+        HTTPDate.parse(text).map { Date(timeIntervalSince1970: TimeInterval($0)) }
     }
 
     static func judge(_ answer: Answer, session: String, isDiscovery: Bool) -> DoctorResult {

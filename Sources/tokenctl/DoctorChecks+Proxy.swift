@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendClient
 
 /// tokend-proxy's user unit (systemd/user/tokend-proxy.service) takes its
@@ -15,14 +19,14 @@ enum DoctorProxyCheck {
 
     /// UPSTREAM and SESSION (default "default") of proxy.env, nil without one.
     static func setting(environment: [String: String]) -> Setting? {
-        let home = environment["HOME"] ?? NSHomeDirectory()
+        let home = environment["HOME"] ?? FileManager.default.homeDirectoryForCurrentUser.path
         let directory = environment["XDG_CONFIG_HOME"] ?? home + "/.config"
         guard let text = try? String(contentsOfFile: directory + "/tokend/proxy.env", encoding: .utf8) else { return nil }
         var values: [String: String] = [:]
         for line in text.split(whereSeparator: \.isNewline) where !line.hasPrefix("#") {
-            let parts = line.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            let parts = line.split(separator: "=", maxSplits: 1).map { $0.trimmingWhitespace }
             guard parts.count == 2 else { continue }
-            values[parts[0]] = parts[1].trimmingCharacters(in: CharacterSet(charactersIn: "\"'"))
+            values[parts[0]] = parts[1].trimming { $0 == "\"" || $0 == "'" }
         }
         guard let upstream = values["UPSTREAM"], !upstream.isEmpty else { return nil }
         return Setting(upstream: upstream, session: values["SESSION"] ?? "default")

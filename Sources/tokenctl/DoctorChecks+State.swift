@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Glibc
 
 /// Owner and mode of a path, as stat(2) found them.
@@ -120,7 +124,7 @@ enum DoctorStateCheck {
                 results.append(problem)
             }
         }
-        for name in names.sorted() where name.contains(".session.corrupt-") {
+        for name in names.sorted() where name.includes(".session.corrupt-") {
             results.append(
                 .warn(
                     "state file", "\(realPath)/\(name) is a corrupt state file tokend moved aside",

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Glibc
 
 /// systemd, when it is PID 1 here: the unit's text and properties through systemctl.
@@ -31,10 +35,10 @@ struct DoctorSystemd {
             let parts = line.split(separator: "=", maxSplits: 1)
             guard parts.count == 2,
                 ["LoadCredential", "LoadCredentialEncrypted", "SetCredential", "SetCredentialEncrypted"].contains(
-                    parts[0].trimmingCharacters(in: .whitespaces))
+                    parts[0].trimmingWhitespace)
             else { continue }
             let name = parts[1].split(separator: ":", maxSplits: 1).first.map(String.init) ?? ""
-            if !name.isEmpty { names.insert(name.trimmingCharacters(in: .whitespaces)) }
+            if !name.isEmpty { names.insert(name.trimmingWhitespace) }
         }
         return names
     }

@@ -1,4 +1,12 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#endif
 
 /// Another program the doctor asks (tokend, curl, systemctl): found beside
 /// tokenctl or on PATH, run to its end, its output kept.
@@ -26,46 +34,12 @@ struct DoctorProgram {
     /// nil when it cannot be started. Its output is read while it runs, so a
     /// long answer never blocks it on a full pipe.
     func run(_ arguments: [String], environment: [String: String]? = nil) -> Output? {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        if let environment { process.environment = environment }
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = FileHandle.nullDevice
-        do {
-            try process.run()
-        } catch {
+        guard let child = ChildProcess.start(path, arguments: arguments, environment: environment, capture: true) else {
             return nil
         }
-        // Standard error is drained on another thread while standard output is read here.
-        let errorData = DrainedPipe(errors)
-        let outputData = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
+        let outcome = child.finish()
         return Output(
-            status: process.terminationStatus, standardOutput: String(decoding: outputData, as: UTF8.self),
-            standardError: String(decoding: errorData.wait(), as: UTF8.self))
-    }
-}
-
-/// A pipe read to its end on a thread of its own.
-private final class DrainedPipe: @unchecked Sendable {
-    private var data = Data()
-    private let done = DispatchSemaphore(value: 0)
-
-    init(_ pipe: Pipe) {
-        let handle = pipe.fileHandleForReading
-        Thread.detachNewThread { [self] in
-            data = handle.readDataToEndOfFile()
-            done.signal()
-        }
-    }
-
-    /// Everything written to the pipe, once its writer closed it.
-    func wait() -> Data {
-        done.wait()
-        return data
+            status: outcome.status, standardOutput: String(decoding: outcome.output, as: UTF8.self),
+            standardError: String(decoding: outcome.errors, as: UTF8.self))
     }
 }

@@ -1,5 +1,9 @@
 import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Loopback
 import TokendClient
 import Varlink
@@ -37,8 +41,8 @@ struct GitCredentialCommand: AsyncParsableCommand {
         let asked = operation == "get" || operation == "erase"  // store: tokend keeps the token
         guard asked || session != nil else { return }
         guard let client = try? await TokendClient.connect(socket: socket) else {
-            FileHandle.standardError.write(Data(
-                "tokenctl git-credential: tokend is not reachable at \(TokendClient.socketPath(socket)): no token from it\n".utf8))
+            StandardStream.error.write(
+                "tokenctl git-credential: tokend is not reachable at \(TokendClient.socketPath(socket)): no token from it\n")
             return
         }
         if let session {
@@ -46,18 +50,18 @@ struct GitCredentialCommand: AsyncParsableCommand {
                 _ = try await client.status(session: session)
             } catch .noSuchSession {
                 let (code, advice) = Common.advice(for: .noSuchSession(session: session), session: session)
-                FileHandle.standardError.write(Data("tokenctl: \(TokendClientError.noSuchSession(session: session))\n  \(advice)\n".utf8))
+                StandardStream.error.write("tokenctl: \(TokendClientError.noSuchSession(session: session))\n  \(advice)\n")
                 throw ExitCode(code)
             } catch {
-                FileHandle.standardError.write(Data("tokenctl git-credential: \(error)\n".utf8))
+                StandardStream.error.write("tokenctl git-credential: \(error)\n")
                 return
             }
         }
         guard asked, let host = request.fields["host"] else { return }
         // A bearer token travels only encrypted, or to this machine.
         guard Loopback.isSafeScheme(request.fields["protocol"], host: Self.withoutPort(host)) else {
-            FileHandle.standardError.write(
-                Data("tokenctl git-credential: no token for \(request.fields["protocol"] ?? "?")://\(host): only https (or http to 127.0.0.1/[::1])\n".utf8))
+            StandardStream.error.write(
+                "tokenctl git-credential: no token for \(request.fields["protocol"] ?? "?")://\(host): only https (or http to 127.0.0.1/[::1])\n")
             return
         }
         guard let sessions = try? await client.sessions(),
@@ -89,7 +93,7 @@ struct GitCredentialCommand: AsyncParsableCommand {
             answer.append(("password_expiry_utc", String(token.expiresAt)))
             print(answer.map { "\($0.0)=\($0.1)" }.joined(separator: "\n"))
         } catch {
-            FileHandle.standardError.write(Data("tokenctl git-credential: \(error)\n".utf8))
+            StandardStream.error.write("tokenctl git-credential: \(error)\n")
         }
     }
 
@@ -137,15 +141,13 @@ struct KubeCredentialCommand: AsyncParsableCommand {
             try await client.token(session: common.session, resource: key.resource, scope: key.scope)
         }
         try refuseDPoPBound(token, by: "kube-credential")
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        let expiry = formatter.string(from: Date(timeIntervalSince1970: TimeInterval(token.expiresAt)))
+        let expiry = rfc3339(token.expiresAt)
         let credential: JSONValue = [
             "apiVersion": .string(Self.apiVersion(ProcessInfo.processInfo.environment["KUBERNETES_EXEC_INFO"])),
             "kind": "ExecCredential",
             "status": ["token": .string(token.accessToken), "expirationTimestamp": .string(expiry)],
         ]
-        FileHandle.standardOutput.write(Data((JSONWriter.string(credential) + "\n").utf8))
+        StandardStream.output.write(JSONWriter.string(credential) + "\n")
     }
 
     /// The apiVersion kubectl asked for in KUBERNETES_EXEC_INFO; v1 by default.
@@ -185,7 +187,7 @@ struct ExecCommand: AsyncParsableCommand {
         setenv("TOKEND_TOKEN_TYPE", token.isDPoPBound ? "DPoP" : "Bearer", 1)
         let argv = arguments.map { strdup($0) } + [nil]
         execvp(program, argv)
-        FileHandle.standardError.write(Data("tokenctl: cannot run \(program): \(String(cString: strerror(errno)))\n".utf8))
+        StandardStream.error.write("tokenctl: cannot run \(program): \(String(cString: strerror(errno)))\n")
         throw ExitCode(Exit.commandNotRunnable)
     }
 }

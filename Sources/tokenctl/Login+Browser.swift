@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendClient
 
 /// A browser login as tokenctl makes one: a loopback listener (at the
@@ -48,7 +52,7 @@ struct BrowserLogin: Sendable {
             } catch .invalidCallback(let reason) {
                 // Not the answer to this login (a stale tab, another program): keep waiting.
                 LoopbackListener.respond(connection, status: "400 Bad Request", title: "Not accepted", message: reason)
-                FileHandle.standardError.write(Data("\ntokenctl: ignored a callback: \(reason)\n".utf8))
+                StandardStream.error.write("\ntokenctl: ignored a callback: \(reason)\n")
             } catch {
                 LoopbackListener.respond(
                     connection, status: "200 OK", title: "Login failed", message: "\(error) You can close this tab.")
@@ -61,11 +65,6 @@ struct BrowserLogin: Sendable {
 
     /// Starts the desktop's browser on `url` with xdg-open, not waiting for it.
     static func startBrowser(_ url: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["xdg-open", url]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try? process.run()
+        ChildProcess.start("/usr/bin/env", arguments: ["xdg-open", url], capture: false)?.reapWhenItEnds()
     }
 }

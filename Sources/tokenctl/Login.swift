@@ -1,6 +1,10 @@
 import ArgumentParser
 import Dispatch
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendClient
 
 #if canImport(Glibc)
@@ -57,13 +61,13 @@ struct LoginCommand: AsyncParsableCommand {
         }
         let client = try await common.connect()
         let status = flow == "device" ? try await deviceLogin(client) : try await browserLogin(client)
-        FileHandle.standardError.write(Data("Logged in.\n".utf8))
+        StandardStream.error.write("Logged in.\n")
         show(status)
     }
 
     /// A prompt: on standard output, or standard error when that is the JSON's.
     func say(_ text: String) {
-        if json { FileHandle.standardError.write(Data((text + "\n").utf8)) } else { print(text) }
+        if json { StandardStream.error.write(text + "\n") } else { print(text) }
     }
 
     func show(_ status: SessionStatus) {
@@ -100,7 +104,7 @@ struct LoginCommand: AsyncParsableCommand {
         } catch let error as ListenerError {
             // Not even a free port on loopback: the device flow needs no listener.
             let hint = error.exactAddress ? "" : "  Use --device instead.\n"
-            FileHandle.standardError.write(Data("tokenctl: \(error)\n\(hint)".utf8))
+            StandardStream.error.write("tokenctl: \(error)\n\(hint)")
             throw ExitCode(Exit.failure)
         }
         let cancel = cancelOnInterrupt(client, browser.login)
@@ -117,16 +121,16 @@ struct LoginCommand: AsyncParsableCommand {
         let text: String
         if let refreshTokenFile {
             guard let data = FileManager.default.contents(atPath: refreshTokenFile) else {
-                FileHandle.standardError.write(Data("tokenctl: cannot read \(refreshTokenFile)\n".utf8))
+                StandardStream.error.write("tokenctl: cannot read \(refreshTokenFile)\n")
                 throw ExitCode(Exit.failure)
             }
             text = String(decoding: data, as: UTF8.self)
         } else {
             text = readLine(strippingNewline: true) ?? ""
         }
-        let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        let token = text.trimmingWhitespaceAndNewlines
         guard !token.isEmpty else {
-            FileHandle.standardError.write(Data("tokenctl: no refresh token given (pipe it in or use --refresh-token-file)\n".utf8))
+            StandardStream.error.write("tokenctl: no refresh token given (pipe it in or use --refresh-token-file)\n")
             throw ExitCode(Exit.failure)
         }
         let client = try await common.connect()
@@ -135,11 +139,11 @@ struct LoginCommand: AsyncParsableCommand {
             status = try await client.login(session: common.session, refreshToken: token)
         } catch .loginRequired(let session, let reason) {
             // The provider refused the token handed in: a refused login (8), not a session to log in (2).
-            FileHandle.standardError.write(Data("""
+            StandardStream.error.write("""
                 tokenctl: the token endpoint refused this refresh token for session \(session) (\(reason))
                   \(Common.advice(for: .loginDenied(reason: reason), session: common.session).1)
 
-                """.utf8))
+                """)
             throw ExitCode(Exit.loginFailed)
         } catch {
             let _: Void = try await common.run { throw error }
@@ -149,11 +153,11 @@ struct LoginCommand: AsyncParsableCommand {
         if status.state != "active" {
             // Stored, but not yet exchanged: the endpoint did not answer. tokend keeps trying it.
             let sessionFlag = common.session.map { " --session \($0)" } ?? ""
-            FileHandle.standardError.write(Data("""
+            StandardStream.error.write("""
                 tokenctl: the refresh token is stored, but the token endpoint did not answer (\(status.lastError ?? status.state));                 tokend keeps retrying
                   `tokenctl status\(sessionFlag)` shows when it succeeds.
 
-                """.utf8))
+                """)
             throw ExitCode(Exit.upstreamUnavailable)
         }
     }
@@ -169,7 +173,7 @@ struct LoginCommand: AsyncParsableCommand {
                 if let second = try? await TokendClient.connect(socket: client.socket) {
                     try? await second.cancelLogin(id: login.id)
                 }
-                FileHandle.standardError.write(Data("\nLogin cancelled.\n".utf8))
+                StandardStream.error.write("\nLogin cancelled.\n")
                 Glibc.exit(Exit.interrupted)
             }
         }
@@ -180,17 +184,17 @@ struct LoginCommand: AsyncParsableCommand {
     /// "Waiting for approval... 12 s" on a terminal, once per second; a single line otherwise.
     func showWaiting(_ what: String) -> Task<Void, Never> {
         guard isatty(2) != 0 else {
-            FileHandle.standardError.write(Data("\(what) (Ctrl-C cancels)...\n".utf8))
+            StandardStream.error.write("\(what) (Ctrl-C cancels)...\n")
             return Task {}
         }
         return Task {
             var seconds = 0
             while !Task.isCancelled {
-                FileHandle.standardError.write(Data("\r\(what) (Ctrl-C cancels)... \(seconds) s ".utf8))
+                StandardStream.error.write("\r\(what) (Ctrl-C cancels)... \(seconds) s ")
                 try? await Task.sleep(for: .seconds(1))
                 seconds += 1
             }
-            FileHandle.standardError.write(Data("\n".utf8))
+            StandardStream.error.write("\n")
         }
     }
 }

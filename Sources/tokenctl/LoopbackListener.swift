@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import HTTPHead
 import Loopback
 import Persons
@@ -35,7 +39,7 @@ final class LoopbackListener: @unchecked Sendable {
     /// The Host names this listener; another site's page may only navigate here.
     let pages: WebPageRule
     private let fd: Int32
-    let startPath = "/start/" + (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+    let startPath = "/start/" + (0..<16).map { _ in cFormat("%02x", UInt8.random(in: 0...255)) }.joined()
 
     /// `redirectURI`: the exact `http://127.0.0.1:PORT/PATH` or
     /// `http://[::1]:PORT/PATH` to listen at; nil: 127.0.0.1, a free port, /callback.
@@ -89,7 +93,7 @@ final class LoopbackListener: @unchecked Sendable {
     /// requests (a favicon) get 404. nil when `deadline` passes.
     func nextCallback(until deadline: Date, authorizationURL: String) async -> (url: String, connection: Int32)? {
         await withCheckedContinuation { continuation in
-            Thread.detachNewThread {
+            detachThread {
                 continuation.resume(returning: self.waitForCallback(until: deadline, authorizationURL: authorizationURL))
             }
         }
@@ -175,10 +179,7 @@ final class LoopbackListener: @unchecked Sendable {
 
     /// A small page for the browser tab, then the connection is closed.
     static func respond(_ connection: Int32, status: String, title: String, message: String) {
-        let escaped = { (text: String) in
-            text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
-                .replacingOccurrences(of: ">", with: "&gt;")
-        }
+        let escaped = Text.htmlEscaped
         let body = """
             <!doctype html><meta charset="utf-8"><title>tokend: \(escaped(title))</title>
             <body style="font-family:sans-serif;margin:3em"><h1 id="result">\(escaped(title))</h1>

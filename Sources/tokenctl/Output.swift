@@ -1,18 +1,41 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendClient
 import Varlink
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// A time as every human output of tokenctl writes it (tokenctl(1), CONVENTIONS): local "10:42" today,
 /// "2026-05-28 10:42" on another day, then how far it is: "10:42 (in 5 min)". --json writes RFC 3339.
-func humanTime(_ unix: Int, now: Int = Int(Date().timeIntervalSince1970), zone: TimeZone = .current) -> String {
+func humanTime(_ unix: Int, now: Int = Int(Date().timeIntervalSince1970), zone: Zone = .local) -> String {
     StatusAdvice.time(unix, now: now, zone: zone)
+}
+
+/// `arguments` as C's printf writes them with `format` (as `String(format:)` did: it formats numbers
+/// with the C library too).
+func cFormat(_ format: String, _ arguments: CVarArg...) -> String {
+    withVaList(arguments) { list in
+        var buffer = [CChar](repeating: 0, count: 512)
+        let length = Int(vsnprintf(&buffer, buffer.count, format, list))
+        guard length >= buffer.count else { return buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } }
+        return withVaList(arguments) { again in
+            buffer = [CChar](repeating: 0, count: length + 1)
+            _ = vsnprintf(&buffer, buffer.count, format, again)
+            return buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        }
+    }
 }
 
 func jsonText(_ value: JSONValue) -> String { JSONWriter.string(value) }
 
 /// A Unix time as RFC 3339 in UTC: "2026-12-01T23:41:33Z".
 func rfc3339(_ unix: Int) -> String {
-    ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: TimeInterval(unix)))
+    Date(timeIntervalSince1970: TimeInterval(unix)).formatted(Date.ISO8601FormatStyle())
 }
 
 /// tokenctl's JSON conventions on top of tokend's wire values (Unix seconds, modes as numbers):

@@ -1,5 +1,9 @@
 import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendClient
 
 /// `tokenctl proof`: the two header lines of one DPoP request, for `curl -H @-`.
@@ -23,7 +27,7 @@ struct ProofCommand: AsyncParsableCommand {
         do {
             made = try await client.proof(session: common.session, resource: resource, method: method, url: url, nonce: nonce)
         } catch .invalidParameter("url") {
-            FileHandle.standardError.write(Data(Self.refused(url: url, session: common.session ?? "default").utf8))
+            StandardStream.error.write(Self.refused(url: url, session: common.session ?? "default"))
             throw ExitCode(Exit.failure)
         } catch {
             made = try await common.run { throw error }
@@ -48,7 +52,7 @@ struct ProofCommand: AsyncParsableCommand {
 /// refuses it, rather than send it as Bearer where it is useless (or, worse, taken).
 func refuseDPoPBound(_ token: AccessToken, by command: String) throws {
     guard token.isDPoPBound else { return }
-    FileHandle.standardError.write(Data(
-        "tokenctl \(command): this session's tokens are DPoP-bound (RFC 9449): each request needs a proof of tokend's key, which a token alone cannot carry\n  Use tokenctl proof --method M --url U (or tokend-proxy) for such requests.\n".utf8))
+    StandardStream.error.write(
+        "tokenctl \(command): this session's tokens are DPoP-bound (RFC 9449): each request needs a proof of tokend's key, which a token alone cannot carry\n  Use tokenctl proof --method M --url U (or tokend-proxy) for such requests.\n")
     throw ExitCode(Exit.failure)
 }

@@ -1,5 +1,9 @@
 import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendClient
 
 #if canImport(Glibc)
@@ -46,14 +50,14 @@ struct ProxyCommand: AsyncParsableCommand {
         let name = name
         let status = try await common.run { try await client.status(session: name) }
         guard let resource = status.resources.first, let target = ProxyTarget(resource: resource) else {
-            FileHandle.standardError.write(Data(("tokenctl: session \(status.session) has no resource to proxy to\n"
+            StandardStream.error.write("tokenctl: session \(status.session) has no resource to proxy to\n"
                 + "  tokenctl proxy serves a session's first resource; for another server run "
-                + "tokend-proxy --session \(name) --upstream URL --listen tcp:127.0.0.1:PORT\n").utf8))
+                + "tokend-proxy --session \(name) --upstream URL --listen tcp:127.0.0.1:PORT\n")
             throw ExitCode(Exit.failure)
         }
         guard let program = ProxyTarget.program() else {
-            FileHandle.standardError.write(Data(
-                "tokenctl: tokend-proxy is neither beside tokenctl nor on PATH\n  install it with tokend (it is part of the package)\n".utf8))
+            StandardStream.error.write(
+                "tokenctl: tokend-proxy is neither beside tokenctl nor on PATH\n  install it with tokend (it is part of the package)\n")
             throw ExitCode(Exit.failure)
         }
         var arguments = [
@@ -67,7 +71,7 @@ struct ProxyCommand: AsyncParsableCommand {
         fflush(nil)
         let (path, argv) = free?.exec(arguments) ?? (program, arguments)
         execv(path, argv.map { strdup($0) } + [nil])
-        FileHandle.standardError.write(Data("tokenctl: cannot run \(program): \(String(cString: strerror(errno)))\n".utf8))
+        StandardStream.error.write("tokenctl: cannot run \(program): \(String(cString: strerror(errno)))\n")
         throw ExitCode(Exit.failure)
     }
 }
@@ -84,8 +88,8 @@ struct FreePort {
         guard fd >= 0, LoopbackAddress.ipv4(port: 0).bind(fd) == 0, listen(fd, 1024) == 0,
             let bound = LoopbackAddress.of(fd, getsockname)
         else {
-            FileHandle.standardError.write(Data(
-                "tokenctl: cannot listen on 127.0.0.1: \(String(cString: strerror(errno)))\n  name a port or a path with --listen\n".utf8))
+            StandardStream.error.write(
+                "tokenctl: cannot listen on 127.0.0.1: \(String(cString: strerror(errno)))\n  name a port or a path with --listen\n")
             throw ExitCode(Exit.failure)
         }
         self.fd = fd
@@ -158,7 +162,7 @@ struct ProxyTarget: Equatable {
             let host = String(text[text.index(text.startIndex, offsetBy: 4)..<colon])
             let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
             if LoopbackAddress(host: bare, port: 0) != nil {
-                return .tcp(host: bare.contains(":") ? "[\(bare)]" : bare, port: port)
+                return .tcp(host: bare.includes(":") ? "[\(bare)]" : bare, port: port)
             }
         }
         throw ValidationError(
@@ -170,7 +174,7 @@ struct ProxyTarget: Equatable {
     static func program() -> String? {
         var places: [String] = []
         if let me = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            places.append((me as NSString).deletingLastPathComponent)
+            places.append(URL(fileURLWithPath: me).deletingLastPathComponent().path)
         }
         places += (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":").map(String.init)
         return places.map { $0 + "/tokend-proxy" }.first { access($0, X_OK) == 0 }

@@ -1,5 +1,9 @@
 import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendClient
 import TokendInterface
 import Varlink
@@ -49,15 +53,14 @@ struct ShareCreateCommand: AsyncParsableCommand {
         let path = ShareFile.absolute(path)
         let mode = try ShareFile.mode(mode)
         if mode & 0o077 != 0 {
-            FileHandle.standardError.write(Data(
-                "tokenctl: warning: mode \(String(mode, radix: 8)) lets users other than you connect to \(path) and get this session's tokens as you may have them\n"
-                    .utf8))
+            StandardStream.error.write(
+                "tokenctl: warning: mode \(String(mode, radix: 8)) lets users other than you connect to \(path) and get this session's tokens as you may have them\n")
         }
         let file: ShareFile
         do {
             file = try ShareFile.bind(path, mode: mode)
         } catch {
-            FileHandle.standardError.write(Data("tokenctl: cannot share at \(path): \(error.reason)\n".utf8))
+            StandardStream.error.write("tokenctl: cannot share at \(path): \(error.reason)\n")
             throw ExitCode(Exit.failure)
         }
         let share: Share
@@ -128,17 +131,16 @@ func shareRun<T: Sendable>(_ common: Common, _ body: @escaping @Sendable () asyn
             let p = error.parameters
             switch error.name {
             case BrokerInterface.Error.shareRefused:
-                FileHandle.standardError.write(Data(
-                    "tokenctl: tokend refused the share at \(p["path"]?.stringValue ?? ""): \(p["reason"]?.stringValue ?? "")\n".utf8))
+                StandardStream.error.write(
+                    "tokenctl: tokend refused the share at \(p["path"]?.stringValue ?? ""): \(p["reason"]?.stringValue ?? "")\n")
                 throw ExitCode(Exit.permissionDenied)
             case BrokerInterface.Error.tooManyShares:
-                FileHandle.standardError.write(Data(
-                    "tokenctl: you hold as many shares as one person may (\(p["limit"]?.intValue ?? 0)): `tokenctl share list`, then `tokenctl share revoke PATH`\n"
-                        .utf8))
+                StandardStream.error.write(
+                    "tokenctl: you hold as many shares as one person may (\(p["limit"]?.intValue ?? 0)): `tokenctl share list`, then `tokenctl share revoke PATH`\n")
                 throw ExitCode(Exit.failure)
             case BrokerInterface.Error.noSuchShare:
-                FileHandle.standardError.write(Data(
-                    "tokenctl: you have no share at \(p["path"]?.stringValue ?? "") (`tokenctl share list` lists yours)\n".utf8))
+                StandardStream.error.write(
+                    "tokenctl: you have no share at \(p["path"]?.stringValue ?? "") (`tokenctl share list` lists yours)\n")
                 throw ExitCode(Exit.failure)
             default:
                 throw TokendClientError.failed(error)

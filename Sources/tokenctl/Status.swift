@@ -1,5 +1,9 @@
 import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendClient
 
 struct StatusCommand: AsyncParsableCommand {
@@ -67,7 +71,7 @@ struct StatusCommand: AsyncParsableCommand {
         default: every
         }
         let age = fleet.copyAge.map { "read \(StatusAdvice.relative(-Int($0.rounded())))" } ?? "not read yet"
-        let trip = fleet.lastRoundTrip.map { String(format: ", last round trip %.1f ms", $0 * 1000) } ?? ""
+        let trip = fleet.lastRoundTrip.map { cFormat(", last round trip %.1f ms", $0 * 1000) } ?? ""
         let lease: String
         if let held = fleet.lease {
             let who = held.heldHere ? "this host" : held.holder

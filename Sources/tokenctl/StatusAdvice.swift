@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendClient
 
 /// What a session's status means for a person and what to do about it, said
@@ -35,7 +39,7 @@ struct StatusAdvice: Equatable, Sendable {
     }
 
     /// `now` and `zone` decide how times read ("10:42", "in 5 min").
-    init(_ status: SessionStatus, now: Int, zone: TimeZone = .current) {
+    init(_ status: SessionStatus, now: Int, zone: Zone = .local) {
         let time = { (unix: Int) in StatusAdvice.time(unix, now: now, zone: zone) }
         let flag = status.session == "default" ? "" : " --session \(status.session)"
         let tokenValid = status.expiresAt.map { $0 > now } ?? false
@@ -114,21 +118,14 @@ struct StatusAdvice: Equatable, Sendable {
     }
 
     /// "10:42 (in 5 min)", with the date when it is not today.
-    static func time(_ unix: Int, now: Int, zone: TimeZone) -> String {
+    static func time(_ unix: Int, now: Int, zone: Zone) -> String {
         "\(clock(unix, now: now, zone: zone)) (\(relative(unix - now)))"
     }
 
     /// "10:42", or "2026-05-28 10:42" when it is not today.
-    static func clock(_ unix: Int, now: Int, zone: TimeZone) -> String {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = zone
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = zone
-        let date = Date(timeIntervalSince1970: TimeInterval(unix))
-        let sameDay = calendar.isDate(date, inSameDayAs: Date(timeIntervalSince1970: TimeInterval(now)))
-        formatter.dateFormat = sameDay ? "HH:mm" : "yyyy-MM-dd HH:mm"
-        return formatter.string(from: date)
+    static func clock(_ unix: Int, now: Int, zone: Zone) -> String {
+        let clock = WallClock(unix, in: zone)
+        return clock.isSameDay(as: WallClock(now, in: zone)) ? clock.time : "\(clock.date) \(clock.time)"
     }
 
     /// "in 40 s", "5 min ago", "in 2 h", "now".

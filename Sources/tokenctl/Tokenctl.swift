@@ -1,5 +1,9 @@
 import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Synchronization
 import TokendClient
 import TokendInterface
@@ -91,8 +95,8 @@ struct Common: ParsableArguments {
     /// never replies (stopped, or its loop wedged): the fix, and exit 3.
     func wedged() -> ExitCode {
         let path = TokendClient.socketPath(socket)
-        FileHandle.standardError.write(Data(
-            "tokenctl: tokend at \(path) accepts but does not answer within \(replySeconds) s\n  \(Self.wedgedFix)\n".utf8))
+        StandardStream.error.write(
+            "tokenctl: tokend at \(path) accepts but does not answer within \(replySeconds) s\n  \(Self.wedgedFix)\n")
         return ExitCode(Exit.unreachable)
     }
 
@@ -106,9 +110,9 @@ struct Common: ParsableArguments {
             if waiting { return try await body() }
             guard let answer = try await answered(within: callSeconds, body) else {
                 let path = TokendClient.socketPath(socket)
-                FileHandle.standardError.write(Data(
-                    ("tokenctl: tokend at \(path) did not answer within \(callSeconds) s (TOKENCTL_TIMEOUT)\n  "
-                        + "\(Self.wedgedFix)\n").utf8))
+                StandardStream.error.write(
+                    "tokenctl: tokend at \(path) did not answer within \(callSeconds) s (TOKENCTL_TIMEOUT)\n  "
+                        + "\(Self.wedgedFix)\n")
                 throw ExitCode(Exit.unreachable)
             }
             return answer
@@ -121,13 +125,13 @@ struct Common: ParsableArguments {
                 // Refused even what every admitted user may ask (its own access): the policy admits it to nothing.
                 let socket = socket
                 if case .permissionDenied? = await askingOwnAccess(socket: socket) {
-                    FileHandle.standardError.write(Data("tokenctl: \(error)\n  \(admittedToNothingAdvice())\n".utf8))
+                    StandardStream.error.write("tokenctl: \(error)\n  \(admittedToNothingAdvice())\n")
                     throw ExitCode(Exit.permissionDenied)
                 }
             default: break
             }
             let (code, advice) = Self.advice(for: error, session: session, flows: flows)
-            FileHandle.standardError.write(Data("tokenctl: \(error)\(advice.isEmpty ? "" : "\n  \(advice)")\n".utf8))
+            StandardStream.error.write("tokenctl: \(error)\(advice.isEmpty ? "" : "\n  \(advice)")\n")
             throw ExitCode(code)
         }
     }
@@ -225,7 +229,7 @@ struct LogoutCommand: AsyncParsableCommand {
         let client = try await common.connect()
         try await common.run { try await client.logout(session: common.session, revoke: !noRevoke) }
         // A DPoP session whose key cannot sign here is forgotten without revoking (the reason is in its status).
-        if !noRevoke, let reason = try? await client.status(session: common.session).lastError, reason.contains("not revoked") {
+        if !noRevoke, let reason = try? await client.status(session: common.session).lastError, reason.includes("not revoked") {
             print(reason)
         } else {
             print("logged out")
@@ -246,7 +250,7 @@ struct WatchCommand: AsyncParsableCommand {
         // A stream of events runs for as long as the user watches: no deadline.
         try await common.run(waiting: true) {
             for try await event in client.events(session: common.session, sinceVersion: sinceVersion) {
-                FileHandle.standardOutput.write(Data((jsonText(event.json) + "\n").utf8))
+                StandardStream.output.write(jsonText(event.json) + "\n")
             }
         }
     }
@@ -300,7 +304,7 @@ struct CookiesCommand: AsyncParsableCommand {
         }
         if export != nil {
             let text = try await common.run { try await client.exportCookies(session: common.session) }
-            FileHandle.standardOutput.write(Data(text.utf8))
+            StandardStream.output.write(text)
             return
         }
         let set = try await common.run { try await client.cookies(session: common.session, url: url!) }

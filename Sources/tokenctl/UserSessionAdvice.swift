@@ -1,6 +1,10 @@
 import ArgumentParser
 import Config
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendClient
 
 /// What tokenctl says when tokend refuses to add or remove a session of a
@@ -107,7 +111,7 @@ enum UserSessionAdvice {
         guard Configuration.isValidSessionName(name) else {
             throw ValidationError(
                 "session name \"\(name)\": use letters, digits, '-', '_' and '.', starting with a letter or digit, "
-                    + "at most 64 characters" + (name.contains("/") ? " (your sessions are named without USER/; tokend adds it)" : ""))
+                    + "at most 64 characters" + (name.includes("/") ? " (your sessions are named without USER/; tokend adds it)" : ""))
         }
     }
 

@@ -1,5 +1,9 @@
 import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendClient
 
 #if canImport(Glibc)
@@ -45,7 +49,7 @@ struct AddCommand: AsyncParsableCommand {
         for resource in resources { try UserSessionAdvice.checkURL(resource, option: "--resource") }
         if let issuer { try UserSessionAdvice.checkURL(issuer, option: "--issuer") }
         if clientId?.isEmpty == true { throw ValidationError("--client-id is empty: give the id, or leave it out") }
-        if let scope, scope.trimmingCharacters(in: .whitespaces).isEmpty {
+        if let scope, scope.trimmingWhitespace.isEmpty {
             throw ValidationError("--scope is empty: give scopes separated by spaces, or leave it out")
         }
     }
@@ -146,7 +150,7 @@ func userSessionRun<T: Sendable>(
             return try await body()
         } catch let error as TokendClientError {
             guard let (code, fix) = await advice(error) else { throw error }
-            FileHandle.standardError.write(Data("tokenctl: \(UserSessionAdvice.message(error))\n  \(fix)\n".utf8))
+            StandardStream.error.write("tokenctl: \(UserSessionAdvice.message(error))\n  \(fix)\n")
             throw ExitCode(code)
         }
     }

@@ -1,5 +1,9 @@
 import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendClient
 import TokendInterface
 import Varlink
@@ -51,6 +55,6 @@ struct VersionCommand: AsyncParsableCommand {
         } else {
             print("tokenctl \(Release.version)\ntokend unknown: \(reason)")
         }
-        FileHandle.standardError.write(Data("tokenctl: \(reason)\(advice.isEmpty ? "" : "\n  \(advice)")\n".utf8))
+        StandardStream.error.write("tokenctl: \(reason)\(advice.isEmpty ? "" : "\n  \(advice)")\n")
     }
 }

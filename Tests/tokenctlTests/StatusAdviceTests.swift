@@ -7,7 +7,7 @@ import TokendClient
 /// What `tokenctl status` says of a session, made from its status alone.
 @Suite struct StatusAdviceTests {
     let now = 1_780_000_000  // 2026-05-28 20:26:40 UTC
-    let utc = TimeZone(identifier: "UTC")!
+    let utc = Zone.utc
 
     func status(_ state: String, session: String = "default") -> SessionStatus {
         SessionStatus(session: session, state: state, generation: 3, refreshes: 4, coalesced: 17, failures: 0)
@@ -96,7 +96,7 @@ import TokendClient
         #expect(humanTime(newYearsEve + 120, now: newYearsEve, zone: utc) == "2027-01-01 00:01 (in 2 min)")
         #expect(humanTime(newYearsEve + 30, now: newYearsEve, zone: utc) == "23:59 (in 30 s)")
         #expect(humanTime(newYearsEve - 86_400, now: newYearsEve, zone: utc) == "2026-12-30 23:59 (24 h ago)")
-        let berlin = TimeZone(identifier: "Europe/Berlin")!
+        let berlin = Zone(TimeZone(identifier: "Europe/Berlin")!)
         // Local time: in Berlin that moment is already 00:59 of the new year, today there.
         #expect(humanTime(newYearsEve, now: newYearsEve, zone: berlin) == "00:59 (now)")
         #expect(humanTime(newYearsEve - 3600, now: newYearsEve, zone: berlin) == "2026-12-31 23:59 (60 min ago)")
