@@ -11,6 +11,13 @@ import urllib.request
 from conftest import AuthServer, login, wait_for
 from fleet import Fleet, Postgres
 
+# A's refresh is held at the proxy while the test reads the lease and stops PostgreSQL (up to 2.5 s at load 22,
+# after the forward to the server): A's upstream-timeout must outlast that, or A gives up before the answer.
+UPSTREAM_TIMEOUT = 6
+LEASE = UPSTREAM_TIMEOUT + 5  # docs/fleet.md: the lease is upstream-timeout + 5 s
+RENEWAL = LEASE / 3  # renewed every third of the lease
+DOWN = LEASE + RENEWAL + 1  # past the expiry of a lease renewed just before the database stopped
+
 
 class DelayingProxy:
     """Forwards each POST at once, then holds its answer `delay` seconds (the
@@ -62,8 +69,8 @@ def test_database_down_longer_than_the_lease_after_the_answer_loses_nothing(work
     pg = Postgres(os.path.join(workdir, "pg"))
     proxy = DelayingProxy(server.base, 30)
     a_server = type("S", (), {"token_url": proxy.url + "/o/token/", "base": server.base})()
-    # upstream-timeout 3 s: the lease lasts 8 s after its last renewal.
-    fleet = Fleet(workdir, server, pg, hosts=("a", "b"), servers={"a": a_server}, **{"upstream-timeout": 3})
+    fleet = Fleet(workdir, server, pg, hosts=("a", "b"), servers={"a": a_server},
+                  **{"upstream-timeout": UPSTREAM_TIMEOUT})
     stop = threading.Event()
     try:
         fleet.start()
@@ -77,8 +84,8 @@ def test_database_down_longer_than_the_lease_after_the_answer_loses_nothing(work
             a=fleet["a"].call("io.tokend.Broker.Refresh", staleGeneration=generation)[1]))
         refresh.start()
         assert proxy.forwarded.wait(20), "A's refresh reached the server"
-        # A renews every third of its lease (2.7 s): its expiry when the database stops is at most that later.
-        holder, expires = pg.sql("SELECT lease_holder, lease_expires + interval '3 s' FROM tokend_shared",
+        # A renews every third of its lease: its expiry when the database stops is at most that later.
+        holder, expires = pg.sql(f"SELECT lease_holder, lease_expires + interval '{RENEWAL} s' FROM tokend_shared",
                                  database="tokend").split("|")
         assert holder == "a"
         pg.stop("fast")
@@ -102,11 +109,11 @@ def test_database_down_longer_than_the_lease_after_the_answer_loses_nothing(work
         callers = threading.Thread(target=caller)
         callers.start()
         # Down for longer than the lease: by its expiry, A's lease has run out when the database is back.
-        stop.wait(max(0.0, 12 - (time.monotonic() - down)))
+        stop.wait(max(0.0, DOWN - (time.monotonic() - down)))
         pg.start()
         assert pg.sql(f"SELECT pg_postmaster_start_time() > '{expires}'") == "t", \
             "A's lease ran out while the database was down"
-        # The event: the store's next generation. A retries its write every second and has one lease (8 s) from
+        # The event: the store's next generation. A retries its write every second and has one lease from
         # the database's start to make it (docs/fleet.md); after that B could take over and replay. 30 s is
         # time for a loaded machine to start PostgreSQL and run both; who wrote it is asserted, not waited for.
         def newer() -> list | None:
@@ -124,7 +131,7 @@ def test_database_down_longer_than_the_lease_after_the_answer_loses_nothing(work
         for name in "ab":
             assert fleet.status(name)["state"] == "active", fleet.status(name)
         assert "stopped during a refresh" not in fleet["b"].logs()
-        print(f"database down 12 s (lease 8 s): A wrote generation {generation + 1} when it came back; "
+        print(f"database down {DOWN:.0f} s (lease {LEASE} s): A wrote generation {generation + 1} when it came back; "
               f"{len(grants)} refresh grants, none reused; B answered {len(replies)} refreshes meanwhile")
     finally:
         stop.set()
