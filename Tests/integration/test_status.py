@@ -1,13 +1,16 @@
 """tokenctl status for people, against the built tokend and the real
 authorization server: what each session is doing and the command that fixes
 it, made from the status alone; --json stays tokend's status as it is."""
+import errno
+import http.server
 import json
 import os
 import re
 import subprocess
+import threading
 import time
 
-from conftest import BIN, CLIENT_ID, AuthServer, login, varlink_call
+from conftest import BIN, CLIENT_ID, AuthServer, login, varlink_call, wait_for
 from prometheus import samples
 
 
@@ -105,6 +108,54 @@ def test_an_active_session_says_until_when_its_token_is_valid(server, make_token
     assert any(re.match(rf"  last refresh {last} \(", line) for line in rest), text
 
 
+class Unavailable(http.server.ThreadingHTTPServer):
+    """A token endpoint that answers every request 503 with Retry-After: 300, on the port of a stopped
+    authorization server, and records the paths it was asked for. faultproxy.FaultProxy's 503 carries
+    no Retry-After (its 429 asks for 3 s), and its own port is not the one tokend already knows."""
+    allow_reuse_address = True  # SO_REUSEADDR: the stopped server's connections may linger in TIME_WAIT
+    daemon_threads = True
+
+    def __init__(self, port):
+        self.asked = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.asked.append(self.path)
+                payload = b"<html>unavailable</html>"
+                self.send_response(503)
+                self.send_header("Retry-After", "300")
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        super().__init__(("127.0.0.1", port), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @classmethod
+    def on_port_of(cls, stopped):
+        """In place of `stopped` as soon as its port is free: its gunicorn, which AuthServer.stop does not
+        wait for, holds the listening socket until its workers have exited. The port stays this test's
+        (ports.py)."""
+        def bound():
+            try:
+                return cls(stopped.port)
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE:
+                    raise
+                return None
+        return wait_for(bound, 30, f"port {stopped.port} given up by the stopped authorization server")
+
+    def stop(self):
+        self.shutdown()
+        self.server_close()
+
+
 def test_a_failing_provider_is_said_with_the_token_still_served(workdir, make_tokend):
     # A server of this test's own: it stops here, and the fixture's would be stopped again.
     server = AuthServer(os.path.join(workdir, "as"))
@@ -113,16 +164,29 @@ def test_a_failing_provider_is_said_with_the_token_still_served(workdir, make_to
         login(daemon, server)
     finally:
         server.stop()
-    generation = wire_status(daemon)["generation"]
-    assert daemon.ctl("refresh", "--stale-generation", str(generation)).returncode == 4
-    machine = wire_status(daemon)
-    assert machine["state"] == "backingOff" and machine["failures"] == 1
-    text = status_text(daemon)
+    # The provider fails with a Retry-After of 300 s, so tokend's next attempt cannot come while the test
+    # reads the status twice, however busy the machine (without one, the first backoff is about 1 s).
+    unavailable = Unavailable.on_port_of(server)
+    try:
+        generation = wire_status(daemon)["generation"]
+        assert daemon.ctl("refresh", "--stale-generation", str(generation)).returncode == 4
+        machine = wire_status(daemon)
+        assert unavailable.asked == ["/o/token/"], unavailable.asked
+        assert machine["state"] == "backingOff" and machine["failures"] == 1, machine
+        # Not a login matter: a 503 is a transient failure, said with the provider's answer.
+        assert machine["lastError"] == "token endpoint answered HTTP 503", machine
+        text = status_text(daemon)
+        assert machine["nextRefreshAt"] >= text.window[1] + 250, (machine, text.window)
+        assert unavailable.asked == ["/o/token/"], "tokend asked again while the test looked"
+    finally:
+        unavailable.stop()
     since = clock_re(machine["stateSince"], text)
     assert re.match(rf"default: refreshing fails since {since} — {re.escape(machine['lastError'])}\n"
                     r"  Run: tokenctl doctor\n", text), text
     assert re.search(rf"the current token is still served until {clock_re(machine['expiresAt'], text)}\b", text), text
     assert "1 failed attempt; tokend tries again at " in text
+    retry = clock_re(machine["nextRefreshAt"], text)
+    assert re.search(rf"tries again at {retry} \(in (4|5) min\) by itself", text), text
 
 
 def test_json_is_tokends_status_with_times_as_rfc3339(server, make_tokend):
