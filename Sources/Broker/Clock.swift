@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Wall-clock time in Unix seconds, and sleeping; injected so tests control time.
 public protocol BrokerClock: Sendable {

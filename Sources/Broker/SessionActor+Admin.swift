@@ -1,9 +1,17 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import CookieJar
 import Logging
 import OAuth
 import Secrets
 import StateStore
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 extension SessionActor {
     /// Takes a new refresh token (the only way one enters), stores it durably

@@ -1,5 +1,9 @@
 import CookieJar
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// What ImportCookies did.
 public struct CookieImport: Sendable {

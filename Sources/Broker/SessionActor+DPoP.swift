@@ -259,7 +259,8 @@ extension SessionActor {
     /// one; the files are removed instead, and the journal says why.
     func tokenForFiles(now: Double) -> Secret? {
         guard let token = validToken(now: now) else { return nil }
-        guard token.tokenType.caseInsensitiveCompare("DPoP") == .orderedSame else { return token.accessToken }
+        // RFC 9449 §7.1: the token type's case is not significant (as TokendClient's isDPoPBound reads it).
+        guard token.tokenType.lowercased() == "dpop" else { return token.accessToken }
         if case .some(.none) = tokenFilesHold { return nil }  // said when they were removed
         logger.warning(
             "token files removed: the token is DPoP-bound",

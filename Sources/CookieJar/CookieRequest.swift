@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Loopback
 
 /// The parts of a request URL that cookie storage and retrieval look at.

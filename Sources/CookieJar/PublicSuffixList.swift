@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// The Public Suffix List (publicsuffix.org), used to refuse Domain=
 /// attributes naming a registry-controlled suffix such as "com" or "co.uk".

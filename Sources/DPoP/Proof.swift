@@ -1,5 +1,9 @@
 import Crypto
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// A DPoP proof JWT (RFC 9449 §4.2) for one HTTP request.
 public enum DPoPProof {

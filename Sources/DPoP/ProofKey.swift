@@ -1,5 +1,9 @@
 import Crypto
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Where a session's DPoP private key lives.
 public enum KeyStorage: String, Sendable, Equatable, CaseIterable {

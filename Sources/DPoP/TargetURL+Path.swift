@@ -28,7 +28,7 @@ extension TargetURL {
     /// refuses more.
     public var endpointKey: String {
         var host = self.origin
-        if let scheme = host.range(of: "://") { host = String(host[scheme.upperBound...]) }
+        if let scheme = host.firstRange(of: "://") { host = String(host[scheme.upperBound...]) }
         for port in [":80", ":443"] where host.hasSuffix(port) { host.removeLast(port.count) }
         host = host.replacing(".:", with: ":")
         if host.hasSuffix(".") { host.removeLast() }

@@ -1,5 +1,10 @@
 import Crypto
+import DPoP
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Secrets
 
 /// One authorization-code login's secrets (RFC 7636 PKCE with S256, `state`,
@@ -31,7 +36,7 @@ public struct AuthorizationCodeLogin: Sendable {
         components.queryItems = (components.queryItems ?? [])
             + parameters(clientID: clientID, scope: scope, resources: resources).map { URLQueryItem(name: $0.0, value: $0.1) }
         // '+' is a space in form-encoded queries: encode it so the server reads it literally.
-        components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
+        components.percentEncodedQuery = components.percentEncodedQuery?.replacing("+", with: "%2B")
         return components.url
     }
 
@@ -90,10 +95,7 @@ public func randomToken() -> String {
     return base64URL(Data((0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }))
 }
 
-func base64URL(_ data: Data) -> String {
-    data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-        .replacingOccurrences(of: "=", with: "")
-}
+func base64URL(_ data: Data) -> String { Base64URL.encode(data) }
 
 func constantTimeEqual(_ a: String, _ b: String) -> Bool {
     let (x, y) = (Array(a.utf8), Array(b.utf8))

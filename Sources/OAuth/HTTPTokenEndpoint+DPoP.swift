@@ -1,5 +1,9 @@
 import DPoP
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Secrets
 
 /// DPoP (RFC 9449) at the token endpoint: every request of a session that

@@ -1,6 +1,10 @@
 import AsyncHTTPClient
 import Deadline
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import NIOCore
 import NIOPosix
 import Secrets
@@ -14,11 +18,11 @@ struct OutboundAnswer: Sendable {
     var address: String
 
     func header(_ name: String) -> String? {
-        headers.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
+        headers.first { $0.name.lowercased() == name.lowercased() }?.value
     }
 
     func headers(_ name: String) -> [String] {
-        headers.filter { $0.name.caseInsensitiveCompare(name) == .orderedSame }.map(\.value)
+        headers.filter { $0.name.lowercased() == name.lowercased() }.map(\.value)
     }
 }
 

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// What a URL a user names may reach, from tokend's own network position.
 /// tokend connects with its own address and routes, so a user's URL must not
@@ -51,7 +55,7 @@ struct URLPattern: Sendable, Equatable {
     let path: String?
 
     init?(_ text: String) {
-        guard let separator = text.range(of: "://") else { return nil }
+        guard let separator = text.firstRange(of: "://") else { return nil }
         scheme = text[..<separator.lowerBound].lowercased()
         let rest = text[separator.upperBound...]
         let end = rest.firstIndex(where: { "/?#".contains($0) }) ?? rest.endIndex

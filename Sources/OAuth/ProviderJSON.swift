@@ -1,3 +1,4 @@
+import Loopback
 import Varlink
 
 /// A provider's JSON answer as the project's one JSON model (Varlink's
@@ -17,7 +18,7 @@ extension JSONValue {
         case .int(let value): return value
         case .double(let value): return Self.saturatedInt(value)
         case .string(let text):
-            let trimmed = text.trimmingCharacters(in: .whitespaces)
+            let trimmed = text.trimming(.whitespaces)
             if let value = Int(trimmed) { return value }
             // Only JSON-number spellings: Double("nan"), "inf", "0x10" are not.
             guard trimmed.allSatisfy({ "0123456789+-.eE".contains($0) }), let value = Double(trimmed) else {

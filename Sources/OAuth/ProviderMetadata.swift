@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// What an authorization server publishes about itself (OpenID Connect
 /// Discovery 1.0 §3, RFC 8414 §2): the members tokend uses.

@@ -1,5 +1,9 @@
 import DPoP
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Secrets
 
 /// Pushed authorization requests (RFC 9126): the authorization request goes
@@ -76,7 +80,7 @@ public struct PushedAuthorization: Sendable, Equatable {
             URLQueryItem(name: "client_id", value: clientID), URLQueryItem(name: "request_uri", value: requestURI),
         ]
         // '+' is a space in form-encoded queries: encode it so the server reads it literally.
-        components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
+        components.percentEncodedQuery = components.percentEncodedQuery?.replacing("+", with: "%2B")
         return components.url
     }
 }

@@ -1,7 +1,11 @@
 import AsyncHTTPClient
 import DPoP
 import Deadline
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import NIOCore
 import Secrets
 import Synchronization

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Secrets
 
 /// How the client authenticates to the provider (RFC 6749 §2.3, RFC 7523 §2.2);
@@ -123,10 +127,6 @@ public struct FormRequest: Sendable {
         fields.map { "\(formEncode($0.0))=\(formEncode($0.1))" }.joined(separator: "&")
     }
 
-    /// application/x-www-form-urlencoded: everything but unreserved characters escaped.
-    static func formEncode(_ value: String) -> String {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~")
-        return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? ""
-    }
+    /// application/x-www-form-urlencoded: every byte but unreserved characters escaped.
+    static func formEncode(_ value: String) -> String { value.percentEncoded }
 }

@@ -1,6 +1,11 @@
 import CookieJar
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Varlink
+import Loopback
 import Secrets
 
 /// A successful token-endpoint answer (RFC 6749 §5.1).
@@ -113,7 +118,7 @@ extension TokenResponse {
         case 429:
             return .failure(.transient("token endpoint is rate limiting (429)", retryAfter: retryAfter))
         case 400, 401:
-            let text = redactor.clean(String(decoding: body, as: UTF8.self)).trimmingCharacters(in: .whitespaces)
+            let text = redactor.clean(String(decoding: body, as: UTF8.self)).trimming(.whitespaces)
             let said = text.isEmpty ? "with an empty body" : "saying: \(text)"
             return .failure(.refused("token endpoint answered HTTP \(status) \(said)"))
         default:
@@ -149,7 +154,7 @@ extension TokenResponse {
 
     /// Retry-After as delay-seconds or an HTTP-date (RFC 9110 §10.2.3).
     public static func parseRetryAfter(_ value: String, now: Date) -> Int? {
-        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        let trimmed = value.trimming(.whitespaces)
         if let seconds = Int(trimmed) { return max(0, seconds) }
         guard let date = imfFixdate(trimmed) else { return nil }
         return max(0, Int((date - now.timeIntervalSince1970).rounded(.up)))

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Varlink
 
 /// A protected resource's metadata (RFC 9728 §2): the members tokend uses.

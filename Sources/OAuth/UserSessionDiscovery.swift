@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// What a user session learns about its server before its first login.
 public struct DiscoveredServer: Sendable {

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Cuts the secrets a request carried (refresh token, access token, client
 /// secret, code, verifier, device code) out of whatever a provider answers,
@@ -25,11 +29,11 @@ public struct Redactor: Sendable {
         var shortForms: [[UInt8]] = []
         for secret in Set(secrets) where !secret.isEmpty {
             let raw = Array(secret.utf8)
-            let percent = ["0123456789ABCDEF", "0123456789abcdef"].map { Self.percentEncoded(raw, hex: $0) }
+            let percent = [false, true].map { percentEncoded(raw, lowercaseHex: $0) }
             // The encoded forms are searched as they are too: in a decoded view
             // an escape just before the secret (`%a` + `a...`) can swallow its start.
-            var forms = [raw, Array(secret.replacingOccurrences(of: "/", with: "\\/").utf8)] + percent
-            forms += ["0123456789ABCDEF", "0123456789abcdef"].map { Self.percentEncoded(raw, hex: $0, plusForSpace: true) }
+            var forms = [raw, Self.slashesEscaped(raw)] + percent
+            forms += [false, true].map { percentEncoded(raw, lowercaseHex: $0, plusForSpace: true) }
             for encoded in Set([raw] + percent) {
                 forms += Self.base64Cores(of: encoded).filter { $0.count >= Self.shortestBase64 }
             }
@@ -101,25 +105,9 @@ public struct Redactor: Sendable {
         }
     }
 
-    /// RFC 3986 percent-encoding of everything but unreserved characters,
-    /// as form bodies and Basic credentials carry a secret (`+` for a space
-    /// in form encoding, when asked).
-    static func percentEncoded(_ bytes: [UInt8], hex: String, plusForSpace: Bool = false) -> [UInt8] {
-        let digits = Array(hex.utf8)
-        var out: [UInt8] = []
-        for byte in bytes {
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
-                UInt8(ascii: "~"):
-                out.append(byte)
-            case UInt8(ascii: " ") where plusForSpace:
-                out.append(UInt8(ascii: "+"))
-            default:
-                out += [UInt8(ascii: "%"), digits[Int(byte >> 4)], digits[Int(byte & 0xF)]]
-            }
-        }
-        return out
+    /// The secret as JSON may escape it, each "/" as "\/" (JSONSerialization does, so does PHP's json_encode).
+    static func slashesEscaped(_ bytes: [UInt8]) -> [UInt8] {
+        bytes.flatMap { $0 == UInt8(ascii: "/") ? [UInt8(ascii: "\\"), $0] : [$0] }
     }
 
     /// The base64 and base64url characters that depend on `bytes` alone,

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 #if canImport(Glibc)
 import Glibc
@@ -70,10 +74,22 @@ public enum AtomicFile {
     }
 
     static func syncDirectory(of path: String) throws {
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = Self.directory(of: path)
         let fd = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw WriteError(step: "open", path: directory, errno: errno) }
         defer { close(fd) }
         guard fsync(fd) == 0 else { throw WriteError(step: "fsync", path: directory, errno: errno) }
+    }
+
+    /// The directory a path names a file in: trailing slashes and the last
+    /// component go; "" for a name without a directory, "/" for one in the root.
+    static func directory(of path: String) -> String {
+        var bytes = Array(path.utf8)
+        func dropTrailingSlashes() { while bytes.count > 1, bytes.last == UInt8(ascii: "/") { bytes.removeLast() } }
+        dropTrailingSlashes()
+        guard let slash = bytes.lastIndex(of: UInt8(ascii: "/")) else { return "" }
+        bytes.removeSubrange(slash == 0 ? 1... : slash...)
+        dropTrailingSlashes()
+        return String(decoding: bytes, as: UTF8.self)
     }
 }

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Secrets
 
 /// A session's DPoP key as its state file keeps it (RFC 9449): made at login,

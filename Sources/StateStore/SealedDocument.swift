@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendMetrics
 
 /// A small document kept in the state directory beside the sessions' files

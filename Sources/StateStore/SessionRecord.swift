@@ -1,5 +1,9 @@
 import CookieJar
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Secrets
 
 /// Everything tokend keeps about one session across restarts.

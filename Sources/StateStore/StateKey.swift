@@ -1,5 +1,10 @@
 import Crypto
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+import Loopback
 
 #if canImport(Glibc)
 import Glibc
@@ -38,7 +43,7 @@ public struct StateKey: Sendable, CustomStringConvertible {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw StateKeyError("\(path): cannot read the state key")
         }
-        let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let text = String(decoding: data, as: UTF8.self).trimming(.whitespacesAndNewlines)
         if let decoded = Data(base64Encoded: text), decoded.count == 32 {
             try self.init(bytes: Array(decoded), source: source ?? path)
         } else {

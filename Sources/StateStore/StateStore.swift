@@ -1,4 +1,9 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+import Dispatch
 import Secrets
 import TokendMetrics
 
@@ -163,7 +168,7 @@ public final class SessionFile: Sendable {
         do {
             envelope = try JSONDecoder().decode(Envelope.self, from: data)
         } catch {
-            throw moveAside("is not a tokend state file (\(error.localizedDescription))")
+            throw moveAside("is not a tokend state file (\(decodingProblem(error)))")
         }
         guard envelope.format == Envelope.format else { throw moveAside("has format \"\(envelope.format)\"") }
         guard envelope.version == Envelope.currentVersion else {

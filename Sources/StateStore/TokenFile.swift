@@ -1,4 +1,12 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A file holding the session's current access token (never the refresh
 /// token) for long-running programs: the WLCG BEARER_TOKEN_FILE convention,
@@ -32,15 +40,15 @@ public struct TokenFile: Sendable, Equatable {
     /// (so that group can reach the file), 0700 for a file of tokend's own.
     func makeDirectories() throws {
         var missing: [String] = []
-        var directory = (path as NSString).deletingLastPathComponent
+        var directory = AtomicFile.directory(of: path)
         while !directory.isEmpty, directory != "/", !FileManager.default.fileExists(atPath: directory) {
             missing.append(directory)
-            directory = (directory as NSString).deletingLastPathComponent
+            directory = AtomicFile.directory(of: directory)
         }
         let mode: mode_t = group == nil ? 0o700 : 0o750
         for directory in missing.reversed() {
             guard mkdir(directory, mode) == 0 || errno == EEXIST else {
-                throw CocoaError(.fileWriteNoPermission, userInfo: [NSFilePathErrorKey: directory])
+                throw AtomicFile.WriteError(step: "mkdir", path: directory, errno: errno)
             }
             if let group { _ = chown(directory, uid_t.max, group) }
             _ = chmod(directory, mode)  // not narrowed by the umask

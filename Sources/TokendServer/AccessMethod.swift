@@ -1,5 +1,9 @@
 import Broker
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TokendInterface
 import Varlink
 
@@ -41,7 +45,7 @@ func accessMethods(_ broker: Broker, policy: @escaping @Sendable () -> AccessPol
             } else {
                 // Sessions are listed to whoever may read them; an admin asking sees every one.
                 sessions = broker.all.sorted { $0.name < $1.name }
-                    .filter { policy.lists($0.name, to: caller) || (admin && !$0.name.contains("/")) }
+                    .filter { policy.lists($0.name, to: caller) || (admin && !AccessPolicy.isUsers($0.name)) }
             }
             return try I.GetAccess.Out(
                 uid: Int(peer.uid), user: name, sessions: sessions.map { policy.access(of: peer, to: $0) }

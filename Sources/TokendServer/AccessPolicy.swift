@@ -1,5 +1,9 @@
 import Config
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import UnixServer
 import Varlink
 
@@ -98,12 +102,15 @@ struct AccessPolicy: Sendable {
         }
     }
 
+    /// USER/NAME, a session a user added: no name in tokend.toml has a "/".
+    static func isUsers(_ session: String) -> Bool { session.contains("/" as Character) }
+
     /// `session` nil: a call about no session (ListSessions), judged by the global rules.
     /// A session a user added: its owner (the person) may make every call, and nobody else any.
     func allows(_ peer: PeerCredentials?, _ wanted: MethodClass, session: String?) -> Bool {
         guard let peer else { return false }
         // USER/NAME is a user's: its owner's, and (no owner known) nobody's, never tokend.toml's rules'.
-        if let session, session.contains("/") { return users.owners[session] == peer.person }
+        if let session, Self.isUsers(session) { return users.owners[session] == peer.person }
         let rules = session.flatMap { sessions[$0] } ?? global
         return rules.allows(peer, wanted)
     }
@@ -117,21 +124,21 @@ struct AccessPolicy: Sendable {
     /// Whether a session a user added is listed to `peer`: to its owner and to tokend's administrators.
     func lists(_ session: String, to peer: PeerCredentials?) -> Bool {
         guard let peer else { return false }
-        guard session.contains("/") else { return allows(peer, .read, session: session) }
+        guard Self.isUsers(session) else { return allows(peer, .read, session: session) }
         return users.owners[session] == peer.person || global.allows(peer, .admin)
     }
 
     /// The session a call's name means for `peer`: a bare name is the peer's own session of that
     /// name when it has one, else tokend.toml's.
     func resolve(_ name: String, for peer: PeerCredentials?) -> String {
-        guard let peer, !name.contains("/"), let own = users.names[peer.person]?[name] else { return name }
+        guard let peer, !Self.isUsers(name), let own = users.names[peer.person]?[name] else { return name }
         return own
     }
 
     /// Whether `session` is a user's session that is not `peer`'s: for the caller it is not there
     /// (NoSuchSession, whether or not it exists, so that its existence does not show).
     func hides(_ session: String, from peer: PeerCredentials?) -> Bool {
-        session.contains("/") && (peer == nil || users.owners[session] != peer!.person)
+        Self.isUsers(session) && (peer == nil || users.owners[session] != peer!.person)
     }
 
     /// Decided once at accept: an admin anywhere gets the admins' reserved

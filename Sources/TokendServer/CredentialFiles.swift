@@ -1,5 +1,9 @@
 import Config
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 #if canImport(Glibc)
 import Glibc
@@ -33,12 +37,28 @@ extension SessionSettings {
             throw DaemonSetupError(
                 "session \(name): \(file.key) \(file.path) cannot be read (\(String(cString: strerror(errno))))")
         }
-        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        defer { close(fd) }
         try check(file, opened: fd)
-        guard let data = try? handle.readToEnd() else {
+        // An empty file is refused with the words an unreadable one gets.
+        guard let data = Self.readAll(fd), !data.isEmpty else {
             throw DaemonSetupError("session \(name): \(file.key) \(file.path) cannot be read")
         }
         return data
+    }
+
+    /// Everything left to read from `fd`, nil when a read fails.
+    static func readAll(_ fd: CInt) -> Data? {
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count == 0 { return data }
+            if count < 0 {
+                if errno == EINTR { continue }
+                return nil
+            }
+            data.append(contentsOf: buffer[..<count])
+        }
     }
 
     private func check(_ file: CredentialFile, opened fd: CInt) throws(DaemonSetupError) {

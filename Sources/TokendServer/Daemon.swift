@@ -2,8 +2,13 @@ import Broker
 import Config
 import CookieJar
 import Fleet
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Logging
+import Loopback
 import TokendMetrics
 import OAuth
 import Secrets
@@ -15,6 +20,10 @@ import TokendInterface
 import UnixSignals
 import Varlink
 import UnixServer
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// tokend as one service: sessions, the Varlink socket, systemd notification,
 /// the watchdog, reload on SIGHUP and graceful shutdown.
@@ -172,7 +181,7 @@ public final class Daemon: Service, CustomStringConvertible {
         var password: String?
         if let path = settings.sharedStorePasswordFile {
             let data = try settings.readCredential(CredentialFile(key: "shared-store-password-file", path: path))
-            password = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .newlines)
+            password = String(decoding: data, as: UTF8.self).trimming(.newlines)
         }
         let host = hostID ?? ProcessInfo.processInfo.hostName
         logger.info("session shared by a fleet", metadata: ["session": "\(settings.name)", "store": "\(address)", "host": "\(host)"])
@@ -379,7 +388,7 @@ extension SessionSettings {
         var secret: Secret?
         if let clientSecretFile {
             let data = try readCredential(CredentialFile(key: "client-secret-file", path: clientSecretFile))
-            secret = Secret(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+            secret = Secret(String(decoding: data, as: UTF8.self).trimming(.whitespacesAndNewlines))
         } else if let clientSecretValue {
             secret = Secret(clientSecretValue)
         }

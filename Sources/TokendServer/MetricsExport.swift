@@ -1,5 +1,9 @@
 import Broker
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import StateStore
 import TokendMetrics
 import Varlink
@@ -38,7 +42,7 @@ extension Daemon {
     /// Each session's status, shown by its instruments.
     func gatherMetrics() async {
         // A session a user added (USER/NAME) is not named in the metrics.
-        for session in broker.all where !session.name.contains("/") {
+        for session in broker.all where !AccessPolicy.isUsers(session.name) {
             let status = await session.status()
             metrics.session(session.name).show(state: status.state, expiresAt: status.expiresAt)
         }

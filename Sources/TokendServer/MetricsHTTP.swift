@@ -29,8 +29,8 @@ struct MetricsRequests: Sendable {
             return HTTPAnswer(status: 404, reason: "Not Found", body: "only GET /metrics\n")
         }
         // Prometheus asks for OpenMetrics; curl and promtool get the Prometheus text format.
-        let format: Metrics.Format =
-            head.values("Accept").contains { $0.contains("application/openmetrics-text") } ? .openMetrics : .prometheus
+        let openMetrics = head.values("Accept").contains { $0.firstRange(of: "application/openmetrics-text") != nil }
+        let format: Metrics.Format = openMetrics ? .openMetrics : .prometheus
         return HTTPAnswer(status: 200, reason: "OK", contentType: format.contentType, body: metrics.cachedRender(format))
     }
 }

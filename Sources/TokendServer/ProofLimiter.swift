@@ -1,5 +1,9 @@
 import DPoP
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Synchronization
 import TPMKeys
 import Varlink

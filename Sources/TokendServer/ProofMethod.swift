@@ -1,6 +1,10 @@
 import Broker
 import DPoP
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import OAuth
 import Synchronization
 import TokendInterface

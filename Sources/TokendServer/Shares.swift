@@ -1,5 +1,9 @@
 import Broker
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Logging
 import Synchronization
 import Systemd

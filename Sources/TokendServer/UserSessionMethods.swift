@@ -1,10 +1,18 @@
 import Broker
 import Config
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Logging
 import OAuth
 import TokendInterface
 import Varlink
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 extension Daemon {
     /// AddSession and RemoveSession: each checks who may call it ([user-sessions], the owner, tokend's admins).
@@ -226,7 +234,7 @@ extension Daemon {
         guard var record = userSessions.record(name), record.registered, let session = try? broker.session(name) else {
             return
         }
-        guard let problem = await session.status().lastError, problem.contains("invalid_client") else { return }
+        guard let problem = await session.status().lastError, problem.firstRange(of: "invalid_client") != nil else { return }
         if let wait = userSessions.takeAdd(for: record.owner) {
             throw VarlinkError(BrokerInterface.Error.rateLimited, ["session": .string(name), "retryAfter": .int(wait)])
         }

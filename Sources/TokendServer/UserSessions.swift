@@ -1,5 +1,9 @@
 import Config
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Logging
 import StateStore
 import Synchronization
@@ -70,7 +74,7 @@ final class UserSessions: Sendable {
                     byName[record.fullName] = record
                 }
             } catch {
-                throw DaemonSetupError("\(document.path): not a list of user sessions (\(error.localizedDescription))")
+                throw DaemonSetupError("\(document.path): not a list of user sessions (\(decodingProblem(error)))")
             }
         }
         records = Mutex(byName)

@@ -1,6 +1,10 @@
 import ArgumentParser
 import Config
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Logging
 import ServiceLifecycle
 import StateStore
@@ -55,7 +59,7 @@ struct Tokend: AsyncParsableCommand {
         do {
             configuration = try Configuration.load(path: config, environment: environment)
         } catch {
-            FileHandle.standardError.write(Data("tokend: \(error)\n".utf8))
+            writeStandardError("tokend: \(error)\n")
             throw ExitCode(exitConfigError)
         }
         if checkConfig {
@@ -64,7 +68,7 @@ struct Tokend: AsyncParsableCommand {
                 do {
                     _ = try session.endpoint()
                 } catch {
-                    FileHandle.standardError.write(Data("tokend: \(error)\n".utf8))
+                    writeStandardError("tokend: \(error)\n")
                     throw ExitCode(exitConfigError)
                 }
             }
@@ -100,20 +104,20 @@ struct Tokend: AsyncParsableCommand {
         do {
             daemon = try Daemon(configuration: configuration, configPath: config, environment: environment, logger: logger)
         } catch let error as OwnerLockError {
-            FileHandle.standardError.write(Data("tokend: \(error)\n".utf8))
+            writeStandardError("tokend: \(error)\n")
             throw ExitCode(exitAlreadyRunning)
         } catch let error as AtomicFile.WriteError where error.step == "mkdir" && error.errno == EACCES && getuid() != 0 {
             // A user trying tokend by hand: the default state directory is root's to make.
-            FileHandle.standardError.write(Data("""
+            writeStandardError("""
                 tokend: \(error)
                   tokend runs as uid \(getuid()), which may not create it: run it as root (tokend.service), \
                 set state-directory (and socket) in [daemon] of \(config) to directories this user may create, \
                 or run the per-user unit (systemctl --user start tokend.socket).
 
-                """.utf8))
+                """)
             throw ExitCode(exitConfigError)
         } catch {
-            FileHandle.standardError.write(Data("tokend: \(error)\n".utf8))
+            writeStandardError("tokend: \(error)\n")
             throw ExitCode(exitConfigError)
         }
         let group = ServiceGroup(
@@ -123,13 +127,24 @@ struct Tokend: AsyncParsableCommand {
             try await group.run()
         } catch let failure as DaemonFailure {
             // Not serving: say why (the socket's path and the reason) and end non-zero.
-            FileHandle.standardError.write(Data("tokend: \(failure)\n".utf8))
+            writeStandardError("tokend: \(failure)\n")
             switch failure.kind {
             case .socketUnusable: throw ExitCode(exitSocketUnusable)
             case .socketInUse: throw ExitCode(exitAlreadyRunning)
             case .serverFailed: throw ExitCode(exitServerFailed)
             }
         }
+    }
+}
+
+/// `text` on standard error, all of it (what tokend says when it cannot start or serve).
+func writeStandardError(_ text: String) {
+    var bytes = Array(text.utf8)[...]
+    while !bytes.isEmpty {
+        let written = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+        if written < 0, errno == EINTR { continue }
+        guard written > 0 else { return }
+        bytes = bytes.dropFirst(written)
     }
 }
 
