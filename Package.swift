@@ -82,7 +82,7 @@ let package = Package(
         // What counts as loopback (an IP literal in 127/8 or ::1), said once.
         .target(name: "Loopback", swiftSettings: strict),
         .target(name: "StateStore", dependencies: [
-            "CookieJar", "TokendMetrics", "Secrets", logging, .product(name: "Crypto", package: "swift-crypto"),
+            "CookieJar", "Loopback", "TokendMetrics", "Secrets", logging, .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: strict),
         .target(name: "Broker", dependencies: ["CookieJar", "Deadline", "DPoP", "Loopback", "TokendMetrics", "OAuth", "Secrets", "StateStore", logging], swiftSettings: hooks),
         // A session shared by several hosts through PostgreSQL: schema, fleet lock, sealed record, LISTEN.
@@ -95,7 +95,7 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .target(name: "Systemd", dependencies: ["CSystemd", logging], swiftSettings: strict),
         .target(name: "TokendServer", dependencies: [
-            "Broker", "Config", "CookieJar", "Deadline", "DPoP", "Fleet", "HTTPHead", "TPMKeys", "TokendMetrics", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "UnixServer",
+            "Broker", "Config", "CookieJar", "Deadline", "DPoP", "Fleet", "HTTPHead", "Loopback", "TPMKeys", "TokendMetrics", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "UnixServer",
             logging, lifecycle, .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ], swiftSettings: hooks),
         .executableTarget(name: "tokend", dependencies: [
