@@ -5,7 +5,8 @@ import Glibc
 /// Another program, started the way Foundation's `Process` started it on Linux: posix_spawn with
 /// the path itself as argv[0], in a process group of its own (a Ctrl-C meant for tokenctl is not
 /// its), standard input /dev/null, standard output and error captured in pipes or /dev/null, and no
-/// other descriptor of tokenctl's open in it.
+/// other descriptor of tokenctl's open in it. Unlike `Process`, its signals are as a program
+/// started from a shell has them (`ProgramSignals`).
 struct ChildProcess {
     let pid: pid_t
     /// The read ends of its standard output and error, when they are captured.
@@ -43,8 +44,12 @@ struct ChildProcess {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP))
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         posix_spawnattr_setpgroup(&attributes, 0)
+        var none = ProgramSignals.none
+        var every = ProgramSignals.every
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setsigdefault(&attributes, &every)
 
         let argv = ([path] + arguments).map { strdup($0) } + [nil]
         let envp = environment.map { $0.map { strdup("\($0.key)=\($0.value)") } + [nil] }
@@ -127,5 +132,37 @@ struct ChildProcess {
         }
         let signal = status & 0x7f
         return signal == 0 ? (status >> 8) & 0xff : signal
+    }
+}
+
+/// The signals a program tokenctl starts or becomes gets: none blocked and every one at its default
+/// action, as from a shell. tokenctl's own are not: Swift's tasks run on libdispatch's threads, which
+/// block every asynchronous signal, and `tokenctl login` and the agent ignore SIGINT and SIGTERM
+/// (they take them from a dispatch source). A mask and ignored signals both outlive exec, so a
+/// browser xdg-open started, or the command of `tokenctl exec`, would not end on SIGTERM or Ctrl-C
+/// (Foundation's `Process` has the same fault: swift-corelibs-foundation issue 4772).
+enum ProgramSignals {
+    static var none: sigset_t {
+        var set = sigset_t()
+        sigemptyset(&set)
+        return set
+    }
+
+    /// The standard signals (Linux: 1 to 31; the real-time ones stay as they are).
+    static let standard: ClosedRange<Int32> = 1...31
+
+    /// Every signal whose action can be set (not SIGKILL or SIGSTOP).
+    static var every: sigset_t {
+        var set = sigset_t()
+        sigemptyset(&set)
+        for number in Self.standard where number != SIGKILL && number != SIGSTOP { sigaddset(&set, number) }
+        return set
+    }
+
+    /// Before exec: this thread's mask emptied and every signal's action the default.
+    static func resetForExec() {
+        var empty = none
+        pthread_sigmask(SIG_SETMASK, &empty, nil)
+        for number in Self.standard where number != SIGKILL && number != SIGSTOP { signal(number, SIG_DFL) }
     }
 }

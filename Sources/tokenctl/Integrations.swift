@@ -185,6 +185,7 @@ struct ExecCommand: AsyncParsableCommand {
         setenv("BEARER_TOKEN", token.accessToken, 1)
         // "DPoP": the token is useless without a proof per request (tokenctl proof).
         setenv("TOKEND_TOKEN_TYPE", token.isDPoPBound ? "DPoP" : "Bearer", 1)
+        ProgramSignals.resetForExec()
         let argv = arguments.map { strdup($0) } + [nil]
         execvp(program, argv)
         StandardStream.error.write("tokenctl: cannot run \(program): \(String(cString: strerror(errno)))\n")

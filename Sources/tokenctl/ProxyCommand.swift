@@ -70,6 +70,7 @@ struct ProxyCommand: AsyncParsableCommand {
         print("(tokend-proxy adds the session's token to each request to \(target.origin); Ctrl-C stops it)")
         fflush(nil)
         let (path, argv) = free?.exec(arguments) ?? (program, arguments)
+        ProgramSignals.resetForExec()
         execv(path, argv.map { strdup($0) } + [nil])
         StandardStream.error.write("tokenctl: cannot run \(program): \(String(cString: strerror(errno)))\n")
         throw ExitCode(Exit.failure)

@@ -38,7 +38,6 @@ import Testing
         "read line; echo \"read: $?\"",
         "[ \"$(cut -d' ' -f5 /proc/$$/stat)\" = $$ ] && echo own-group || echo shared-group",
         "readlink /proc/$$/fd/0",
-        "kill -TERM $$",
         "kill -KILL $$",
         "head -c 200000 /dev/zero | tr '\\0' x; head -c 200000 /dev/zero | tr '\\0' y >&2",
         "exit 255",
@@ -61,6 +60,34 @@ import Testing
         let theirs = try #require(foundation("/bin/sh", ["-c", script]))
         #expect(ours.standardOutput == "closed\n")
         #expect(ours.standardOutput == theirs.output)
+    }
+
+    /// Started from a task (a libdispatch thread, every asynchronous signal blocked) with SIGINT and
+    /// SIGTERM ignored, as `tokenctl login` and the agent have them: the program gets none blocked and
+    /// none ignored, as from a shell. Foundation's Process passed both on (its issue 4772).
+    @Test func theProgramGetsNoBlockedOrIgnoredSignal() async throws {
+        let before = (signal(SIGINT, SIG_IGN), signal(SIGTERM, SIG_IGN))
+        defer {
+            signal(SIGINT, before.0)
+            signal(SIGTERM, before.1)
+        }
+        var mask = sigset_t()
+        pthread_sigmask(SIG_SETMASK, nil, &mask)
+        let script = "grep -E '^Sig(Blk|Ign):' /proc/self/status"
+        let ours = try #require(DoctorProgram(path: "/bin/sh").run(["-c", script]))
+        // Hexadecimal masks, bit N-1 for signal N; of the ignored ones only the standard signals count
+        // (glibc's posix_spawn ignores its own two internal real-time signals, 32 and 33, in the child).
+        var masks: [String: UInt64] = [:]
+        for line in ours.standardOutput.split(separator: "\n") {
+            let fields = line.split(separator: "\t")
+            if fields.count == 2, let value = UInt64(fields[1], radix: 16) { masks[String(fields[0])] = value }
+        }
+        let blocked = sigismember(&mask, SIGTERM) == 1
+        #expect(masks["SigBlk:"] == 0, "\(ours.standardOutput) (this thread blocked SIGTERM: \(blocked))")
+        #expect(masks["SigIgn:"].map { $0 & 0x7fff_ffff } == 0, "\(ours.standardOutput)")
+        // So a SIGTERM ends it (under Foundation's Process the shell lived on: status 0, "lived").
+        let ended = try #require(DoctorProgram(path: "/bin/sh").run(["-c", "kill -TERM $$; echo lived"]))
+        #expect(ended.status == SIGTERM && ended.standardOutput == "", "\(ended.status) \(ended.standardOutput)")
     }
 
     @Test func theEnvironmentIsTheOneGiven() throws {
