@@ -102,7 +102,7 @@ let package = Package(
             "TokendServer", "Systemd", "Config", "StateStore", argumentParser, logging, lifecycle,
         ], swiftSettings: strict),
         .target(name: "TokendClient", dependencies: ["Varlink", "VarlinkNIO", "TokendInterface", nio, nioPosix], swiftSettings: strict),
-        .executableTarget(name: "tokenctl", dependencies: ["Config", "CSystemd", "HTTPHead", "Loopback", "Persons", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
+        .executableTarget(name: "tokenctl", dependencies: ["Config", "CookieJar", "CSystemd", "HTTPHead", "Loopback", "Persons", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
         // A local HTTP proxy that puts the session's token and cookies on requests to one upstream.
         .executableTarget(name: "tokend-proxy", dependencies: [
             "CLinux", "Deadline", "HTTPHead", "Loopback", "Persons", "TokendClient", argumentParser, logging, nio,
