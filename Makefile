@@ -247,16 +247,17 @@ install: release
 		install -m 0644 etc/tokend/tokend.toml $(DESTDIR)$(SYSCONFDIR)/tokend/tokend.toml; \
 	fi
 
-# The Debian package: the four programs linked against the Swift runtime's shared
-# libraries, which the package installs once, in /usr/lib/tokend (their run path),
-# and fails over its size bound (packaging/deb/build.sh, docs/packaging.md).
+# The Debian package: tokend, which is all four programs by the name it runs as,
+# linked against the Swift runtime's shared libraries, which the package installs
+# once, in /usr/lib/tokend (its run path); it fails over its size bound
+# (packaging/deb/build.sh, docs/packaging.md).
 # Its own build directory: those flags would otherwise rebuild .build.
 DEB_BUILD := .build-deb
 deb:
 	@for p in dpkg-dev fakeroot lintian chrpath; do dpkg -s $$p >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dpkg-dev fakeroot lintian chrpath >/dev/null; break; }; done
-	$(SWIFT) build -c release --disable-local-rpath -Xlinker -rpath=/usr/lib/tokend --scratch-path $(DEB_BUILD)
-	@# The release binaries carry no test hooks (crash points, hang switches).
-	@! grep -l TOKEND_TEST_HOOKS $(DEB_BUILD)/release/tokend $(DEB_BUILD)/release/tokenctl || \
+	$(SWIFT) build -c release --disable-local-rpath -Xlinker -rpath=/usr/lib/tokend --scratch-path $(DEB_BUILD) --product tokend
+	@# The release binary carries no test hooks (crash points, hang switches).
+	@! grep -l TOKEND_TEST_HOOKS $(DEB_BUILD)/release/tokend || \
 		{ echo "test hooks found in a release binary"; exit 1; }
 	packaging/deb/build.sh $(DEB_BUILD)/release .build/deb
 	lintian --fail-on error .build/deb/tokend_*.deb

@@ -98,22 +98,31 @@ let package = Package(
             "Broker", "Config", "CookieJar", "Deadline", "DPoP", "Fleet", "HTTPHead", "Loopback", "TPMKeys", "TokendMetrics", "OAuth", "Secrets", "StateStore", "Systemd", "TokendInterface", "Varlink", "UnixServer",
             logging, lifecycle, .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ], swiftSettings: hooks),
-        .executableTarget(name: "tokend", dependencies: [
+        // The four programs' code, as libraries; each program's own target below is its short main.
+        .target(name: "TokendProgram", dependencies: [
             "TokendServer", "Systemd", "Config", "StateStore", argumentParser, logging, lifecycle,
         ], swiftSettings: strict),
         .target(name: "TokendClient", dependencies: ["Varlink", "VarlinkNIO", "TokendInterface", nio, nioPosix], swiftSettings: strict),
-        .executableTarget(name: "tokenctl", dependencies: ["Config", "CookieJar", "CSystemd", "HTTPHead", "Loopback", "Persons", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
+        .target(name: "TokenctlProgram", dependencies: ["Config", "CookieJar", "CSystemd", "HTTPHead", "Loopback", "Persons", "TokendClient", "Varlink", argumentParser], swiftSettings: strict),
         // A local HTTP proxy that puts the session's token and cookies on requests to one upstream.
-        .executableTarget(name: "tokend-proxy", dependencies: [
+        .target(name: "ProxyProgram", dependencies: [
             "CLinux", "Deadline", "HTTPHead", "Loopback", "Persons", "TokendClient", argumentParser, logging, nio,
             .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ], swiftSettings: strict),
         // WebExtension native messaging framing (pure) and the host the browser starts.
         .target(name: "NativeMessaging", dependencies: ["Varlink"], swiftSettings: strict),
-        .executableTarget(name: "tokend-native-host", dependencies: [
+        .target(name: "NativeHostProgram", dependencies: [
             "NativeMessaging", "TokendInterface", "Varlink", "VarlinkNIO",
         ], swiftSettings: strict),
+        // tokend is all four, by the name it runs as: the package installs it once and the others as
+        // links to it (their shared code paid once, docs/packaging.md). The other three are one each.
+        .executableTarget(name: "tokend", dependencies: [
+            "TokendProgram", "TokenctlProgram", "ProxyProgram", "NativeHostProgram",
+        ], swiftSettings: strict),
+        .executableTarget(name: "tokenctl", dependencies: ["TokenctlProgram"], swiftSettings: strict),
+        .executableTarget(name: "tokend-proxy", dependencies: ["ProxyProgram"], swiftSettings: strict),
+        .executableTarget(name: "tokend-native-host", dependencies: ["NativeHostProgram"], swiftSettings: strict),
         // What several test targets share: waiting for a condition, where a timeout is a failure.
         .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strict),
         .testTarget(name: "VarlinkTests", dependencies: ["Varlink", "VarlinkNIO", nio], swiftSettings: strict),
@@ -139,8 +148,8 @@ let package = Package(
         .testTarget(name: "ConfigTests", dependencies: ["Config"], swiftSettings: strict),
         .testTarget(name: "TokendMetricsTests", dependencies: ["TokendMetrics"], swiftSettings: strict),
         .testTarget(name: "FleetTests", dependencies: ["Fleet", "Broker"], swiftSettings: strict),
-        .testTarget(name: "tokend-proxyTests", dependencies: ["tokend-proxy", "Persons", "TestSupport", nio, .product(name: "NIOHTTP1", package: "swift-nio")], swiftSettings: strict),
-        .testTarget(name: "tokenctlTests", dependencies: ["tokenctl"], swiftSettings: strict),
+        .testTarget(name: "tokend-proxyTests", dependencies: ["ProxyProgram", "Persons", "TestSupport", nio, .product(name: "NIOHTTP1", package: "swift-nio")], swiftSettings: strict),
+        .testTarget(name: "tokenctlTests", dependencies: ["TokenctlProgram"], swiftSettings: strict),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", logging], swiftSettings: strict),
     ]
 )

@@ -44,7 +44,7 @@ def test_every_tokenctl_command_and_exit_code_is_in_tokenctl_1():
     commands = re.findall(r"^  ([a-z][a-z-]+)\s", help_text.split("SUBCOMMANDS:")[1], re.M)
     assert len(commands) >= 10, help_text
     assert [c for c in commands if c != "help" and c not in text] == []
-    codes = {int(n) for n in re.findall(r"static let \w+: Int32 = (\d+)", source("Sources/tokenctl/Tokenctl.swift"))}
+    codes = {int(n) for n in re.findall(r"static let \w+: Int32 = (\d+)", source("Sources/TokenctlProgram/Tokenctl.swift"))}
     status = text.split("EXIT STATUS")[1].split("EXAMPLES")[0]
     assert len(codes) >= 9 and [c for c in sorted(codes) if not re.search(rf"\b{c}\b", status)] == []
 
@@ -55,7 +55,7 @@ def test_the_interface_and_exit_status_are_in_tokend_8():
     names = re.findall(r"^(?:method|error) (\w+)", declaration, re.M)
     assert len(names) > 25
     assert [n for n in names if n not in text] == [], "methods or errors missing from tokend(8)"
-    codes = {int(n) for n in re.findall(r"let exit\w+: Int32 = (\d+)", source("Sources/tokend/Tokend.swift"))}
+    codes = {int(n) for n in re.findall(r"let exit\w+: Int32 = (\d+)", source("Sources/TokendProgram/Tokend.swift"))}
     status = text.split("EXIT STATUS")[1].split("SEE ALSO")[0]
     assert codes and [c for c in sorted(codes) if not re.search(rf"\b{c}\b", status)] == []
 

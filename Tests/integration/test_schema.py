@@ -48,7 +48,7 @@ def test_javascript_uses_only_declared_methods_and_events():
 
 
 def test_the_native_host_relays_only_declared_methods():
-    text = read("Sources/tokend-native-host/Bridge.swift")
+    text = read("Sources/NativeHostProgram/Bridge.swift")
     relayed = set()
     for group in re.findall(r"static let \w*[mM]ethods: Set<String> = \[(.*?)\]", text, re.S):
         relayed |= set(re.findall(r'"(\w+)"', group))

@@ -2,7 +2,7 @@ import Config
 import Testing
 import TokendClient
 
-@testable import tokenctl
+@testable import TokenctlProgram
 
 /// The agent's bookkeeping and words, apart from the bus and tokend.
 @Suite struct AgentTests {

@@ -2,7 +2,7 @@ import Foundation
 import Glibc
 import Testing
 
-@testable import tokenctl
+@testable import TokenctlProgram
 
 /// The doctor's programs run as Foundation's Process ran them: the same output, status and
 /// surroundings (standard input /dev/null, a process group of their own, no other descriptor).

@@ -3,7 +3,7 @@ import Foundation
 import Glibc
 import Testing
 
-@testable import tokenctl
+@testable import TokenctlProgram
 
 /// The doctor's credentials check: a systemd credential is judged by the file
 /// the unit loads it from, not by its private copy.

@@ -1,6 +1,6 @@
 import Testing
 import TokendClient
-@testable import tokenctl
+@testable import TokenctlProgram
 
 /// `tokenctl doctor` on DPoP sessions, from tokend's status.
 @Suite struct DoctorDPoPTests {

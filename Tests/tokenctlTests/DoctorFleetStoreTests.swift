@@ -1,7 +1,7 @@
 import Testing
 import TokendInterface
 
-@testable import tokenctl
+@testable import TokenctlProgram
 
 /// What doctor says of tokend's own look at its fleet store (status's fleet.check).
 @Suite struct DoctorFleetStoreTests {

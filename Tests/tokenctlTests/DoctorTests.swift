@@ -2,7 +2,7 @@ import Foundation
 import Glibc
 import Testing
 
-@testable import tokenctl
+@testable import TokenctlProgram
 
 /// Each of the doctor's checks, as a function of what it found.
 @Suite struct DoctorTests {

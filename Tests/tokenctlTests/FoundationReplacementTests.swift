@@ -2,7 +2,7 @@ import Foundation
 import Glibc
 import Testing
 
-@testable import tokenctl
+@testable import TokenctlProgram
 
 extension Zone {
     /// A zone whose offsets are Foundation's (its own database, ICU's), for tests in named zones.

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import TokendClient
 
-@testable import tokenctl
+@testable import TokenctlProgram
 
 /// What `tokenctl status` says of a session, made from its status alone.
 @Suite struct StatusAdviceTests {

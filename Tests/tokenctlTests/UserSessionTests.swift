@@ -5,7 +5,7 @@ import TokendInterface
 import Varlink
 
 @testable import TokendClient
-@testable import tokenctl
+@testable import TokenctlProgram
 
 /// `tokenctl add`, `remove` and `proxy` apart from tokend: what they accept, and what they say when refused.
 @Suite struct UserSessionTests {

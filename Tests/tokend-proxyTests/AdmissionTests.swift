@@ -6,7 +6,7 @@ import Testing
 import Glibc
 #endif
 
-@testable import tokend_proxy
+@testable import ProxyProgram
 
 /// Connection slots: a total, and a share per owner that one owner cannot pass.
 @Suite struct AdmissionTests {

@@ -4,7 +4,7 @@ import Testing
 import Varlink
 
 @testable import TokendClient
-@testable import tokend_proxy
+@testable import ProxyProgram
 
 /// tokend-proxy, Loopback and TokendClient do without Foundation; each call that replaced one of
 /// Foundation's answers as Foundation did, over well-formed and malformed inputs alike.

@@ -3,7 +3,7 @@ import NIOHTTP1
 import TestSupport
 import Testing
 
-@testable import tokend_proxy
+@testable import ProxyProgram
 
 /// What crosses the proxy of a message's headers, and the path rule's fast case.
 @Suite struct HeaderTests {

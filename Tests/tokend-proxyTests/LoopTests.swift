@@ -5,7 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import tokend_proxy
+@testable import ProxyProgram
 
 #if canImport(Glibc)
 import Glibc

@@ -6,7 +6,7 @@ import Persons
 import Testing
 import TokendClient
 
-@testable import tokend_proxy
+@testable import ProxyProgram
 
 /// What the proxy does of MCP's streamable HTTP (spec 2025-06-18, Transports) by itself: which answers are
 /// event streams, which clients read its own answers as JSON-RPC errors, what crosses of the MCP headers

@@ -2,7 +2,7 @@ import NIOCore
 import Testing
 import TokendClient
 
-@testable import tokend_proxy
+@testable import ProxyProgram
 
 /// What the proxy reads and writes of DPoP (RFC 9449) itself: challenges, htu, nonces, header lines.
 @Suite struct ProxyDPoPTests {

@@ -3,7 +3,7 @@ import Logging
 import Testing
 import TokendClient
 
-@testable import tokend_proxy
+@testable import ProxyProgram
 
 #if canImport(Glibc)
 import Glibc

@@ -5,7 +5,7 @@ import Testing
 import Glibc
 #endif
 
-@testable import tokend_proxy
+@testable import ProxyProgram
 
 /// An upstream failure's status comes from its kind, never from words in its message.
 @Suite struct UpstreamErrorTests {

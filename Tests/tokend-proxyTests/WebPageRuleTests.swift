@@ -2,7 +2,7 @@ import NIOCore
 import NIOHTTP1
 import Testing
 
-@testable import tokend_proxy
+@testable import ProxyProgram
 
 /// The proxy's rules against web pages and paths, as pure functions.
 @Suite struct RequestPathTests {

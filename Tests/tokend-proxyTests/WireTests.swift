@@ -3,7 +3,7 @@ import NIOHTTP1
 import TestSupport
 import Testing
 
-@testable import tokend_proxy
+@testable import ProxyProgram
 
 /// The proxy's HTTP/1.1 reader: messages in any split, and every ambiguity
 /// that lets two parsers disagree on where a request ends refused.

@@ -1,11 +1,12 @@
 #!/bin/bash
 # Builds tokend_VERSION_amd64.deb from the release binaries.
 #   packaging/deb/build.sh BINDIR OUTDIR
-# BINDIR holds tokend, tokenctl, tokend-native-host and tokend-proxy built against
-# the Swift runtime's shared libraries with the run path /usr/lib/tokend (the
-# Makefile's deb target). The package installs those libraries once, in that
-# private directory: one copy of the runtime and Foundation (with ICU's data,
-# 34 MB) for the four programs, where a static copy in each weighed 274 MiB.
+# BINDIR holds tokend built against the Swift runtime's shared libraries with the
+# run path /usr/lib/tokend (the Makefile's deb target). It is all four programs,
+# chosen by the name it runs as: the package installs it once, as /usr/sbin/tokend,
+# and tokenctl, tokend-proxy and tokend-native-host as links to it, so the code they
+# share is there once; and the runtime libraries once, in that private directory.
+# A static runtime in each of four binaries weighed 274 MiB.
 # Where the bytes go and the commands behind the figures: docs/packaging.md.
 set -euo pipefail
 bindir=${1:?usage: build.sh BINDIR OUTDIR}
@@ -19,11 +20,13 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 pkg=$stage/tokend
 libdir=usr/lib/tokend
-programs="usr/sbin/tokend usr/bin/tokenctl usr/bin/tokend-native-host usr/bin/tokend-proxy"
+programs="usr/sbin/tokend"
 
 install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/usr/sbin" "$pkg/$libdir"
 install -m 0755 "$bindir/tokend" "$pkg/usr/sbin/"
-install -m 0755 "$bindir/tokenctl" "$bindir/tokend-native-host" "$bindir/tokend-proxy" "$pkg/usr/bin/"
+for name in tokenctl tokend-native-host tokend-proxy; do
+    ln -s ../sbin/tokend "$pkg/usr/bin/$name"
+done
 for program in $programs; do
     # Linked against the shared runtime, found in /usr/lib/tokend only (no $ORIGIN, no static copy).
     # swiftc puts the toolchain's own directory first in the run path; the package's is the only one.
@@ -93,9 +96,11 @@ gzip -9n < "$root/man/tokend-proxy.1" > "$pkg/usr/share/man/man1/tokend-proxy.1.
 install -d "$pkg/usr/share/bash-completion/completions" "$pkg/usr/share/zsh/vendor-completions" \
     "$pkg/usr/share/fish/vendor_completions.d"
 # (bash completion files are sourced, not run: no #! line)
-"$bindir/tokenctl" --generate-completion-script bash | sed '1{/^#!/d}' > "$pkg/usr/share/bash-completion/completions/tokenctl"
-"$bindir/tokenctl" --generate-completion-script zsh > "$pkg/usr/share/zsh/vendor-completions/_tokenctl"
-"$bindir/tokenctl" --generate-completion-script fish > "$pkg/usr/share/fish/vendor_completions.d/tokenctl.fish"
+# (tokenctl is the build's tokend run by that name; the toolchain's libraries are in its run path)
+ln -s "$(readlink -f "$bindir/tokend")" "$stage/tokenctl"
+"$stage/tokenctl" --generate-completion-script bash | sed '1{/^#!/d}' > "$pkg/usr/share/bash-completion/completions/tokenctl"
+"$stage/tokenctl" --generate-completion-script zsh > "$pkg/usr/share/zsh/vendor-completions/_tokenctl"
+"$stage/tokenctl" --generate-completion-script fish > "$pkg/usr/share/fish/vendor_completions.d/tokenctl.fish"
 chmod 0644 "$pkg"/usr/share/*/completions/* "$pkg"/usr/share/zsh/vendor-completions/* "$pkg"/usr/share/fish/vendor_completions.d/*
 install -d "$pkg/usr/share/doc/tokend"
 install -m 0644 "$here/copyright" "$pkg/usr/share/doc/tokend/copyright"

@@ -82,8 +82,8 @@ struct BrowserBridgeCommand: AsyncParsableCommand {
             """
     }
 
+    /// The package's `name` beside this tokenctl (ProgramPlaces), else where it would be beside it.
     static func besideThisProgram(_ name: String) -> String {
-        let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        return URL(fileURLWithPath: me).deletingLastPathComponent().appendingPathComponent(name).path
+        ProgramPlaces.find(name) ?? ((ProgramPlaces.directories().first ?? ".") + "/" + name)
     }
 }

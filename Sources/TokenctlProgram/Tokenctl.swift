@@ -347,7 +347,6 @@ func answered<T: Sendable>(
     }
 }
 
-@main
 struct Tokenctl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tokenctl",
@@ -362,3 +361,6 @@ struct Tokenctl: AsyncParsableCommand {
             AccessCommand.self, AddCommand.self, RemoveCommand.self, ProxyCommand.self,
         ])
 }
+
+/// tokenctl, as its program runs it (Sources/tokenctl/main.swift, and the multi-call tokend).
+public func runTokenctl() async { await Tokenctl.main() }

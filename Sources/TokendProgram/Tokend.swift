@@ -25,7 +25,6 @@ let exitSocketUnusable: Int32 = 73
 /// sysexits.h EX_SOFTWARE: the server's loop stopped on an error; systemd restarts tokend.
 let exitServerFailed: Int32 = 70
 
-@main
 struct Tokend: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tokend",
@@ -148,3 +147,5 @@ func writeStandardError(_ text: String) {
     }
 }
 
+/// The daemon, as its program runs it (Sources/tokend/main.swift, and the multi-call tokend).
+public func runTokend() async { await Tokend.main() }

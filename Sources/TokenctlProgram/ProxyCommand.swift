@@ -172,12 +172,5 @@ struct ProxyTarget: Equatable {
     }
 
     /// tokend-proxy beside this tokenctl, else the first on PATH.
-    static func program() -> String? {
-        var places: [String] = []
-        if let me = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            places.append(URL(fileURLWithPath: me).deletingLastPathComponent().path)
-        }
-        places += (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":").map(String.init)
-        return places.map { $0 + "/tokend-proxy" }.first { access($0, X_OK) == 0 }
-    }
+    static func program() -> String? { ProgramPlaces.find("tokend-proxy") }
 }

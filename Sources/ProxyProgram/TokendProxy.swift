@@ -11,7 +11,6 @@ import TokendInterface
 /// session's access token and cookies on every request, so that programs
 /// nobody wants to change (curl, shell scripts, any HTTP library) use
 /// tokend's session without glue.
-@main
 struct TokendProxy: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tokend-proxy",
@@ -124,3 +123,6 @@ struct TokendProxy: AsyncParsableCommand {
         }
     }
 }
+
+/// tokend-proxy, as its program runs it (Sources/tokend-proxy/main.swift, and the multi-call tokend).
+public func runTokendProxy() async { await TokendProxy.main() }

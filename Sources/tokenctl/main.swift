@@ -1,0 +1,3 @@
+import TokenctlProgram
+
+await runTokenctl()

@@ -1,0 +1,3 @@
+import ProxyProgram
+
+await runTokendProxy()
