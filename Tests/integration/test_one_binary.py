@@ -63,16 +63,19 @@ def test_each_name_runs_its_program(server, make_tokend, workdir):
     assert ctl("login", input=grant["refresh_token"] + "\n").returncode == 0
     token = ctl("token")
     assert token.returncode == 0 and token.stdout.strip() == daemon.call("io.tokend.Broker.GetToken")[1][
-        "parameters"]["token"], token.stderr
+        "parameters"]["token"]["accessToken"], token.stderr
 
     # The native host: one framed call relayed to tokend, framed answer back.
     body = json.dumps({"id": 1, "method": "GetStatus", "parameters": {}}).encode()
-    host = subprocess.run([os.path.join(here, "tokend-native-host"), EXTENSION],
-                          input=struct.pack("=I", len(body)) + body, capture_output=True, timeout=30,
-                          env=dict(os.environ, TOKEND_SOCKET=daemon.socket))
-    length = struct.unpack("=I", host.stdout[:4])[0]
-    answer = json.loads(host.stdout[4:4 + length])
+    host = subprocess.Popen([os.path.join(here, "tokend-native-host"), EXTENSION], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=dict(os.environ, TOKEND_SOCKET=daemon.socket))
+    host.stdin.write(struct.pack("=I", len(body)) + body)
+    host.stdin.flush()
+    length = struct.unpack("=I", host.stdout.read(4))[0]
+    answer = json.loads(host.stdout.read(length))
     assert answer["id"] == 1 and "status" in answer["parameters"], answer
+    host.stdin.close()
+    assert host.wait(10) == 0
 
     # The proxy: a request to the upstream carries the session's token.
     upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
