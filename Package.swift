@@ -143,7 +143,7 @@ let package = Package(
         .testTarget(name: "ConfigTests", dependencies: ["Config"], swiftSettings: strict),
         .testTarget(name: "TokendMetricsTests", dependencies: ["TokendMetrics"], swiftSettings: strict),
         .testTarget(name: "FleetTests", dependencies: ["Fleet", "Broker"], swiftSettings: strict),
-        .testTarget(name: "PostgresWireTests", dependencies: ["PostgresWire", nio, nioPosix, .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
+        .testTarget(name: "PostgresWireTests", dependencies: ["PostgresWire", nio, nioPosix, .product(name: "NIOSSL", package: "swift-nio-ssl"), .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
         .testTarget(name: "tokend-proxyTests", dependencies: ["tokend-proxy", "Persons", "TestSupport", nio, .product(name: "NIOHTTP1", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "tokenctlTests", dependencies: ["tokenctl"], swiftSettings: strict),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", logging], swiftSettings: strict),

@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NIOPosix
+import NIOSSL
 import Testing
 
 @testable import PostgresWire
@@ -44,6 +45,20 @@ struct LiveServerTests {
         #expect(try await one.decode(Int32.self) == [1])
         #expect(try await two.decode((String, Int32).self)[0].1 == 2)
         try await connection.close()
+    }
+
+    @Test func sslmodePreferFallsBackAndRequireRefusesAServerWithoutTLS() async throws {
+        let server = try LiveServer.shared()
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.certificateVerification = .none
+        let context = try NIOSSLContext(configuration: tls)
+        let plain = try await server.connect(user: "scram", password: "pw-scram", tls: .prefer(context))
+        #expect(try await plain.query("SELECT \(Int32(7))").decode(Int32.self) == [7])
+        try await plain.close()
+        let refused = await #expect(throws: PostgresError.self) {
+            try await server.connect(user: "scram", password: "pw-scram", tls: .require(context))
+        }
+        #expect(refused?.code == .sslUnsupported)
     }
 
     @Test func notifications() async throws {
@@ -115,10 +130,12 @@ final class LiveServer: Sendable {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    func connect(user: String, password: String?) async throws -> PostgresConnection {
+    func connect(user: String, password: String?, tls: PostgresConnection.Configuration.TLS = .disable) async throws
+        -> PostgresConnection
+    {
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connect(host: "127.0.0.1", port: port).get()
-        var configuration = PostgresConnection.Configuration(user: user, database: "postgres", password: password, tls: .disable)
+        var configuration = PostgresConnection.Configuration(user: user, database: "postgres", password: password, tls: tls)
         configuration.applicationName = "pgwire test"
         return try await PostgresConnection.connect(on: channel, configuration: configuration)
     }
