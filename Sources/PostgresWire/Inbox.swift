@@ -11,17 +11,28 @@ final class Inbox: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Unread messages a server may pile up (it floods, or talks out of turn) before the connection ends.
+    let limit: Int
 
-    func deliver(_ message: BackendMessage) {
+    init(limit: Int = 100_000) {
+        self.limit = limit
+    }
+
+    /// Queues `message`; false when the queue is full (the caller ends the connection).
+    @discardableResult
+    func deliver(_ message: BackendMessage) -> Bool {
+        var full = false
         let waiter = state.withLock { state -> CheckedContinuation<BackendMessage, any Error>? in
             guard let waiter = state.waiter else {
-                state.messages.append(message)
+                full = state.messages.count >= limit
+                if !full { state.messages.append(message) }
                 return nil
             }
             state.waiter = nil
             return waiter
         }
         waiter?.resume(returning: message)
+        return !full
     }
 
     /// The first failure is the one said; later ones (the close after a TLS error) add nothing.

@@ -28,7 +28,10 @@ final class PostgresHandler: ChannelInboundHandler {
         case .parameterStatus(let name, let value): parameters.values.withLock { $0[name] = value }
         // Warnings about statements tokend chose; nothing to act on.
         case .notice: break
-        case let message: inbox.deliver(message)
+        case let message:
+            if !inbox.deliver(message) {
+                errorCaught(context: context, error: PostgresError(.protocolViolation, "the server sent more than \(inbox.limit) messages unread"))
+            }
         }
     }
 

@@ -59,3 +59,44 @@ import Testing
         #expect(try single.decode(Int?.self) == [1])
     }
 }
+
+@Suite struct InboxTests {
+    @Test func messagesBeforeAFailureAreReadFirst() async throws {
+        let inbox = Inbox()
+        inbox.deliver(.error([.sqlState: "57P01"]))
+        inbox.fail(PostgresError(.connectionClosed, "closed"))
+        inbox.fail(PostgresError(.connectionError, "later"))
+        #expect(try await inbox.receive() == .error([.sqlState: "57P01"]))
+        let error = await #expect(throws: PostgresError.self) { try await inbox.receive() }
+        #expect(error?.code == .connectionClosed)
+    }
+
+    @Test func aFloodingServerIsCut() {
+        let inbox = Inbox(limit: 3)
+        #expect((0..<3).allSatisfy { _ in inbox.deliver(.noData) })
+        #expect(!inbox.deliver(.noData))
+        #expect(inbox.takeUnread().count == 3)
+    }
+
+    @Test func everyWaiterGetsATurnOnceTheHolderLeaves() async {
+        let turns = Turnstile()
+        let order = Order()
+        await turns.enter()
+        await withTaskGroup(of: Void.self) { group in
+            for index in 0..<3 {
+                group.addTask {
+                    await turns.enter()
+                    await order.add(index)
+                    turns.leave()
+                }
+            }
+            turns.leave()
+        }
+        #expect(await order.seen.sorted() == [0, 1, 2])
+    }
+
+    actor Order {
+        var seen: [Int] = []
+        func add(_ index: Int) { seen.append(index) }
+    }
+}
