@@ -34,7 +34,6 @@ let package = Package(
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
-        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
     ],
     targets: [
@@ -85,9 +84,14 @@ let package = Package(
             "CookieJar", "Loopback", "TokendMetrics", "Secrets", logging, .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: strict),
         .target(name: "Broker", dependencies: ["CookieJar", "Deadline", "DPoP", "Loopback", "TokendMetrics", "OAuth", "Secrets", "StateStore", logging], swiftSettings: hooks),
+        // A PostgreSQL protocol v3 client of our own (one connection, text format, TLS, SCRAM), without
+        // Foundation: PostgresNIO linked libFoundation.so and ICU into tokend.
+        .target(name: "PostgresWire", dependencies: [
+            nio, nioPosix, .product(name: "NIOSSL", package: "swift-nio-ssl"), .product(name: "Crypto", package: "swift-crypto"),
+        ], swiftSettings: strict),
         // A session shared by several hosts through PostgreSQL: schema, fleet lock, sealed record, LISTEN.
         .target(name: "Fleet", dependencies: [
-            "Broker", "Deadline", "TokendMetrics", "StateStore", logging, .product(name: "PostgresNIO", package: "postgres-nio"),
+            "Broker", "Deadline", "PostgresWire", "TokendMetrics", "StateStore", logging, nio, nioPosix,
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ], swiftSettings: strict),
         .target(name: "Config", dependencies: ["Loopback", .product(name: "TOMLKit", package: "TOMLKit")], swiftSettings: strict),
@@ -148,6 +152,7 @@ let package = Package(
         .testTarget(name: "ConfigTests", dependencies: ["Config"], swiftSettings: strict),
         .testTarget(name: "TokendMetricsTests", dependencies: ["TokendMetrics"], swiftSettings: strict),
         .testTarget(name: "FleetTests", dependencies: ["Fleet", "Broker"], swiftSettings: strict),
+        .testTarget(name: "PostgresWireTests", dependencies: ["PostgresWire", nio, nioPosix, .product(name: "NIOSSL", package: "swift-nio-ssl"), .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
         .testTarget(name: "tokend-proxyTests", dependencies: ["ProxyProgram", "Persons", "TestSupport", nio, .product(name: "NIOHTTP1", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "tokenctlTests", dependencies: ["TokenctlProgram"], swiftSettings: strict),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", logging], swiftSettings: strict),

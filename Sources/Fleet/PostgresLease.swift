@@ -1,5 +1,5 @@
 import Broker
-import PostgresNIO
+import PostgresWire
 import StateStore
 import Synchronization
 
@@ -44,7 +44,7 @@ final class PostgresLease: SharedLease {
             bound.fleetVersion = (expected ?? 0) + 1
             let text = try store.codec.sealedText(bound)
             let generation = Int64(record.generation)
-            let (session, host, logger, seconds) = (store.session, store.hostID, store.logger, store.leaseSeconds)
+            let (session, host, seconds) = (store.session, store.hostID, store.leaseSeconds)
             let notify = store.address.listen
             let written = try await store.run("writing the shared record") { connection -> Int64? in
                 let sent = PostgresStore.localNow()
@@ -60,8 +60,8 @@ final class PostgresLease: SharedLease {
                         THEN pg_notify(\(PostgresStore.channel), version::text || ' ' || \(session))::text END,
                         extract(epoch FROM now())::float8
                     FROM w
-                    """, logger: logger)
-                for try await (version, _, databaseNow) in rows.decode((Int64, String?, Double).self) {
+                    """)
+                for (version, _, databaseNow) in try rows.decode((Int64, String?, Double).self) {
                     store.sawDatabaseClock(databaseNow, sent: sent, received: PostgresStore.localNow())
                     return version
                 }

@@ -1,7 +1,7 @@
 import Broker
 import Deadline
 import Logging
-import PostgresNIO
+import PostgresWire
 
 /// What the store said about itself when this host asked: the role's missing
 /// privileges on tokend's tables, and what stands between this host and
@@ -105,7 +105,7 @@ extension PostgresStore {
     /// renewals and writes use, is never held or dropped by it), within 10 s in all. A probe that fails
     /// leaves the privileges answered and the pooler unknown.
     func askStore() async throws -> StoreFacts {
-        let (link, logger, ourPort, tables) = (link, logger, address.port, Self.checkedTables)
+        let (link, ourPort, tables) = (link, address.port, Self.checkedTables)
         let asked = try await Deadline.within(.seconds(10)) { () async throws -> StoreFacts in
             let first = try await link.open(id: -1_000_000)
             defer { Task { try? await first.close() } }
@@ -116,15 +116,15 @@ extension PostgresStore {
                     coalesce(to_regclass(t) IS NOT NULL AND has_table_privilege(t, 'INSERT'), false),
                     coalesce(to_regclass(t) IS NOT NULL AND has_table_privilege(t, 'UPDATE'), false)
                 FROM unnest(\(tables)::text[]) AS t
-                """, logger: logger)
+                """)
             var user = "?"
             var missing: [String: [String]] = [:]
-            for try await (who, table, select, insert, update) in rows.decode((String, String, Bool, Bool, Bool).self) {
+            for (who, table, select, insert, update) in try rows.decode((String, String, Bool, Bool, Bool).self) {
                 user = who
                 let lacking = [("SELECT", select), ("INSERT", insert), ("UPDATE", update)].filter { !$0.1 }.map(\.0)
                 if !lacking.isEmpty { missing[table] = lacking }
             }
-            let pooler = (try? await Self.probePooler(first, link: link, ourPort: ourPort, logger: logger)) ?? .unknown
+            let pooler = (try? await Self.probePooler(first, link: link, ourPort: ourPort)) ?? .unknown
             return StoreFacts(user: user, missing: missing, pooler: pooler, asked: .now)
         }
         guard let asked else { throw SharedStoreError("asking the store about itself took more than 10 s") }
@@ -132,25 +132,23 @@ extension PostgresStore {
     }
 
     /// Up to three tries; a try that shows a transaction pooler or a direct connection settles it.
-    static func probePooler(_ first: PostgresConnection, link: StoreLink, ourPort: Int, logger: Logger) async throws
-        -> Pooler
-    {
+    static func probePooler(_ first: PostgresConnection, link: StoreLink, ourPort: Int) async throws -> Pooler {
         let second = try await link.open(id: -1_000_001)
         defer { Task { try? await second.close() } }
         var pooler = Pooler.unknown
         for _ in 0..<3 {
-            let (one, port) = try await backend(first, logger: logger)
-            let (two, _) = try await backend(second, logger: logger)
-            let (again, _) = try await backend(first, logger: logger)
+            let (one, port) = try await backend(first)
+            let (two, _) = try await backend(second)
+            let (again, _) = try await backend(first)
             pooler = Pooler.judge(first: one, second: two, again: again, serverPort: port, ourPort: ourPort)
             if pooler == .transaction || pooler == .direct { break }
         }
         return pooler
     }
 
-    static func backend(_ connection: PostgresConnection, logger: Logger) async throws -> (Int32, Int?) {
-        let rows = try await connection.query("SELECT pg_backend_pid(), inet_server_port()", logger: logger)
-        for try await (pid, port) in rows.decode((Int32, Int32?).self) { return (pid, port.map(Int.init)) }
+    static func backend(_ connection: PostgresConnection) async throws -> (Int32, Int?) {
+        let rows = try await connection.query("SELECT pg_backend_pid(), inet_server_port()")
+        for (pid, port) in try rows.decode((Int32, Int32?).self) { return (pid, port.map(Int.init)) }
         throw SharedStoreError("the store answered no row to SELECT pg_backend_pid()")
     }
 }

@@ -1,5 +1,9 @@
 import Broker
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import StateStore
 
 /// Times in the shared record are in the database's clock. A host whose clock

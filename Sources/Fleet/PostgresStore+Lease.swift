@@ -1,5 +1,5 @@
 import Broker
-import PostgresNIO
+import PostgresWire
 
 /// The refresh lease: a row's holder, epoch and expiry, taken and renewed by
 /// the database's clock (`now()`), never compared with a host's.
@@ -114,7 +114,7 @@ extension PostgresStore {
     /// or this process's own lease that it could not release (the database was gone), which it takes back
     /// at once: a refresh whose result is not yet in the store is written by the host that has it.
     func tryTake() async throws -> (Int64, Row)? {
-        let (session, host, logger, seconds) = (session, hostID, logger, leaseSeconds)
+        let (session, host, seconds) = (session, hostID, leaseSeconds)
         let own = unreleased.withLock { $0 } ?? -1
         let taken = try await run("taking the fleet's lease") { connection -> (Int64, Row)? in
             let sent = Self.localNow()
@@ -129,9 +129,9 @@ extension PostgresStore {
                     OR greatest(s.lease_expires, pg_postmaster_start_time() + \(seconds) * interval '1 second') <= now()
                     OR (s.lease_holder = excluded.lease_holder AND s.lease_epoch = \(own))
                 RETURNING s.lease_epoch, s.version, s.record, s.written_by, extract(epoch FROM now())::float8
-                """, logger: logger)
-            for try await (epoch, version, text, writtenBy, databaseNow)
-                in rows.decode((Int64, Int64, String, String, Double).self)
+                """)
+            for (epoch, version, text, writtenBy, databaseNow)
+                in try rows.decode((Int64, Int64, String, String, Double).self)
             {
                 self.sawDatabaseClock(databaseNow, sent: sent, received: Self.localNow())
                 return (epoch, (version, text, writtenBy))
@@ -147,7 +147,7 @@ extension PostgresStore {
 
     /// The row and who holds its lease for how many more seconds (0: free or expired).
     func leaseState() async throws -> (row: Row, holder: String, remaining: Double)? {
-        let (session, logger, seconds) = (session, logger, leaseSeconds)
+        let (session, seconds) = (session, leaseSeconds)
         let state = try await run("reading the fleet's lease") { connection -> (row: Row, holder: String, epoch: Int64, remaining: Double)? in
             let rows = try await connection.query(
                 """
@@ -155,9 +155,9 @@ extension PostgresStore {
                     CASE WHEN lease_holder IS NULL THEN 0 ELSE greatest(0, extract(epoch FROM
                         greatest(lease_expires, pg_postmaster_start_time() + \(seconds) * interval '1 second') - now())::float8) END
                 FROM tokend_shared WHERE session = \(session)
-                """, logger: logger)
-            for try await (version, text, writtenBy, holder, epoch, remaining)
-                in rows.decode((Int64, String, String, String, Int64, Double).self)
+                """)
+            for (version, text, writtenBy, holder, epoch, remaining)
+                in try rows.decode((Int64, String, String, String, Int64, Double).self)
             {
                 return ((version, text, writtenBy), holder, epoch, remaining)
             }
@@ -170,7 +170,7 @@ extension PostgresStore {
 
     /// Takes a free lease for a write at `expected`: nil when another host holds it or wrote since.
     func takeForWrite(expected: Int64) async throws -> Int64? {
-        let (session, host, logger, seconds) = (session, hostID, logger, leaseSeconds)
+        let (session, host, seconds) = (session, hostID, leaseSeconds)
         let taken = try await run("taking the fleet's lease") { connection -> Int64? in
             let rows = try await connection.query(
                 """
@@ -180,8 +180,8 @@ extension PostgresStore {
                     AND (lease_holder IS NULL
                         OR greatest(lease_expires, pg_postmaster_start_time() + \(seconds) * interval '1 second') <= now())
                 RETURNING lease_epoch
-                """, logger: logger)
-            for try await epoch in rows.decode(Int64.self) { return epoch }
+                """)
+            for epoch in try rows.decode(Int64.self) { return epoch }
             return nil
         }
         if let taken { sawOwnLease(epoch: taken) }
@@ -190,14 +190,14 @@ extension PostgresStore {
 
     /// Moves the lease's expiry to `leaseTime` from now; false when this host no longer holds it.
     func renew(epoch: Int64) async throws -> Bool {
-        let (session, host, logger, seconds) = (session, hostID, logger, leaseSeconds)
+        let (session, host, seconds) = (session, hostID, leaseSeconds)
         let renewed = try await run("renewing the fleet's lease") { connection in
             let rows = try await connection.query(
                 """
                 UPDATE tokend_shared SET lease_expires = now() + \(seconds) * interval '1 second'
                 WHERE session = \(session) AND lease_holder = \(host) AND lease_epoch = \(epoch) RETURNING 1
-                """, logger: logger)
-            for try await _ in rows.decode(Int.self) { return true }
+                """)
+            for _ in try rows.decode(Int.self) { return true }
             return false
         }
         if renewed { sawOwnLease(epoch: epoch) }
@@ -206,14 +206,14 @@ extension PostgresStore {
 
     /// Releases the lease; one this host could not release is remembered, to be taken back (`tryTake`).
     func giveUp(epoch: Int64) async {
-        let (session, host, logger) = (session, hostID, logger)
+        let (session, host) = (session, hostID)
         do {
             try await run("releasing the fleet's lease") { connection in
                 _ = try await connection.query(
                     """
                     UPDATE tokend_shared SET lease_holder = NULL, lease_expires = now()
                     WHERE session = \(session) AND lease_holder = \(host) AND lease_epoch = \(epoch)
-                    """, logger: logger)
+                    """)
             }
             unreleased.withLock { if $0 == epoch { $0 = nil } }
             sightings.withLock { if $0.lease?.epoch == epoch { $0.lease = nil } }

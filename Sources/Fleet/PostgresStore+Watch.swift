@@ -1,6 +1,6 @@
 import Broker
 import Deadline
-import PostgresNIO
+import PostgresWire
 
 /// How a host learns of other hosts' writes.
 enum Following: Equatable, Sendable {
@@ -91,37 +91,35 @@ extension PostgresStore {
     {
         let session = self.session
         let probe = "probe \(hostID) \(UInt64.random(in: 1...UInt64.max))"
-        try await connection.listen(on: Self.channel) { notifications in
-            let (probes, arrived) = AsyncStream<Void>.makeStream()
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    for try await note in notifications {
-                        if note.payload == probe { arrived.yield() }
-                        // "VERSION SESSION", as a write's pg_notify sends it.
-                        let parts = note.payload.split(separator: " ", maxSplits: 1)
-                        guard parts.count == 2, parts[1] == session, let version = Int64(parts[0]) else { continue }
-                        if version <= self.knownVersion.load(ordering: .relaxed) { continue }
-                        await handle(.current(try await self.read()))
-                    }
-                    throw SharedStoreError("\(self.address): notifications ended")
+        let notifications = try await connection.listen(Self.channel)
+        let (probes, arrived) = AsyncStream<Void>.makeStream()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for try await note in notifications {
+                    if note.payload == probe { arrived.yield() }
+                    // "VERSION SESSION", as a write's pg_notify sends it.
+                    let parts = note.payload.split(separator: " ", maxSplits: 1)
+                    guard parts.count == 2, parts[1] == session, let version = Int64(parts[0]) else { continue }
+                    if version <= self.knownVersion.load(ordering: .relaxed) { continue }
+                    await handle(.current(try await self.read()))
                 }
-                group.addTask {
-                    let logger = self.logger
-                    try await self.run("probing notifications") { other in
-                        _ = try await other.query("SELECT pg_notify(\(Self.channel), \(probe))::text", logger: logger)
-                    }
-                    let heard = try await Deadline.within(.seconds(5)) {
-                        for await _ in probes { return true }
-                        return false
-                    }
-                    let outcome = Following(probeHeard: heard)
-                    guard outcome == .listening else { throw NotificationsLost() }
-                    self.following.withLock { $0 = outcome }
-                    self.logger.info("following the fleet by notifications, and by polling")
-                }
-                defer { group.cancelAll() }
-                while try await group.next() != nil {}
+                throw SharedStoreError("\(self.address): notifications ended")
             }
+            group.addTask {
+                try await self.run("probing notifications") { other in
+                    _ = try await other.query("SELECT pg_notify(\(Self.channel), \(probe))::text")
+                }
+                let heard = try await Deadline.within(.seconds(5)) {
+                    for await _ in probes { return true }
+                    return false
+                }
+                let outcome = Following(probeHeard: heard)
+                guard outcome == .listening else { throw NotificationsLost() }
+                self.following.withLock { $0 = outcome }
+                self.logger.info("following the fleet by notifications, and by polling")
+            }
+            defer { group.cancelAll() }
+            while try await group.next() != nil {}
         }
     }
 }

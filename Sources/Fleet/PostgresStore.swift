@@ -1,7 +1,7 @@
 import Broker
 import Logging
 import NIOSSL
-import PostgresNIO
+import PostgresWire
 import StateStore
 import Synchronization
 import TokendMetrics
@@ -110,9 +110,9 @@ public final class PostgresStore: SharedStore {
         if let error = error as? SharedStoreError { return error.description }
         if let error = error as? SharedStoreSetupError { return error.description }
         if let error = error as? StateLoadError { return error.description }
-        if let error = error as? PSQLError {
+        if let error = error as? PostgresError {
             if let message = error.serverInfo?[.message] {
-                let state = error.serverInfo?[.sqlState] ?? "?"
+                let state = error.sqlState ?? "?"
                 if state == "42501" {
                     checkAfterRefusal()  // status says which privileges, for doctor
                     return "\(address): \(message) (SQLSTATE \(state)): grant the store's user SELECT, INSERT and "
@@ -128,9 +128,9 @@ public final class PostgresStore: SharedStore {
             switch error.code {
             case .sslUnsupported:
                 return "\(address): the server does not offer TLS (sslmode=\(address.sslMode))"
-            case .connectionError, .serverClosedConnection, .clientClosedConnection, .uncleanShutdown:
+            case .connectionError, .connectionClosed:
                 return "\(address): connection lost\(cause)"
-            default: return "\(address): \(error.code)\(cause)"
+            default: return "\(address): \(error)"
             }
         }
         return "\(address): \(error)"
@@ -144,7 +144,7 @@ public final class PostgresStore: SharedStore {
 
     /// The fleet's copy, nil when no host has written one yet; the lease as it is, for status.
     public func read() async throws -> SharedRecord? {
-        let (session, logger, seconds) = (session, logger, leaseSeconds)
+        let (session, seconds) = (session, leaseSeconds)
         let row = try await run("reading the shared record") { connection -> (Int64, String, String, String?, Int64, Double)? in
             let sent = Self.localNow()
             let rows = try await connection.query(
@@ -153,9 +153,9 @@ public final class PostgresStore: SharedStore {
                     CASE WHEN lease_holder IS NULL THEN 0 ELSE greatest(0, extract(epoch FROM
                         greatest(lease_expires, pg_postmaster_start_time() + \(seconds) * interval '1 second') - now())::float8) END
                 FROM tokend_shared WHERE session = \(session) AND version > 0
-                """, logger: logger)
-            for try await (version, text, writtenBy, holder, epoch, databaseNow, remaining)
-                in rows.decode((Int64, String, String, String?, Int64, Double, Double).self)
+                """)
+            for (version, text, writtenBy, holder, epoch, databaseNow, remaining)
+                in try rows.decode((Int64, String, String, String?, Int64, Double, Double).self)
             {
                 self.sawDatabaseClock(databaseNow, sent: sent, received: Self.localNow())
                 return (version, text, writtenBy, holder, epoch, remaining)

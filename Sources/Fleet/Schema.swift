@@ -1,5 +1,5 @@
 import Logging
-import PostgresNIO
+import PostgresWire
 
 /// tokend's tables, created and migrated by tokend itself. `tokend_schema`
 /// holds the version; a database at a newer version than this tokend knows
@@ -74,38 +74,36 @@ enum Schema {
     /// starting together migrate one at a time and nothing outlives the
     /// transaction (a pooler hands the server connection on at COMMIT).
     static func migrate(on connection: PostgresConnection, logger: Logger) async throws {
-        if let current = try? await installed(on: connection, logger: logger), current >= version {
+        if let current = try? await installed(on: connection), current >= version {
             try refuseNewer(current)
             return
         }
-        try await connection.query("BEGIN", logger: logger)
+        try await connection.query("BEGIN")
         do {
-            try await connection.query("SELECT pg_advisory_xact_lock(\(FleetLock.classID), 0)", logger: logger)
+            try await connection.query("SELECT pg_advisory_xact_lock(\(FleetLock.classID), 0)")
             try await connection.query(
-                "CREATE TABLE IF NOT EXISTS tokend_schema (version integer NOT NULL)", logger: logger)
-            let current = try await installed(on: connection, logger: logger)
+                "CREATE TABLE IF NOT EXISTS tokend_schema (version integer NOT NULL)")
+            let current = try await installed(on: connection)
             try refuseNewer(current)
             if current < version {
                 for step in (current + 1)...version {
                     for statement in migrations[step] ?? [] {
-                        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                        try await connection.query(PostgresQuery(unsafeSQL: statement))
                     }
-                    try await connection.query("INSERT INTO tokend_schema (version) VALUES (\(step))", logger: logger)
+                    try await connection.query("INSERT INTO tokend_schema (version) VALUES (\(step))")
                     logger.notice("shared store schema migrated", metadata: ["version": "\(step)"])
                 }
             }
-            try await connection.query("COMMIT", logger: logger)
+            try await connection.query("COMMIT")
         } catch {
-            _ = try? await connection.query("ROLLBACK", logger: logger)
+            _ = try? await connection.query("ROLLBACK")
             throw error
         }
     }
 
-    static func installed(on connection: PostgresConnection, logger: Logger) async throws -> Int {
+    static func installed(on connection: PostgresConnection) async throws -> Int {
         var current = 0
-        for try await version in try await connection.query("SELECT max(version) FROM tokend_schema", logger: logger)
-            .decode(Int?.self)
-        {
+        for version in try await connection.query("SELECT max(version) FROM tokend_schema").decode(Int?.self) {
             current = version ?? 0
         }
         return current

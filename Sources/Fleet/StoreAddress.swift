@@ -1,6 +1,11 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+import NIOCore
 import NIOSSL
-import PostgresNIO
+import PostgresWire
 
 /// Where a fleet's shared store is, and how a host follows it:
 /// `postgresql://USER@HOST[:PORT]/DATABASE[?sslmode=MODE&sslrootcert=FILE&poll=SECONDS&listen=on]`.

@@ -1,8 +1,12 @@
 import Broker
 import Deadline
-import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Logging
-import PostgresNIO
+import NIOCore
+import NIOPosix
+import PostgresWire
 import Synchronization
 
 /// A host's one connection to the store, open only while statements use it.
@@ -138,13 +142,11 @@ actor StoreLink {
         connects.add(1, ordering: .relaxed)
         let channel = try await Self.socket(to: address)
         var configuration = PostgresConnection.Configuration(
-            establishedChannel: channel, tls: try address.tls(), username: address.user, password: password,
-            database: address.database)
-        configuration.options.tlsServerName = address.serverName
-        configuration.options.additionalStartupParameters = [("application_name", name)]
+            user: address.user, database: address.database, password: password, tls: try address.tls())
+        configuration.serverName = address.serverName
+        configuration.applicationName = name
         do {
-            return try await PostgresConnection.connect(
-                on: channel.eventLoop, configuration: configuration, id: id, logger: logger)
+            return try await PostgresConnection.connect(on: channel, configuration: configuration)
         } catch {
             try? await channel.close()
             throw error
