@@ -62,6 +62,12 @@ let package = Package(
             dependencies: ["Varlink"],
             resources: [.embedInCode("io.tokend.Broker.varlink")], swiftSettings: strict
         ),
+        // One HTTP/1.1 request and its answer over one connection (SwiftNIO, NIOSSL with the system trust
+        // store): what tokend asks of providers. No Foundation, no redirects, bounded in bytes and time.
+        .target(name: "HTTPExchange", dependencies: [
+            nio, nioPosix, .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOTLS", package: "swift-nio"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+        ], swiftSettings: strict),
         // Token requests and responses (pure) and the AsyncHTTPClient-backed endpoint client.
         // Discovery, device and authorization-code logins, ID tokens (jwt-kit).
         .target(name: "OAuth", dependencies: [
@@ -126,6 +132,9 @@ let package = Package(
         .testTarget(
             name: "TokendServerTests", dependencies: ["TestSupport", "TokendServer", "Broker", "Config", "UnixServer", "Varlink"],
             swiftSettings: strict),
+        .testTarget(name: "HTTPExchangeTests", dependencies: [
+            "HTTPExchange", "TestSupport", nio, nioPosix, .product(name: "NIOSSL", package: "swift-nio-ssl"),
+        ], swiftSettings: strict),
         .testTarget(name: "OAuthTests", dependencies: [
             "OAuth", "Secrets", .product(name: "JWTKit", package: "jwt-kit"),
             .product(name: "_CryptoExtras", package: "swift-crypto"),
