@@ -27,7 +27,6 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
-        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -68,10 +67,10 @@ let package = Package(
             nio, nioPosix, .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOTLS", package: "swift-nio"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ], swiftSettings: strict),
-        // Token requests and responses (pure) and the AsyncHTTPClient-backed endpoint client.
+        // Token requests and responses (pure) and the endpoint client over HTTPExchange.
         // Discovery, device and authorization-code logins, ID tokens (jwt-kit).
         .target(name: "OAuth", dependencies: [
-            "CookieJar", "Deadline", "DPoP", "Loopback", "TokendMetrics", "Secrets", "Varlink", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
+            "CookieJar", "Deadline", "DPoP", "HTTPExchange", "Loopback", "TokendMetrics", "Secrets", "Varlink", nio, nioPosix, logging,
             .product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit"),
         ], swiftSettings: strict),
         // DPoP (RFC 9449): proofs, P-256 keys and their RFC 7638 thumbprints, htu, servers' nonces and clocks.
@@ -136,7 +135,7 @@ let package = Package(
             "HTTPExchange", "TestSupport", nio, nioPosix, .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ], swiftSettings: strict),
         .testTarget(name: "OAuthTests", dependencies: [
-            "OAuth", "Secrets", .product(name: "JWTKit", package: "jwt-kit"),
+            "HTTPExchange", "OAuth", nio, "Secrets", .product(name: "JWTKit", package: "jwt-kit"),
             .product(name: "_CryptoExtras", package: "swift-crypto"),
         ], swiftSettings: strict),
         .testTarget(name: "DPoPTests", dependencies: ["DPoP", .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
