@@ -27,7 +27,6 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
-        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -61,10 +60,16 @@ let package = Package(
             dependencies: ["Varlink"],
             resources: [.embedInCode("io.tokend.Broker.varlink")], swiftSettings: strict
         ),
-        // Token requests and responses (pure) and the AsyncHTTPClient-backed endpoint client.
+        // One HTTP/1.1 request and its answer over one connection (SwiftNIO, NIOSSL with the system trust
+        // store): what tokend asks of providers. No Foundation, no redirects, bounded in bytes and time.
+        .target(name: "HTTPExchange", dependencies: [
+            nio, nioPosix, .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOTLS", package: "swift-nio"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+        ], swiftSettings: strict),
+        // Token requests and responses (pure) and the endpoint client over HTTPExchange.
         // Discovery, device and authorization-code logins, ID tokens (jwt-kit).
         .target(name: "OAuth", dependencies: [
-            "CookieJar", "Deadline", "DPoP", "Loopback", "TokendMetrics", "Secrets", "Varlink", .product(name: "AsyncHTTPClient", package: "async-http-client"), logging,
+            "CookieJar", "Deadline", "DPoP", "HTTPExchange", "Loopback", "TokendMetrics", "Secrets", "Varlink", nio, nioPosix, logging,
             .product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit"),
         ], swiftSettings: strict),
         // DPoP (RFC 9449): proofs, P-256 keys and their RFC 7638 thumbprints, htu, servers' nonces and clocks.
@@ -139,8 +144,11 @@ let package = Package(
         .testTarget(
             name: "TokendServerTests", dependencies: ["TestSupport", "TokendServer", "Broker", "Config", "UnixServer", "Varlink"],
             swiftSettings: strict),
+        .testTarget(name: "HTTPExchangeTests", dependencies: [
+            "HTTPExchange", "TestSupport", nio, nioPosix, .product(name: "NIOSSL", package: "swift-nio-ssl"),
+        ], swiftSettings: strict),
         .testTarget(name: "OAuthTests", dependencies: [
-            "OAuth", "Secrets", .product(name: "JWTKit", package: "jwt-kit"),
+            "HTTPExchange", "OAuth", nio, "Secrets", .product(name: "JWTKit", package: "jwt-kit"),
             .product(name: "_CryptoExtras", package: "swift-crypto"),
         ], swiftSettings: strict),
         .testTarget(name: "DPoPTests", dependencies: ["DPoP", .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),

@@ -1,10 +1,9 @@
-import AsyncHTTPClient
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
 import Foundation
 #endif
-import NIOCore
+import HTTPExchange
 import Varlink
 
 /// A client tokend registered for a user's session (RFC 7591 §3.2.1).
@@ -36,12 +35,10 @@ public enum ClientRegistration {
         at endpoint: URL, redirectURI: String, clientName: String, scope: String?, policy: OutboundPolicy, timeout: Duration
     ) async throws -> RegisteredClient {
         try policy.precheck(endpoint)
-        var request = HTTPClientRequest(url: endpoint.absoluteString)
-        request.method = .POST
-        request.headers.add(name: "Content-Type", value: "application/json")
-        request.headers.add(name: "Accept", value: "application/json")
-        request.body = .bytes(ByteBuffer(bytes: JSONWriter.bytes(
-            metadata(redirectURI: redirectURI, clientName: clientName, scope: scope))))
+        var request = HTTPRequest(url: endpoint.absoluteString, method: "POST")
+        request.addHeader(name: "Content-Type", value: "application/json")
+        request.addHeader(name: "Accept", value: "application/json")
+        request.body = JSONWriter.bytes(metadata(redirectURI: redirectURI, clientName: clientName, scope: scope))
         // A POST is never re-sent elsewhere: a redirect is the server's failure.
         let answer = try await policy.exchange(request, step: "registration", until: ContinuousClock.now + timeout)
         return try parse(status: answer.status, body: answer.body, redirectURI: redirectURI, from: endpoint)

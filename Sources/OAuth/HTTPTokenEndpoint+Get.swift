@@ -1,9 +1,9 @@
-import AsyncHTTPClient
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
 import Foundation
 #endif
+import HTTPExchange
 import Secrets
 
 extension HTTPTokenEndpoint {
@@ -14,9 +14,9 @@ extension HTTPTokenEndpoint {
     func get(_ url: URL, bearer: Secret? = nil) async throws(TokenEndpointError) -> HTTPAnswer {
         var target = url
         for _ in 0...3 {
-            var request = HTTPClientRequest(url: target.absoluteString)
-            request.headers.add(name: "Accept", value: "application/json")
-            if let bearer { request.headers.add(name: "Authorization", value: "Bearer \(bearer.reveal())") }
+            var request = HTTPRequest(url: target.absoluteString)
+            request.addHeader(name: "Accept", value: "application/json")
+            if let bearer { request.addHeader(name: "Authorization", value: "Bearer \(bearer.reveal())") }
             let answer = try await send(request)
             guard [301, 302, 303, 307, 308].contains(answer.status), bearer == nil else { return answer }
             guard let location = answer.location, let next = URL(string: location, relativeTo: target)?.absoluteURL,
@@ -52,5 +52,13 @@ extension HTTPTokenEndpoint.HTTPAnswer {
             status: answer.status, retryAfter: answer.header("Retry-After"), location: answer.header("Location"),
             setCookie: answer.headers("Set-Cookie"), body: answer.body, dpopNonce: answer.header("DPoP-Nonce"),
             date: answer.header("Date"))
+    }
+
+    /// An admin session's answer, straight from the exchange.
+    init(_ response: HTTPResponse) {
+        self.init(
+            status: response.status, retryAfter: response.header("Retry-After"), location: response.header("Location"),
+            setCookie: response.headers("Set-Cookie"), body: response.body, dpopNonce: response.header("DPoP-Nonce"),
+            date: response.header("Date"))
     }
 }

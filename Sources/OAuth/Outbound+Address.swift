@@ -2,8 +2,7 @@
 import Glibc
 #endif
 
-/// An IPv4 or IPv6 address, as the guard checks it and AsyncHTTPClient's DNS
-/// override takes it.
+/// An IPv4 or IPv6 address, as the guard checks it and HTTPExchange connects to it.
 struct IPAddress: Sendable, Hashable, CustomStringConvertible {
     enum Value: Sendable, Hashable {
         case v4(UInt32)

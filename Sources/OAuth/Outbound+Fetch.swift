@@ -1,12 +1,11 @@
-import AsyncHTTPClient
 import Deadline
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
 import Foundation
 #endif
+import HTTPExchange
 import NIOCore
-import NIOPosix
 import Secrets
 
 /// What one guarded exchange brought back.
@@ -28,11 +27,10 @@ struct OutboundAnswer: Sendable {
 
 extension OutboundPolicy {
     /// One request to `request.url` through the guard, no redirect followed:
-    /// the host resolved and every address checked, then a client made for
-    /// this request connects to a checked address only — its DNS override
-    /// keeps SNI and the certificate check on the name — and is shut down
-    /// after. The body is read up to `limit` bytes.
-    func fetch(_ request: HTTPClientRequest, deadline: NIODeadline, limit: Int = maximumBodySize) async throws
+    /// the host resolved and every address checked, then a connection made
+    /// for this request to a checked address only — SNI and the certificate
+    /// check stay on the name — and closed after. The body is read up to `limit` bytes.
+    func fetch(_ request: HTTPRequest, deadline: NIODeadline, limit: Int = maximumBodySize) async throws
         -> OutboundAnswer
     {
         guard let url = URL(string: request.url) else {
@@ -44,28 +42,18 @@ extension OutboundPolicy {
     /// The checked addresses in turn: the next one only when a connection to
     /// one could not be made (nothing was sent), as `localhost` needs when
     /// ::1 comes first and the server listens on 127.0.0.1 only.
-    static func fetch(_ request: HTTPClientRequest, from target: CheckedTarget, deadline: NIODeadline, limit: Int)
-        async throws -> OutboundAnswer
-    {
-        var failure: any Error = HTTPClientError.connectTimeout
+    static func fetch(
+        _ request: HTTPRequest, from target: CheckedTarget, deadline: NIODeadline, limit: Int,
+        connector: HTTPConnector = .shared
+    ) async throws -> OutboundAnswer {
+        var failure: any Error = ResolveFailed(host: target.host, problem: "no address to connect to")
         for address in target.addresses {
-            var configuration = HTTPClient.Configuration()
-            // A redirect is a new URL to check (see `get`), never followed by the client.
-            configuration.redirectConfiguration = .disallow
-            configuration.dnsOverride = [target.host: address.description]
-            // A failed connection fails the request at once, so the next address can be tried.
-            configuration.connectionPool.retryConnectionEstablishment = false
-            configuration.timeout.connect = .seconds(10)
-            let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
             do {
-                let response = try await client.execute(request, deadline: deadline)
-                let body = try await response.body.collect(upTo: limit)
-                try? await client.shutdown()
+                let response = try await connector.send(
+                    request, connectingTo: address.description, deadline: deadline, limit: limit)
                 return OutboundAnswer(
-                    status: Int(response.status.code), headers: response.headers.map { (name: $0.name, value: $0.value) },
-                    body: Array(buffer: body), address: address.description)
+                    status: response.status, headers: response.headers, body: response.body, address: address.description)
             } catch {
-                try? await client.shutdown()
                 guard Outbound.isConnectFailure(error) else { throw error }
                 failure = error
             }
@@ -74,7 +62,7 @@ extension OutboundPolicy {
     }
     /// One request of a discovery step, within the time left until
     /// `deadline`. Throws AddressRefused, or DiscoveryFailed naming `step`.
-    func exchange(_ request: HTTPClientRequest, step: String, until deadline: ContinuousClock.Instant) async throws
+    func exchange(_ request: HTTPRequest, step: String, until deadline: ContinuousClock.Instant) async throws
         -> OutboundAnswer
     {
         let url = String(request.url.prefix(300))
@@ -83,17 +71,17 @@ extension OutboundPolicy {
         let clientDeadline = NIODeadline.now() + Outbound.timeAmount(left)
         do {
             guard let answer = try await within(left, { try await self.fetch(request, deadline: clientDeadline) }) else {
-                throw HTTPClientError.deadlineExceeded
+                throw DiscoveryFailed(step: step, url: url, status: nil, reason: "no answer in time")
             }
             return answer
         } catch let refusal as AddressRefused {
             throw refusal
         } catch let failure as DiscoveryFailed {
             throw failure
-        } catch is NIOTooManyBytesError {
+        } catch let error as HTTPExchangeError where error.isTooManyBytes {
             throw DiscoveryFailed(
                 step: step, url: url, status: nil, reason: "it answered with more than \(Self.maximumBodySize) bytes")
-        } catch let error as HTTPClientError where error == .deadlineExceeded {
+        } catch let error as HTTPExchangeError where error.isDeadlineExceeded {
             throw DiscoveryFailed(step: step, url: url, status: nil, reason: "no answer in time")
         } catch {
             let said = Redactor.none.clean(String(describing: error))
@@ -108,8 +96,8 @@ extension OutboundPolicy {
     {
         var target = url
         for _ in 0...Self.maximumRedirects {
-            var request = HTTPClientRequest(url: target.absoluteString)
-            request.headers.add(name: "Accept", value: accept)
+            var request = HTTPRequest(url: target.absoluteString)
+            request.addHeader(name: "Accept", value: accept)
             let answer = try await exchange(request, step: step, until: deadline)
             guard [301, 302, 303, 307, 308].contains(answer.status) else { return (answer, target) }
             guard let location = answer.header("Location"), let next = URL(string: location, relativeTo: target)?.absoluteURL
@@ -133,9 +121,7 @@ extension OutboundPolicy {
 extension Outbound {
     /// The connection was not made: nothing of the request reached anyone.
     static func isConnectFailure(_ error: any Error) -> Bool {
-        if error is IOError || error is NIOConnectionError { return true }
-        if let error = error as? ChannelError, case .connectTimeout = error { return true }
-        return (error as? HTTPClientError) == .connectTimeout
+        (error as? HTTPExchangeError)?.connectionNotMade == true
     }
 
     static func timeAmount(_ duration: Duration) -> TimeAmount {

@@ -62,7 +62,7 @@ extension Outbound {
 /// A URL's host with the addresses tokend may connect to, in getaddrinfo's
 /// order; every address of the host has passed the policy.
 struct CheckedTarget: Sendable, Equatable {
-    /// The host as AsyncHTTPClient keys its DNS override.
+    /// The host whose addresses these are.
     let host: String
     let addresses: [IPAddress]
 }

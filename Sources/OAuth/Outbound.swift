@@ -172,9 +172,8 @@ public struct DiscoveryFailed: Error, CustomStringConvertible, Sendable, Equatab
 
 /// What the guard shares between its files.
 enum Outbound {
-    /// A URL's host as AsyncHTTPClient takes it (URL.host, IPv6 brackets
-    /// trimmed): the same text is the key of its DNS override, so the address
-    /// connected to is the one checked.
+    /// A URL's host (URL.host, IPv6 brackets trimmed): the name resolved and
+    /// checked, while the connection goes to a checked address (see Outbound+Fetch).
     static func host(of url: URL) -> String? {
         guard var host = url.host, !host.isEmpty else { return nil }
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }

@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import DPoP
 import Deadline
 #if canImport(FoundationEssentials)
@@ -6,6 +5,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import HTTPExchange
 import NIOCore
 import Secrets
 import Synchronization
@@ -111,7 +111,7 @@ public struct RefreshAnswer: Sendable {
     }
 }
 
-/// The real endpoints over HTTP(S), through AsyncHTTPClient (system trust
+/// The real endpoints over HTTP(S), through HTTPExchange (system trust
 /// store). Configured endpoints win; with an issuer, discovery fills the rest.
 public final class HTTPTokenEndpoint: TokenEndpoint {
     public let configured: ProviderEndpoints
@@ -128,7 +128,10 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
     public let maximumBodySize = 256 * 1024
     /// A user's session: every request goes through this guard (see OutboundPolicy). nil: an admin's session.
     public let outbound: OutboundPolicy?
-    let client: HTTPClient
+    /// Follows no redirect by itself: a POST carries a refresh token, a code
+    /// or a client secret and is never re-sent elsewhere (a 3xx is an error);
+    /// a GET follows only the redirects `get` checks.
+    let client: HTTPConnector
     let endpoints: Mutex<ProviderEndpoints>
     /// Answers by endpoint and status are counted here.
     let metrics: ProviderMetrics?
@@ -140,7 +143,7 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
     public init(
         endpoints: ProviderEndpoints, credentials: ClientCredentials, scope: String?, timeout: Duration,
         pushesAuthorization: Bool = false, redirectURI: String? = nil, resources: [String] = [],
-        client: HTTPClient = HTTPTokenEndpoint.sharedClient, metrics: ProviderMetrics? = nil,
+        client: HTTPConnector = .shared, metrics: ProviderMetrics? = nil,
         outbound: OutboundPolicy? = nil
     ) {
         self.outbound = outbound
@@ -155,16 +158,6 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
         self.timeout = timeout
         self.client = client
     }
-
-    /// The one client for every provider request. It follows no redirect by
-    /// itself: a POST carries a refresh token, a code or a client secret and
-    /// is never re-sent elsewhere (a 3xx is an error); a GET follows only the
-    /// redirects `get` checks.
-    public static let sharedClient: HTTPClient = {
-        var configuration = HTTPClient.Configuration()
-        configuration.redirectConfiguration = .disallow
-        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
-    }()
 
     public var current: ProviderEndpoints { endpoints.withLock { $0 } }
     public var tokenURL: URL? { current.token }
@@ -260,19 +253,18 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
 
     /// Sends a form, with a new client assertion for `url` when the client authenticates by one.
     func post(_ form: FormRequest, to url: URL) async throws(TokenEndpointError) -> HTTPAnswer {
-        var request = HTTPClientRequest(url: url.absoluteString)
-        request.method = .POST
-        for (name, value) in form.headers { request.headers.add(name: name, value: value) }
+        var request = HTTPRequest(url: url.absoluteString, method: "POST")
+        for (name, value) in form.headers { request.addHeader(name: name, value: value) }
         var body = form.body.reveal()
         if let signer = try credentials.assertionSigner() {
             let fields = try await signer.fields(clientID: credentials.clientID, audience: url)
             body += (body.isEmpty ? "" : "&") + FormRequest.encode(fields)
         }
-        request.body = .bytes(ByteBuffer(string: body))
+        request.body = Array(body.utf8)
         return try await send(request)
     }
 
-    func send(_ request: HTTPClientRequest) async throws(TokenEndpointError) -> HTTPAnswer {
+    func send(_ request: HTTPRequest) async throws(TokenEndpointError) -> HTTPAnswer {
         let deadline = NIODeadline.now() + TimeAmount.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000
             + Int64(timeout.components.attoseconds / 1_000_000_000))
         let (client, maximumBodySize, timeout, prepared) = (self.client, self.maximumBodySize, self.timeout, request)
@@ -289,23 +281,18 @@ public final class HTTPTokenEndpoint: TokenEndpoint {
                 if let outbound {
                     return HTTPAnswer(try await outbound.fetch(prepared, deadline: deadline, limit: maximumBodySize))
                 }
-                let response = try await client.execute(prepared, deadline: deadline)
-                let body = try await response.body.collect(upTo: maximumBodySize)
-                return HTTPAnswer(
-                    status: Int(response.status.code), retryAfter: response.headers.first(name: "Retry-After"),
-                    location: response.headers.first(name: "Location"), setCookie: response.headers["Set-Cookie"],
-                    body: Array(buffer: body), dpopNonce: response.headers.first(name: "DPoP-Nonce"),
-                    date: response.headers.first(name: "Date"))
+                return HTTPAnswer(try await client.send(prepared, deadline: deadline, limit: maximumBodySize))
             }
-            guard let answer else { throw HTTPClientError.deadlineExceeded }
+            guard let answer else { throw TokenEndpointError.transient("\(request.url) did not answer within \(timeout.components.seconds) s") }
             status = answer.status
             return answer
         } catch let refusal as AddressRefused {
             throw .transient(refusal.description, code: AddressRefused.code)
-        } catch let error as NIOTooManyBytesError {
-            _ = error
+        } catch let error as TokenEndpointError {
+            throw error
+        } catch let error as HTTPExchangeError where error.isTooManyBytes {
             throw .transient("\(request.url) answered with more than \(maximumBodySize) bytes")
-        } catch let error as HTTPClientError where error == .deadlineExceeded {
+        } catch let error as HTTPExchangeError where error.isDeadlineExceeded {
             throw .transient("\(request.url) did not answer within \(timeout.components.seconds) s")
         } catch {
             throw .transient("\(request.url) unreachable: \(String(describing: error).prefix(200))")

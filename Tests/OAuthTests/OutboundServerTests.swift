@@ -1,4 +1,4 @@
-import AsyncHTTPClient
+import HTTPExchange
 import Foundation
 import NIOCore
 import Secrets
@@ -250,12 +250,12 @@ final class LoopbackHTTPServer: Sendable {
         // 127.0.0.2 reaches this host too, where nothing listens on the server's port (it is bound to 127.0.0.1).
         let target = CheckedTarget(host: "localhost", addresses: [IPAddress("127.0.0.2")!, IPAddress("127.0.0.1")!])
         let answer = try await OutboundPolicy.fetch(
-            HTTPClientRequest(url: "http://localhost:\(server.port)/"), from: target, deadline: NIODeadline.now() + .seconds(30), limit: 1024)
+            HTTPRequest(url: "http://localhost:\(server.port)/"), from: target, deadline: NIODeadline.now() + .seconds(30), limit: 1024)
         #expect(answer.address == "127.0.0.1")
         let alone = CheckedTarget(host: "localhost", addresses: [IPAddress("127.0.0.2")!])
         await #expect(throws: (any Error).self) {
             try await OutboundPolicy.fetch(
-                HTTPClientRequest(url: "http://localhost:\(server.port)/"), from: alone, deadline: NIODeadline.now() + .seconds(30), limit: 1024)
+                HTTPRequest(url: "http://localhost:\(server.port)/"), from: alone, deadline: NIODeadline.now() + .seconds(30), limit: 1024)
         }
         #expect(server.acceptedCount == 1)
     }
