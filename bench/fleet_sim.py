@@ -5,7 +5,7 @@ in transaction mode (pool 5), both run by user postgres in a temporary directory
 by Tests/integration/fleet.py's helpers. The hosts are spread over `--procs`
 worker processes, each with its own event loop; a host opens one connection when
 it has a statement and closes it 2 s after its last (StoreLink's linger), and
-sends each statement as PostgresNIO does (bench/pgwire.py). Then today's
+sends each statement as tokend (PostgresWire) does (bench/pgwire.py). Then today's
 design beside it: each host holding two direct connections (the session
 advisory lock's and LISTEN's), counted until PostgreSQL refuses.
 

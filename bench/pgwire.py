@@ -1,5 +1,5 @@
 """The least of PostgreSQL's wire protocol a simulated tokend host needs, sent
-as PostgresNIO sends it: a statement is Parse, Describe, Bind, Execute and
+as tokend (PostgresWire) sends it: a statement is Parse, Bind, Describe, Execute and
 Sync written at once, one round trip and one transaction at the pooler (a
 driver that waits for Parse's answer before it binds, as asyncpg does, holds
 a pooled server connection across two round trips of a busy client). Text
