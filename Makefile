@@ -253,9 +253,14 @@ install: release
 # (packaging/deb/build.sh, docs/packaging.md).
 # Its own build directory: those flags would otherwise rebuild .build.
 DEB_BUILD := .build-deb
+# No module may link Foundation or FoundationInternationalization (with ICU's data, 47.7 MB):
+# a library that names Foundation by `import struct Foundation.Data` (TOMLKit) asks the linker
+# for both though nothing of them is used; here none asks, so a use of either fails the link.
+no_autolink = -Xswiftc -Xfrontend -Xswiftc -disable-autolink-library -Xswiftc -Xfrontend -Xswiftc $(1)
+DEB_SWIFTFLAGS := $(call no_autolink,Foundation) $(call no_autolink,FoundationInternationalization)
 deb:
 	@for p in dpkg-dev fakeroot lintian chrpath; do dpkg -s $$p >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dpkg-dev fakeroot lintian chrpath >/dev/null; break; }; done
-	$(SWIFT) build -c release --disable-local-rpath -Xlinker -rpath=/usr/lib/tokend --scratch-path $(DEB_BUILD) --product tokend
+	$(SWIFT) build -c release --disable-local-rpath -Xlinker -rpath=/usr/lib/tokend $(DEB_SWIFTFLAGS) --scratch-path $(DEB_BUILD) --product tokend
 	@# The release binary carries no test hooks (crash points, hang switches).
 	@! grep -l TOKEND_TEST_HOOKS $(DEB_BUILD)/release/tokend || \
 		{ echo "test hooks found in a release binary"; exit 1; }
