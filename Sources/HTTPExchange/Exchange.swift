@@ -162,10 +162,23 @@ final class Exchange: @unchecked Sendable {
 
     func caught(_ error: any Error) {
         // A close without TLS close_notify: a framed body that is cut short is
-        // still caught by the parser at the close; a body that ends with the
-        // connection ends here, as browsers take it.
-        if let tls = error as? NIOSSLError, tls == .uncleanShutdown { return }
+        // still caught by the parser at the close. A body only the close ends
+        // is whole only with close_notify: without it anyone on the path could
+        // have cut it, so it is refused.
+        if let tls = error as? NIOSSLError, tls == .uncleanShutdown {
+            guard let head, Self.endsWithTheConnection(head) else { return }
+            return finish(.failure(HTTPExchangeError(
+                .tls, "TLS with \(server) ended without close_notify during a body only the close ends: it may have been cut short")))
+        }
         finish(.failure(.during(error, with: server)))
+    }
+
+    /// A body with neither Content-Length nor chunked framing: the close ends it (RFC 9112 §6.3).
+    static func endsWithTheConnection(_ head: HTTPResponseHead) -> Bool {
+        let code = head.status.code
+        if code == 204 || code == 304 { return false }
+        let chunked = head.headers[canonicalForm: "Transfer-Encoding"].contains { $0.lowercased() == "chunked" }
+        return !chunked && head.headers.first(name: "Content-Length") == nil
     }
 
     func closed() {

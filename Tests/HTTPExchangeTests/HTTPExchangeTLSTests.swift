@@ -54,6 +54,41 @@ import Testing
     }
 }
 
+/// A TLS connection that ends without close_notify (outside review of issue 55):
+/// someone on the path may have cut it.
+@Suite struct TLSTruncationTests {
+    func answer(_ reply: String) async throws -> (Result<HTTPResponse, HTTPExchangeError>, ScriptedServer) {
+        let server = try await ScriptedServer(tls: try TestCertificates.serverContext()) { _ in .replyAndCut(reply) }
+        let connector = HTTPConnector(tls: try TestCertificates.trustingTestCA())
+        do {
+            let response = try await connector.send(
+                HTTPRequest(url: "https://localhost:\(server.port)/"), connectingTo: "127.0.0.1",
+                deadline: .now() + .seconds(30), limit: 1024)
+            return (.success(response), server)
+        } catch {
+            return (.failure(error), server)
+        }
+    }
+
+    @Test func aBodyOnlyTheCloseEndsIsRefusedWithoutCloseNotify() async throws {
+        let (result, server) = try await answer("HTTP/1.1 200 OK\r\n\r\n{\"access_token\":\"cut")
+        guard case .failure(let error) = result else {
+            Issue.record("a body cut without close_notify was taken as whole")
+            return
+        }
+        #expect(error.isTLSFailure)
+        #expect(error.description.contains("ended without close_notify during a body only the close ends"))
+        #expect(server.requests.count == 1)
+        await server.stop()
+    }
+
+    @Test func aFramedBodyThatArrivedWholeIsKept() async throws {
+        let (result, server) = try await answer("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        #expect(try result.get().body == Array("ok".utf8))
+        await server.stop()
+    }
+}
+
 @Suite struct RequestTargetTests {
     @Test func urlsAreReadForTheWire() throws {
         let v6 = try RequestTarget("https://[::1]:8443/a/b?c=d#frag")

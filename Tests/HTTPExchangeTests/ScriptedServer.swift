@@ -24,6 +24,14 @@ enum Script: Sendable {
     case silent
     /// The connection is closed at once.
     case close
+    /// These bytes, then the TCP connection is closed under TLS, without its close_notify.
+    case replyAndCut(String)
+}
+
+/// The first handler of a TLS connection, next to the socket: a close from here
+/// passes no TLS handler, so the connection ends without close_notify.
+final class Cutter: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
 }
 
 /// An HTTP/1.1 server on 127.0.0.1 that answers with raw bytes, so a test can
@@ -52,7 +60,10 @@ final class ScriptedServer: Sendable {
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     counts.accepted.withLock { $0 += 1 }
-                    if let tls { try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls)) }
+                    if let tls {
+                        try channel.pipeline.syncOperations.addHandler(Cutter())
+                        try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls))
+                    }
                     try channel.pipeline.syncOperations.addHandler(ScriptHandler(script: script, counts: counts))
                 }
             }
@@ -95,6 +106,11 @@ final class ScriptHandler: ChannelInboundHandler {
             context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: text))).whenComplete { _ in channel.close(promise: nil) }
         case .replyAndHold(let text):
             context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: text)), promise: nil)
+        case .replyAndCut(let text):
+            let pipeline = context.pipeline
+            context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: text))).whenComplete { _ in
+                (try? pipeline.syncOperations.context(handlerType: Cutter.self))?.close(promise: nil)
+            }
         case .silent:
             break
         case .close:

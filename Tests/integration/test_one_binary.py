@@ -3,7 +3,7 @@ installs /usr/sbin/tokend once and tokenctl, tokend-proxy and tokend-native-host
 Here the links are in a directory of the test's own, to the built tokend, and each is used for
 what its program does: the daemon serves, tokenctl logs in and gets the token, the native host
 relays the extension's call, the proxy puts the token on a request, and `tokenctl browser-bridge`
-registers the host beside the link it was started by."""
+registers the host beside the link it was started by; another name is refused."""
 import http.server
 import json
 import os
@@ -117,7 +117,25 @@ def test_help_names_the_program_it_runs_as(workdir):
     host = subprocess.run([os.path.join(here, "tokend-native-host"), "--help"], capture_output=True, text=True,
                           timeout=30)
     assert host.returncode == 0 and "USAGE: tokend-native-host" in host.stdout
-    # Another name is the daemon's (the binary's own): a copy renamed by a user still starts tokend.
-    os.symlink(os.path.join(BIN, "tokend"), os.path.join(here, "tokend-test"))
-    other = subprocess.run([os.path.join(here, "tokend-test"), "--help"], capture_output=True, text=True, timeout=30)
-    assert other.returncode == 0 and "USAGE: tokend " in other.stdout
+    # Another name is refused with the four it answers to (exit 64, EX_USAGE), not taken for the daemon.
+    os.symlink(os.path.join(BIN, "tokend"), os.path.join(here, "tctl"))
+    other = subprocess.run([os.path.join(here, "tctl"), "--help"], capture_output=True, text=True, timeout=30)
+    assert other.returncode == 64 and other.stdout == "", other.stdout
+    assert "started as 'tctl'" in other.stderr and "tokend-native-host" in other.stderr, other.stderr
+    # A login shell's '-' before the name is not part of it.
+    dashed = subprocess.run(["-tokenctl", "--version"], executable=os.path.join(here, "tokenctl"),
+                            capture_output=True, text=True, timeout=30)
+    assert dashed.returncode == 0 and dashed.stdout.strip(), dashed.stderr
+
+
+def test_browser_bridge_started_by_a_relative_path_names_an_absolute_host(workdir):
+    """A browser's host manifest must name an absolute path: tokenctl started as ./bin/tokenctl
+    (outside review of issue 55) writes the host beside it, made absolute."""
+    links(workdir)
+    profile = os.path.join(workdir, "profile")
+    registered = subprocess.run(["./bin/tokenctl", "browser-bridge", "--user-data-dir", profile], cwd=workdir,
+                                capture_output=True, text=True, timeout=30)
+    assert registered.returncode == 0, registered.stderr
+    with open(os.path.join(profile, "NativeMessagingHosts", "io.tokend.bridge.json")) as f:
+        path = json.load(f)["path"]
+    assert os.path.isabs(path) and os.path.samefile(path, os.path.join(workdir, "bin", "tokend-native-host")), path

@@ -16,6 +16,15 @@ import Testing
         #expect(places == ["/work/.build/debug", "/bin"])
     }
 
+    /// A browser's host manifest must name an absolute path (outside review of issue 55).
+    @Test func aRelativeStartIsMadeAbsoluteAndRelativePathEntriesAreSkipped() {
+        let places = ProgramPlaces.directories(
+            invoked: "./bin/tokenctl", running: "/work/.build/debug/tokend", path: "bin:/usr/bin::.",
+            workingDirectory: "/home/ann")
+        #expect(places == ["/home/ann/./bin", "/work/.build/debug", "/usr/bin"])
+        #expect(places.allSatisfy { $0.hasPrefix("/") })
+    }
+
     @Test func findTakesTheFirstExecutable() {
         #expect(ProgramPlaces.find("sh", in: ["/nonexistent", "/bin", "/usr/bin"]) == "/bin/sh")
         #expect(ProgramPlaces.find("no-such-program-here", in: ["/bin"]) == nil)
