@@ -257,7 +257,10 @@ DEB_BUILD := .build-deb
 # a library that names Foundation by `import struct Foundation.Data` (TOMLKit) asks the linker
 # for both though nothing of them is used; here none asks, so a use of either fails the link.
 no_autolink = -Xswiftc -Xfrontend -Xswiftc -disable-autolink-library -Xswiftc -Xfrontend -Xswiftc $(1)
-DEB_SWIFTFLAGS := $(call no_autolink,Foundation) $(call no_autolink,FoundationInternationalization)
+# lld with packed relative relocations (DT_RELR, glibc 2.36: bookworm's; dpkg-shlibdeps says so in
+# Depends): the table of relocations every start reads is 11 KB, not 1.3 MB (docs/packaging.md).
+DEB_SWIFTFLAGS := $(call no_autolink,Foundation) $(call no_autolink,FoundationInternationalization) \
+	-Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs
 deb:
 	@for p in dpkg-dev fakeroot lintian chrpath; do dpkg -s $$p >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dpkg-dev fakeroot lintian chrpath >/dev/null; break; }; done
 	$(SWIFT) build -c release --disable-local-rpath -Xlinker -rpath=/usr/lib/tokend $(DEB_SWIFTFLAGS) --scratch-path $(DEB_BUILD) --product tokend

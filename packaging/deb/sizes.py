@@ -6,9 +6,11 @@ build, with the linker's map, attributed to its parts.
                                              KEEP: a directory to leave the linked programs in)
 
 The package's build links one program, tokend (all four by the name it runs
-as); a build of every product links four, and each is measured. Each program is linked again from SCRATCH's own link command (release.yaml),
-once as the package links it (against the shared runtime) and once with
--static-stdlib (as the package did before), with `-Xlinker -Map`. Every input
+as); a build of every product links four, and each is measured. Each program
+is linked again from SCRATCH's own link command (release.yaml) with gold, whose
+map this reads, once against the shared runtime and once with -static-stdlib
+(as the package did before), with `-Xlinker -Map`; and once exactly as the
+package links it (lld, packed relocations), for its size. Every input
 section the linker kept that takes room in the stripped file is counted for
 the library or module it came from; what the linker makes itself (relocations,
 dynamic symbols, the unwind index, headers) is "linker-made". The stripped size is `strip --strip-unneeded` as
@@ -122,8 +124,33 @@ def attribute(map_path: str, owners: dict[str, str]) -> dict[str, int]:
     return sizes
 
 
-def link(args: list[str], output: str, static: bool) -> dict[str, int]:
+def gold(args: list[str]) -> list[str]:
+    """The link command with gold, whose map `attribute` reads, in place of the package's lld and its
+    packed relocations (which only make the relocation table smaller: see the package's row)."""
+    args = [a for a in args if a != "-use-ld=lld"]
+    while "pack-relative-relocs" in args:
+        i = args.index("pack-relative-relocs")
+        del args[i - 3:i + 1]  # -Xlinker -z -Xlinker pack-relative-relocs
+    return args
+
+
+def strip_size(output: str) -> int:
+    stripped = output + ".stripped"
+    subprocess.run(["strip", "--strip-unneeded", "--remove-section=.comment", "--remove-section=.note",
+                    "-o", stripped, output], check=True)
+    return os.path.getsize(stripped)
+
+
+def package_link(args: list[str], output: str) -> int:
+    """The stripped size of the link exactly as the package's build makes it."""
     args = list(args)
+    args[args.index("-o") + 1] = output
+    subprocess.run(args, check=True)
+    return strip_size(output)
+
+
+def link(args: list[str], output: str, static: bool) -> dict[str, int]:
+    args = gold(args)
     args[args.index("-o") + 1] = output
     args += ["-Xlinker", f"-Map={output}.map"]
     if static:
@@ -134,10 +161,7 @@ def link(args: list[str], output: str, static: bool) -> dict[str, int]:
     else:
         args = [a for a in args if a != "-static-stdlib"]
     subprocess.run(args, check=True)
-    stripped = output + ".stripped"
-    subprocess.run(["strip", "--strip-unneeded", "--remove-section=.comment", "--remove-section=.note",
-                    "-o", stripped, output], check=True)
-    return {"file": os.path.getsize(stripped)}
+    return {"file": strip_size(output)}
 
 
 def foundation_users(args: list[str], program: str, runtime: str) -> dict[str, list[str]]:
@@ -173,6 +197,7 @@ def main() -> None:
     commands, owners = link_commands(scratch), target_packages(scratch)
     results: dict[tuple[str, str], dict[str, int]] = {}
     users: dict[str, dict[str, list[str]]] = {}
+    packaged: dict[str, int] = {}
     target = json.loads(subprocess.run(["swiftc", "-print-target-info"], check=True, capture_output=True).stdout)
     runtime = target["paths"]["runtimeLibraryPaths"][0]
     with tempfile.TemporaryDirectory() as temporary:
@@ -184,6 +209,7 @@ def main() -> None:
                 sizes = link(commands[program], output, mode == "static")
                 sizes.update(attribute(output + ".map", owners))
                 results[(program, mode)] = sizes
+            packaged[program] = package_link(commands[program], os.path.join(work, f"{program}-package"))
             users[program] = foundation_users(commands[program], os.path.join(work, f"{program}-shared"), runtime)
     parts = sorted({p for r in results.values() for p in r if p != "file"},
                    key=lambda p: -max(r.get(p, 0) for r in results.values()))
@@ -196,6 +222,8 @@ def main() -> None:
     table.append("| padding, section headers | " + " | ".join(
         mb(results[c]["file"] - sum(v for k, v in results[c].items() if k != "file")) for c in columns) + " |")
     table.append("| **stripped file** | " + " | ".join(f"**{mb(results[c]['file'])}**" for c in columns) + " |")
+    table.append("| the package's link (its linker and flags), stripped | " + " | ".join(
+        f"{mb(packaged[p])}" if m == "shared" else "" for p, m in columns) + " |")
     print("\n".join(table))
     print("\nWhat ties each program to Foundation (the symbols of libFoundation.so it uses, by module):")
     for program in programs:
