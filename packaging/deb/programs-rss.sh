@@ -21,17 +21,8 @@ echo "tokend idle (VmRSS kB): $(for _ in $(seq "$runs"); do
     "$here/idle-rss.sh" "$root/usr/sbin/tokend" | sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p'; done | tr '\n' ' ')"
 
 # One tokend for the clients below, configured as idle-rss.sh's.
-echo secret > "$dir/client-secret"
-chmod 0600 "$dir/client-secret"
-cat > "$dir/tokend.toml" <<TOML
-[daemon]
-socket = "$dir/sock"
-state-directory = "$dir/state"
-[sessions.default]
-token-endpoint = "http://127.0.0.1:9/o/token/"
-client-id = "tokend-test"
-client-secret-file = "$dir/client-secret"
-TOML
+. "$here/idle-session.sh"
+idle_session "$dir"
 "$root/usr/sbin/tokend" --config "$dir/tokend.toml" >"$dir/log" 2>&1 &
 pids+=($!)
 for _ in $(seq 200); do [ -S "$dir/sock" ] && break; sleep 0.1; done
