@@ -112,6 +112,9 @@ def main():
     parser.add_argument("--grace", type=int, default=5)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--results")
+    # Random kills land inside a refresh about 4 times in 5; a short campaign on a busy machine can miss
+    # with all of its few. With N, random kills are added (20 at most) until N have landed inside one.
+    parser.add_argument("--until-inside", type=int, default=0)
     args = parser.parse_args()
     rng = random.Random(args.seed)
     directory = tempfile.mkdtemp(prefix="tkc", dir="/tmp")
@@ -138,8 +141,10 @@ def main():
     login(daemon, server)
     daemon.stop(signal.SIGKILL)
     started = time.time()
-    for kill in range(args.kills):
-        kind = "random" if rng.random() < 0.4 else rng.choice(POINTS)
+    kill = 0
+    while kill < args.kills or (random_inside < args.until_inside and kill < args.kills + 20):
+        # (the last kill is counted at the next start: one more round may follow that one)
+        kind = "random" if kill >= args.kills or rng.random() < 0.4 else rng.choice(POINTS)
         env = dict(os.environ, TOKEND_TEST_HOOKS="1", SWIFT_BACKTRACE="enable=no")
         if kind != "random":
             env.update(TOKEND_CRASH_POINT=kind, TOKEND_CRASH_AFTER=str(rng.randint(1, 3)))
@@ -182,6 +187,7 @@ def main():
         sequence.append(kind)
         if not state_readable(daemon):
             unreadable += 1
+        kill += 1
     retries_before = log_count(daemon, RETRY_LINE)
     daemon.start()
     final = ask(daemon) or varlink_call(daemon.socket, "io.tokend.Broker.GetToken")[1]
@@ -190,7 +196,7 @@ def main():
     if final.get("error") == "io.tokend.Broker.LoginRequired":
         random_inside_lost += inside
         lost += 1
-        losses.append({"kill": args.kills, "previous_kill": previous_kind, "reason": final["parameters"]["reason"][:160]})
+        losses.append({"kill": kill, "previous_kill": previous_kind, "reason": final["parameters"]["reason"][:160]})
     grants = server.grants("refresh_token")
     daemon.stop(signal.SIGKILL)
     exposures = sorted(int(part.split("=")[1]) for line in open(daemon.log_path)
@@ -198,7 +204,7 @@ def main():
     server.stop()
     restarts.sort()
     result = {
-        "date": time.strftime("%Y-%m-%d"), "seed": args.seed, "grace_seconds": args.grace, "kills": args.kills,
+        "date": time.strftime("%Y-%m-%d"), "seed": args.seed, "grace_seconds": args.grace, "kills": kill,
         "kills_by_kind": kinds, "sessions_lost": lost, "unreadable_state_files": unreadable,
         "refresh_grants": len(grants), "refresh_grants_refused": sum(1 for g in grants if g["status"] != 200),
         "restart_to_socket_median_ms": round(1000 * restarts[len(restarts) // 2]),

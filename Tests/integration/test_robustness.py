@@ -219,7 +219,7 @@ def test_a_second_tokend_on_the_same_socket_ends_and_the_first_serves_on(server,
 
 def test_tokenctl_help_lists_every_exit_code_it_returns():
     import re
-    with open(os.path.join(os.path.dirname(__file__), "..", "..", "Sources", "tokenctl", "Tokenctl.swift")) as f:
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "Sources", "TokenctlProgram", "Tokenctl.swift")) as f:
         codes = {int(n) for n in re.findall(r"static let \w+: Int32 = (\d+)", f.read())}
     assert {9, 127} <= codes, codes
     help_text = subprocess.run([os.path.join(BIN, "tokenctl"), "--help"], capture_output=True, text=True).stdout
