@@ -76,7 +76,13 @@ extension PostgresStore {
                 try? await opened?.close()
                 return
             } catch {
-                // Stopping, or the connection failed: polling reports the store's state.
+                // Stopping, or the connection failed (the server closed it, or broke the protocol):
+                // polling goes on, and reports the store's state.
+                if !Task.isCancelled {
+                    logger.warning(
+                        "LISTEN connection lost; polling until it is back",
+                        metadata: ["error": "\(explain(error))", "retry": "\(backoff)"])
+                }
             }
             following.withLock { $0 = .polling }
             try? await opened?.close()

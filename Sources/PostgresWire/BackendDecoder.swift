@@ -8,6 +8,11 @@ struct BackendDecoder: ByteToMessageDecoder {
     /// Fleet's rows are a sealed record each; 16 MiB is far above any.
     static let defaultLimit = 16 << 20
 
+    /// A notification's body: its payload (a server caps it at 8,000 bytes), channel name and process ID.
+    static let notificationLimit = (8 << 10) + 256
+    /// A ParameterStatus's name and value (server_version, TimeZone, search_path…).
+    static let parameterStatusLimit = 8 << 10
+
     let limit: Int
     /// The next byte answers SSLRequest.
     var awaitingSSLResponse: Bool
@@ -59,6 +64,16 @@ struct BackendDecoder: ByteToMessageDecoder {
         else { return nil }
         guard length >= 4, Int(length) - 4 <= limit else {
             throw PostgresError(.protocolViolation, "message length \(length) out of bounds (limit \(limit))")
+        }
+        // Kept while nobody asks (notifications, ParameterStatus): smaller, and refused before buffered.
+        let kept: (name: String, limit: Int)? =
+            switch type {
+            case UInt8(ascii: "A"): ("NotificationResponse", notificationLimit)
+            case UInt8(ascii: "S"): ("ParameterStatus", parameterStatusLimit)
+            default: nil
+            }
+        if let kept, Int(length) - 4 > kept.limit {
+            throw PostgresError(.protocolViolation, "a \(kept.name) of \(Int(length) - 4) bytes (limit \(kept.limit))")
         }
         guard buffer.readableBytes >= 1 + Int(length) else { return nil }
         buffer.moveReaderIndex(forwardBy: 5)

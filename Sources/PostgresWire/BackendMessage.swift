@@ -132,6 +132,24 @@ extension BackendMessage {
     }
 }
 
+extension BackendMessage {
+    /// Roughly the memory it holds, for the inbox's byte budget.
+    var size: Int {
+        switch self {
+        case .dataRow(let columns): columns.reduce(16) { $0 + 8 + ($1?.count ?? 0) }
+        case .commandComplete(let tag): 16 + tag.utf8.count
+        case .error(let fields), .notice(let fields): fields.values.reduce(16) { $0 + 8 + $1.utf8.count }
+        case .rowDescription(let names): names.reduce(16) { $0 + 8 + $1.utf8.count }
+        case .notification(let note): 24 + note.channel.utf8.count + note.payload.utf8.count
+        case .parameterStatus(let name, let value): 16 + name.utf8.count + value.utf8.count
+        case .backendKeyData(_, let key): 16 + key.count
+        case .authentication(.sasl(let mechanisms)): mechanisms.reduce(16) { $0 + 8 + $1.utf8.count }
+        case .authentication(.saslContinue(let data)), .authentication(.saslFinal(let data)): 16 + data.count
+        default: 16
+        }
+    }
+}
+
 extension PostgresError {
     static func short(_ message: String) -> PostgresError {
         PostgresError(.protocolViolation, "\(message) ends early")

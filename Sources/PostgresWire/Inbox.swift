@@ -3,36 +3,63 @@ import Synchronization
 /// The server's messages as they arrive (off the event loop), read one at a time by the task that
 /// owns the connection's turn. After a failure the messages already here are read first (a FATAL
 /// ErrorResponse before the close), then the failure.
+///
+/// What a server may leave unread is bounded in count and bytes, and while no statement is running
+/// it may say nothing here but an ErrorResponse (a FATAL one before it closes): anything else, and
+/// the caller ends the connection.
 final class Inbox: Sendable {
     private struct State {
         var messages: [BackendMessage] = []
+        var bytes = 0
         var waiter: CheckedContinuation<BackendMessage, any Error>?
         var failure: PostgresError?
+        /// A statement (or startup) is running: its answers are expected, until ReadyForQuery.
+        var expecting = true
     }
 
     private let state = Mutex(State())
     /// Unread messages a server may pile up (it floods, or talks out of turn) before the connection ends.
     let limit: Int
+    /// Their bytes: a few MiB beyond what one statement's result may hold.
+    let byteLimit: Int
 
-    init(limit: Int = 100_000) {
+    init(limit: Int = 100_000, byteLimit: Int = PostgresConnection.resultLimit + (4 << 20)) {
         self.limit = limit
+        self.byteLimit = byteLimit
     }
 
-    /// Queues `message`; false when the queue is full (the caller ends the connection).
-    @discardableResult
-    func deliver(_ message: BackendMessage) -> Bool {
-        var full = false
+    /// A statement was sent: its answers are expected until its ReadyForQuery.
+    func expectAnswers() {
+        state.withLock { $0.expecting = true }
+    }
+
+    /// Queues `message`; the reason to end the connection when the server talks out of turn or
+    /// piles up more than the inbox holds (the caller ends it).
+    func deliver(_ message: BackendMessage) -> PostgresError? {
+        var refusal: PostgresError?
         let waiter = state.withLock { state -> CheckedContinuation<BackendMessage, any Error>? in
-            guard let waiter = state.waiter else {
-                full = state.messages.count >= limit
-                if !full { state.messages.append(message) }
+            // The connection is ending: nothing more is read.
+            guard state.failure == nil else { return nil }
+            guard state.expecting || message.serverError != nil else {
+                refusal = PostgresError(.protocolViolation, "the server sent \(message.name) while no statement was running")
                 return nil
             }
-            state.waiter = nil
-            return waiter
+            if case .readyForQuery = message { state.expecting = false }
+            if let waiter = state.waiter {
+                state.waiter = nil
+                return waiter
+            }
+            let size = message.size
+            guard state.messages.count < limit, state.bytes + size <= byteLimit else {
+                refusal = PostgresError(.protocolViolation, "the server sent more than \(limit) messages or \(byteLimit) bytes unread")
+                return nil
+            }
+            state.messages.append(message)
+            state.bytes += size
+            return nil
         }
         waiter?.resume(returning: message)
-        return !full
+        return refusal
     }
 
     /// The first failure is the one said; later ones (the close after a TLS error) add nothing.
@@ -51,7 +78,10 @@ final class Inbox: Sendable {
     /// a FATAL error before it closes.
     func takeUnread() -> [BackendMessage] {
         state.withLock { state in
-            defer { state.messages = [] }
+            defer {
+                state.messages = []
+                state.bytes = 0
+            }
             return state.messages
         }
     }
@@ -59,7 +89,11 @@ final class Inbox: Sendable {
     func receive() async throws -> BackendMessage {
         try await withCheckedThrowingContinuation { continuation in
             let ready = state.withLock { state -> Result<BackendMessage, PostgresError>? in
-                if !state.messages.isEmpty { return .success(state.messages.removeFirst()) }
+                if !state.messages.isEmpty {
+                    let message = state.messages.removeFirst()
+                    state.bytes -= message.size
+                    return .success(message)
+                }
                 if let failure = state.failure { return .failure(failure) }
                 state.waiter = continuation
                 return nil

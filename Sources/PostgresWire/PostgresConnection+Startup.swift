@@ -13,10 +13,15 @@ extension PostgresConnection {
         let tlsAsked: Bool
         if case .disable = configuration.tls { tlsAsked = false } else { tlsAsked = true }
         let limit = configuration.messageLimit
+        let tls: (context: NIOSSLContext, serverName: String?)? =
+            switch configuration.tls {
+            case .disable: nil
+            case .prefer(let context), .require(let context): (context, configuration.serverName)
+            }
         try await channel.eventLoop.submit {
             try channel.pipeline.syncOperations.addHandlers(
                 ByteToMessageHandler(BackendDecoder(awaitingSSLResponse: tlsAsked, limit: limit)),
-                PostgresHandler(inbox: inbox, listeners: listeners, parameters: parameters))
+                PostgresHandler(inbox: inbox, listeners: listeners, parameters: parameters, tls: tls))
         }.get()
         let connection = PostgresConnection(channel: channel, inbox: inbox, listeners: listeners, parameters: parameters)
         // A server that accepts the socket and says nothing does not hold the caller forever.
@@ -35,10 +40,10 @@ extension PostgresConnection {
     }
 
     func start(_ configuration: Configuration) async throws {
-        if case .prefer(let context) = configuration.tls {
-            try await negotiateTLS(context, serverName: configuration.serverName, required: false)
-        } else if case .require(let context) = configuration.tls {
-            try await negotiateTLS(context, serverName: configuration.serverName, required: true)
+        if case .prefer = configuration.tls {
+            try await negotiateTLS(required: false)
+        } else if case .require = configuration.tls {
+            try await negotiateTLS(required: true)
         }
         var parameters = [("user", configuration.user), ("database", configuration.database)]
         if let name = configuration.applicationName { parameters.append(("application_name", name)) }
@@ -56,8 +61,9 @@ extension PostgresConnection {
         }
     }
 
-    /// SSLRequest, and TLS over the socket if the server agrees.
-    func negotiateTLS(_ context: NIOSSLContext, serverName: String?, required: Bool) async throws {
+    /// SSLRequest; TLS is over the socket if the server agrees (PostgresHandler puts it there, in
+    /// the read that brought the answer).
+    func negotiateTLS(required: Bool) async throws {
         var buffer = channel.allocator.buffer(capacity: 8)
         Frontend.sslRequest(into: &buffer)
         try await send(buffer)
@@ -68,11 +74,6 @@ extension PostgresConnection {
             if required { throw fail(PostgresError(.sslUnsupported, "the server does not offer TLS")) }
             return
         }
-        let channel = self.channel
-        try await channel.eventLoop.submit {
-            let tls = try NIOSSLClientHandler(context: context, serverHostname: serverName)
-            try channel.pipeline.syncOperations.addHandler(tls, position: .first)
-        }.get()
     }
 
     /// Answers the server's authentication requests until AuthenticationOk. Trust, cleartext, MD5 and

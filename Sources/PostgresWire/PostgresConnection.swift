@@ -69,6 +69,7 @@ public final class PostgresConnection: Sendable {
         }
         var buffer = channel.allocator.buffer(capacity: 64 + query.sql.utf8.count)
         try Frontend.extendedQuery(query, into: &buffer)
+        inbox.expectAnswers()
         try await send(buffer)
         var columns: [String] = []
         var rows: [[[UInt8]?]] = []
@@ -111,13 +112,16 @@ public final class PostgresConnection: Sendable {
         return stream
     }
 
-    /// Sends Terminate and closes; a connection already closed is left as it is.
+    /// Sends Terminate and closes at once; a connection already closed is left as it is.
     public func close() async throws {
         guard channel.isActive else { return }
         var buffer = channel.allocator.buffer(capacity: 5)
         Frontend.terminate(into: &buffer)
-        try? await channel.writeAndFlush(buffer)
-        inbox.fail(PostgresError(.connectionClosed, "closed by this client"))
+        // Not waited for: a server that stops reading would never take it.
+        channel.writeAndFlush(buffer, promise: nil)
+        let closed = PostgresError(.connectionClosed, "closed by this client")
+        inbox.fail(closed)
+        listeners.end(closed)
         do {
             try await channel.close()
         } catch ChannelError.alreadyClosed {

@@ -63,7 +63,7 @@ import Testing
 @Suite struct InboxTests {
     @Test func messagesBeforeAFailureAreReadFirst() async throws {
         let inbox = Inbox()
-        inbox.deliver(.error([.sqlState: "57P01"]))
+        _ = inbox.deliver(.error([.sqlState: "57P01"]))
         inbox.fail(PostgresError(.connectionClosed, "closed"))
         inbox.fail(PostgresError(.connectionError, "later"))
         #expect(try await inbox.receive() == .error([.sqlState: "57P01"]))
@@ -73,9 +73,31 @@ import Testing
 
     @Test func aFloodingServerIsCut() {
         let inbox = Inbox(limit: 3)
-        #expect((0..<3).allSatisfy { _ in inbox.deliver(.noData) })
-        #expect(!inbox.deliver(.noData))
+        #expect((0..<3).allSatisfy { _ in inbox.deliver(.noData) == nil })
+        #expect(inbox.deliver(.noData)?.code == .protocolViolation)
         #expect(inbox.takeUnread().count == 3)
+    }
+
+    @Test func unreadBytesAreBounded() async throws {
+        let inbox = Inbox(byteLimit: 1000)
+        let row = BackendMessage.dataRow([Array(repeating: 1, count: 600)])
+        #expect(inbox.deliver(row) == nil)
+        let refusal = inbox.deliver(row)
+        #expect(refusal?.code == .protocolViolation && refusal?.reason.contains("1000 bytes") == true)
+        // What is read is no longer counted.
+        #expect(try await inbox.receive() == row)
+        #expect(inbox.deliver(row) == nil)
+    }
+
+    @Test func betweenStatementsOnlyAnErrorIsTaken() {
+        let inbox = Inbox()
+        #expect(inbox.deliver(.readyForQuery(UInt8(ascii: "I"))) == nil)
+        let refusal = inbox.deliver(.commandComplete("SELECT 1"))
+        #expect(refusal?.reason == "the server sent CommandComplete while no statement was running")
+        #expect(inbox.deliver(.error([.sqlState: "57P01"])) == nil)
+        inbox.expectAnswers()
+        #expect(inbox.deliver(.commandComplete("SELECT 1")) == nil)
+        #expect(inbox.takeUnread() == [.readyForQuery(UInt8(ascii: "I")), .error([.sqlState: "57P01"]), .commandComplete("SELECT 1")])
     }
 
     @Test func everyWaiterGetsATurnOnceTheHolderLeaves() async {
